@@ -1,0 +1,72 @@
+//! Fencing tokens (DESIGN §4): the number that makes a lock safe to use.
+//!
+//! # Why fencing tokens?
+//!
+//! A lock service cannot give mutual exclusion to processes that pause. A holder can
+//! stall (GC, swap, SIGSTOP) past its session timeout; the service then grants the lock
+//! to someone else while the first holder still believes it holds it. coord therefore
+//! promises *fenced* exclusion: every grant carries a [`FencingToken`] that is strictly
+//! greater than every earlier grant's for the same name. A resource that remembers the
+//! highest token it has seen and rejects smaller ones is safe; a resource that does not
+//! check tokens is not protected by any lock, from coord or elsewhere.
+//!
+//! The coord [`ConfigStore`](crate::ConfigStore) checks for you: a write made
+//! conditional on a [`Fence`] fails with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced)
+//! and changes nothing once the guard is no longer held.
+
+use std::fmt;
+
+/// A grant's fencing token. For one name on one cluster, successive grants have
+/// strictly increasing tokens, across session loss and server restarts.
+///
+/// ZooKeeper: the `czxid` of the contender's znode; etcd: the `create_revision` of the
+/// contender's key; mem: the cluster's revision counter at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token as a plain number, for sending to a resource that checks it.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a guarded write checks: the backend path of a guard's own contender node or key
+/// and its token. Obtain it from [`LockGuard::fence`](crate::LockGuard::fence) or
+/// [`Leadership::fence`](crate::Leadership::fence); pass it to
+/// [`Txn::fenced_by`](crate::Txn::fenced_by).
+///
+/// A fence is plain data: it stays valid to *check* after its guard is dropped, and such
+/// a check fails with `Fenced`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    resource: String,
+    token: FencingToken,
+}
+
+impl Fence {
+    /// For backends: a fence on the contender node/key at `resource` (a backend path)
+    /// created with `token`.
+    pub fn new(resource: impl Into<String>, token: FencingToken) -> Self {
+        Fence {
+            resource: resource.into(),
+            token,
+        }
+    }
+
+    /// The backend path of the contender node or key.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The token of the grant.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+}

@@ -1,0 +1,81 @@
+//! The coord contract: backend-agnostic coordination primitives with fencing tokens.
+//!
+//! coord gives applications four primitives behind one API — [`Election`], [`Lock`],
+//! [`Registry`] (service discovery) and [`ConfigStore`] — with adapters for ZooKeeper
+//! (`coord-zk`), etcd (`coord-etcd`) and an in-memory backend (`coord-mem`). This crate
+//! holds what every backend shares: the traits, the erased [`Client`], the
+//! [`Error`]/[`ErrorKind`] taxonomy, name and value rules, fencing tokens, and the
+//! connection-string parser. Applications normally depend on the `coord` facade.
+//!
+//! # Sessions
+//!
+//! A [`Client`] owns one session. Everything ephemeral — lock holds, candidacies,
+//! registrations — is bound to it. Its [`SessionState`] moves between `Connected`,
+//! `Suspended` and `Lost`; after `Lost` a new session is established automatically,
+//! registrations are re-created, and every guard of the old session reports
+//! [`HoldState::Lost`].
+//!
+//! # Why fencing tokens?
+//!
+//! A lock service cannot give mutual exclusion to processes that pause: a holder that
+//! stalls past its session timeout still believes it holds the lock after it has passed
+//! on. coord therefore promises **fenced exclusion**. Every grant carries a
+//! [`FencingToken`] strictly greater than every earlier grant's for the same name;
+//! a resource that rejects tokens lower than the highest it has seen is safe. Config
+//! writes can be made conditional on a guard with [`Txn::fenced_by`]: a stale
+//! holder's write fails with [`ErrorKind::Fenced`] and changes nothing.
+//!
+//! # Cancellation
+//!
+//! Every async method documents its cancel safety. A dropped `lock`/`campaign` future
+//! leaves no contender behind; a dropped guard releases in the background.
+//!
+//! # Names and values
+//!
+//! Names are `/`-separated segments of `[A-Za-z0-9._-]` (see [`validate_name`]), values
+//! at most [`MAX_VALUE_LEN`] bytes — the same on every backend, checked before any
+//! network call.
+
+mod capabilities;
+mod client;
+mod config;
+mod connstr;
+mod election;
+mod error;
+mod fencing;
+mod handle;
+mod hold;
+mod local_queue;
+mod lock;
+mod name;
+mod registry;
+mod session;
+mod stats;
+mod txn;
+mod version;
+
+pub use capabilities::Capabilities;
+pub use client::{Backend, Client};
+pub use config::{ConfigEvent, ConfigStore, Entry};
+pub use connstr::{ConnectionString, HostPort, Options};
+pub use election::{Election, LeaderInfo, Leadership};
+pub use error::{Error, ErrorKind, Result};
+pub use fencing::{Fence, FencingToken};
+pub use handle::EphemeralHandle;
+pub use hold::{HoldSignal, HoldState, HoldWatch};
+pub use local_queue::{LocalQueue, LocalTurn};
+pub use lock::{Lock, LockGuard};
+pub use name::{
+    MAX_NAME_LEN, MAX_VALUE_LEN, key_matches_prefix, validate_name, validate_prefix, validate_segment_name,
+    validate_value,
+};
+pub use registry::{Registration, Registry, RegistryEvent, ServiceInstance};
+pub use session::{SessionState, SessionStatus};
+pub use stats::{Counter, Stats, StatsRecorder};
+pub use txn::{Check, MAX_TXN_OPS, Op, OpResult, Txn};
+pub use version::{Version, Versioned};
+
+/// The traits, for `use coord_core::prelude::*`.
+pub mod prelude {
+    pub use crate::{ConfigStore, Election, Lock, Registry};
+}

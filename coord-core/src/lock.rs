@@ -1,0 +1,165 @@
+//! Distributed locks with fencing tokens.
+
+use async_trait::async_trait;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::fencing::{Fence, FencingToken};
+use crate::handle::EphemeralHandle;
+use crate::hold::{HoldState, HoldWatch};
+
+/// A fair (FIFO), herd-free distributed lock.
+///
+/// # Fencing
+///
+/// A lock gives **fenced exclusion, not mutual exclusion**. Two clients never hold the
+/// same lock with overlapping *valid* tokens, but a paused holder can believe it holds a
+/// lock that has already passed on. A resource outside the store is safe only if it
+/// checks the [`FencingToken`]; writes to the [`ConfigStore`](crate::ConfigStore) can be
+/// made conditional with [`LockGuard::fence`].
+///
+/// Within one client, contenders for the same name queue locally and reach the server
+/// one at a time (the lock is not reentrant: a second `lock` on the same client waits
+/// for the first guard's release).
+///
+/// # Examples
+///
+/// ```
+/// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+/// use coord_core::Lock;
+/// let guard = client.lock("jobs/nightly").await?;
+/// println!("holding with token {}", guard.token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait Lock: Send + Sync {
+    /// Waits until this client holds the lock `name`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name; `SessionLost` if the session was lost while
+    /// waiting (retry to queue again); `Unavailable`, `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves no contender behind; its node is removed in
+    /// the background and the queue behind it moves on. Use `tokio::time::timeout` for
+    /// a bounded wait.
+    async fn lock(&self, name: &str) -> Result<LockGuard>;
+
+    /// Takes the lock if it is free now; returns `None` if another contender holds it or
+    /// is queued ahead.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe, as [`Lock::lock`].
+    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>>;
+}
+
+/// A held lock. Dropping it releases the lock in the background; prefer
+/// [`LockGuard::release`], which reports the outcome.
+///
+/// # Fencing
+///
+/// [`LockGuard::token`] never changes. Pass it to any resource you protect, or use
+/// [`LockGuard::fence`] for guarded config writes.
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    name: String,
+    fence: Fence,
+    hold: HoldWatch,
+    handle: Option<Box<dyn EphemeralHandle>>,
+}
+
+impl LockGuard {
+    /// For backends: a guard for `name` whose contender node is described by `fence`.
+    pub fn new(
+        name: impl Into<String>,
+        fence: Fence,
+        hold: HoldWatch,
+        handle: Box<dyn EphemeralHandle>,
+    ) -> Self {
+        LockGuard {
+            name: name.into(),
+            fence,
+            hold,
+            handle: Some(handle),
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The grant's fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.fence.token()
+    }
+
+    /// What a guarded write checks; see [`Txn::fenced_by`](crate::Txn::fenced_by).
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// The hold-state signal: `Held`, `Suspended` or `Lost`, with a future on loss.
+    pub fn hold(&self) -> &HoldWatch {
+        &self.hold
+    }
+
+    /// The current hold state.
+    pub fn state(&self) -> HoldState {
+        self.hold.state()
+    }
+
+    /// Resolves when the lock is lost (session lost, node deleted).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn lost(&self) {
+        self.hold.lost().await
+    }
+
+    /// Releases the lock and waits for the server to confirm.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`/`Timeout` if the server could not be told; the node is then removed
+    /// when the session ends. Releasing a lock already lost is not an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped the removal may or may not have been sent; the session
+    /// still removes the node when it ends.
+    pub async fn release(mut self) -> Result<()> {
+        let span = tracing::debug_span!("coord.lock.release", name = %self.name, token = %self.token());
+        match self.handle.take() {
+            Some(handle) => handle.remove().instrument(span).await,
+            None => Err(Error::closed()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.remove_in_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("token", &self.token())
+            .field("state", &self.state())
+            .finish()
+    }
+}

@@ -1,0 +1,239 @@
+//! Service discovery: session-bound instance registrations and their watch.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::handle::EphemeralHandle;
+use crate::name::{validate_segment_name, validate_value};
+
+/// One instance of a service: a unique id within the service, an address, and free-form
+/// metadata. Stored on the server as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceInstance {
+    /// Unique within the service; one name segment (`[A-Za-z0-9._-]`).
+    pub id: String,
+    /// Where to reach it, e.g. `10.0.0.7:8080`. Not interpreted by coord.
+    pub address: String,
+    /// Free-form key/value metadata (version, zone, weight…).
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl ServiceInstance {
+    /// An instance with no metadata.
+    pub fn new(id: impl Into<String>, address: impl Into<String>) -> Self {
+        ServiceInstance {
+            id: id.into(),
+            address: address.into(),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a metadata entry.
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Checks the id and the encoded size, and returns the JSON encoding.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad id or an encoding over the value limit.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        validate_segment_name("instance id", &self.id)?;
+        let bytes = serde_json::to_vec(self).map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Unexpected,
+                format!("cannot encode instance: {e}"),
+            )
+        })?;
+        validate_value("encoded instance", &bytes)?;
+        Ok(bytes)
+    }
+
+    /// Decodes an instance stored by [`ServiceInstance::encode`].
+    ///
+    /// # Errors
+    ///
+    /// `Unexpected` when the stored data is not an instance (written by another tool).
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Unexpected,
+                format!("stored service instance is not valid JSON of an instance: {e}"),
+            )
+        })
+    }
+}
+
+/// A change seen by [`Registry::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// The full current set, sorted by id. Always the first event, and the event after
+    /// every [`RegistryEvent::Resync`].
+    Snapshot(Vec<ServiceInstance>),
+    /// An instance joined.
+    Joined(ServiceInstance),
+    /// An instance's data changed.
+    Updated(ServiceInstance),
+    /// The instance with this id left.
+    Left(String),
+    /// Changes may have been missed (session loss, history compacted); a fresh
+    /// `Snapshot` follows.
+    Resync,
+}
+
+/// Service discovery.
+///
+/// # Examples
+///
+/// ```
+/// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+/// use coord_core::{Registry, ServiceInstance};
+/// let reg = client.register("api", ServiceInstance::new("a1", "10.0.0.1:80")).await?;
+/// assert_eq!(client.instances("api").await?.len(), 1);
+/// reg.deregister().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait Registry: Send + Sync {
+    /// Registers `instance` under `service`, bound to this client's session. After
+    /// session loss it is re-registered automatically with its latest data.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad service name, instance id or oversized instance;
+    /// `AlreadyExists` if another client registered the same id; `Unavailable`,
+    /// `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: if the future is dropped after the server created the instance, it
+    /// is removed in the background.
+    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration>;
+
+    /// The instances of `service`, sorted by id.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument`, `Unavailable`, `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>>;
+
+    /// A stream that yields the full current set first, then each change, in order. A gap
+    /// is reported as [`RegistryEvent::Resync`] followed by a fresh snapshot.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` up front; an item carries `Closed` when the client is closed
+    /// (the stream then ends).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream stops watching.
+    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>>;
+}
+
+/// A live registration. Dropping it deregisters in the background; prefer
+/// [`Registration::deregister`].
+#[must_use = "dropping the registration deregisters the instance"]
+pub struct Registration {
+    service: String,
+    instance: ServiceInstance,
+    handle: Option<Box<dyn EphemeralHandle>>,
+}
+
+impl Registration {
+    /// For backends: a registration of `instance` under `service`.
+    pub fn new(
+        service: impl Into<String>,
+        instance: ServiceInstance,
+        handle: Box<dyn EphemeralHandle>,
+    ) -> Self {
+        Registration {
+            service: service.into(),
+            instance,
+            handle: Some(handle),
+        }
+    }
+
+    /// The service name.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The instance as last registered or updated.
+    pub fn instance(&self) -> &ServiceInstance {
+        &self.instance
+    }
+
+    /// Replaces the instance's address and metadata (the id cannot change). Later
+    /// re-registrations use the new data.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` if the id differs or the data is too large; `Unavailable`,
+    /// `Timeout`. When the server is unreachable the new data is still kept for the
+    /// next re-registration.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the update may or may not have reached the server.
+    pub async fn update(&mut self, instance: ServiceInstance) -> Result<()> {
+        if instance.id != self.instance.id {
+            return Err(Error::invalid_argument(format!(
+                "instance id cannot change from {:?} to {:?}; register a new instance instead",
+                self.instance.id, instance.id
+            )));
+        }
+        let bytes = instance.encode()?;
+        let span = tracing::debug_span!("coord.registry.update", service = %self.service, id = %instance.id);
+        let handle = self.handle.as_ref().ok_or_else(Error::closed)?;
+        let result = handle.update(bytes).instrument(span).await;
+        self.instance = instance;
+        result
+    }
+
+    /// Removes the instance and waits for the server to confirm.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`/`Timeout`; the instance then goes when the session ends.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the removal may or may not have been sent; it is not re-registered.
+    pub async fn deregister(mut self) -> Result<()> {
+        let span = tracing::debug_span!("coord.registry.deregister", service = %self.service, id = %self.instance.id);
+        match self.handle.take() {
+            Some(handle) => handle.remove().instrument(span).await,
+            None => Err(Error::closed()),
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.remove_in_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("service", &self.service)
+            .field("instance", &self.instance)
+            .finish()
+    }
+}

@@ -1,0 +1,93 @@
+//! Cheap per-client counters (DESIGN §10): requests by kind, watch notifications,
+//! session transitions.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counter {
+    /// A read request (get, list, children, range).
+    Read,
+    /// A single-key write request (create, set, delete, put).
+    Write,
+    /// A multi-op request (ZooKeeper `multi`, etcd `Txn`).
+    Txn,
+    /// A watch armed on the server.
+    WatchSet,
+    /// A watch notification received from the server.
+    WatchEvent,
+    /// A session request (ZooKeeper ping, etcd lease grant/keep-alive/revoke).
+    SessionRequest,
+    /// A session state transition.
+    SessionTransition,
+}
+
+/// A snapshot of a client's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Read requests sent.
+    pub reads: u64,
+    /// Single-key write requests sent.
+    pub writes: u64,
+    /// Multi-op requests sent.
+    pub txns: u64,
+    /// Watches armed.
+    pub watches_set: u64,
+    /// Watch notifications received.
+    pub watch_events: u64,
+    /// Session requests sent (keep-alives, pings, grants).
+    pub session_requests: u64,
+    /// Session state transitions.
+    pub session_transitions: u64,
+}
+
+impl Stats {
+    /// Requests that did work on data: reads + writes + txns + watches set (session
+    /// keep-alives excluded).
+    pub fn data_requests(&self) -> u64 {
+        self.reads + self.writes + self.txns + self.watches_set
+    }
+
+    /// The counters' increase since `earlier`.
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            reads: self.reads.saturating_sub(earlier.reads),
+            writes: self.writes.saturating_sub(earlier.writes),
+            txns: self.txns.saturating_sub(earlier.txns),
+            watches_set: self.watches_set.saturating_sub(earlier.watches_set),
+            watch_events: self.watch_events.saturating_sub(earlier.watch_events),
+            session_requests: self.session_requests.saturating_sub(earlier.session_requests),
+            session_transitions: self
+                .session_transitions
+                .saturating_sub(earlier.session_transitions),
+        }
+    }
+}
+
+/// The live counters a backend increments.
+#[derive(Debug, Default)]
+pub struct StatsRecorder {
+    counters: [AtomicU64; 7],
+}
+
+impl StatsRecorder {
+    /// Adds one to `counter`.
+    pub fn incr(&self, counter: Counter) {
+        self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(?counter, "coord.stats");
+    }
+
+    /// The current values.
+    pub fn snapshot(&self) -> Stats {
+        let get = |c: Counter| self.counters[c as usize].load(Ordering::Relaxed);
+        Stats {
+            reads: get(Counter::Read),
+            writes: get(Counter::Write),
+            txns: get(Counter::Txn),
+            watches_set: get(Counter::WatchSet),
+            watch_events: get(Counter::WatchEvent),
+            session_requests: get(Counter::SessionRequest),
+            session_transitions: get(Counter::SessionTransition),
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The in-memory client: one node with one session on a [`MemCluster`].
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coord_core::{
+    Backend, Capabilities, Client, Counter, Error, ErrorKind, LocalQueue, Result, SessionState,
+    SessionStatus, Stats, StatsRecorder,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::cluster::{MemCluster, State};
+use crate::options::MemOptions;
+use crate::session::{Link, SessionSlot};
+
+/// A registration the client re-creates after session loss.
+#[derive(Debug, Clone)]
+pub(crate) struct RegEntry {
+    /// Full key.
+    pub key: String,
+    /// Latest data.
+    pub data: Vec<u8>,
+}
+
+/// Shared state of one in-memory client.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub cluster: MemCluster,
+    pub options: MemOptions,
+    pub status: watch::Sender<SessionStatus>,
+    pub link: watch::Sender<Link>,
+    pub stats: StatsRecorder,
+    pub locks: LocalQueue,
+    pub elections: LocalQueue,
+    slot: Mutex<SessionSlot>,
+    registrations: Mutex<HashMap<u64, RegEntry>>,
+    next_registration: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn slot(&self) -> MutexGuard<'_, SessionSlot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn registrations(&self) -> MutexGuard<'_, HashMap<u64, RegEntry>> {
+        self.registrations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn add_registration(&self, entry: RegEntry) -> u64 {
+        let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
+        self.registrations().insert(id, entry);
+        id
+    }
+
+    /// The full key for `rest` under the namespace.
+    pub(crate) fn key(&self, rest: &str) -> String {
+        if self.options.namespace.is_empty() {
+            rest.to_owned()
+        } else {
+            format!("{}/{rest}", self.options.namespace)
+        }
+    }
+
+    /// Fails unless the link is up.
+    pub(crate) fn check_link(&self) -> Result<()> {
+        match *self.link.borrow() {
+            Link::Up => Ok(()),
+            Link::Down(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                "the in-memory client is cut off from its cluster (fault injected); retry after it reconnects",
+            )),
+            Link::Closed | Link::Crashed => Err(Error::closed()),
+        }
+    }
+
+    /// One request to the cluster: checks the link, counts it, expires overdue sessions.
+    pub(crate) fn request<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        self.check_link()?;
+        self.stats.incr(counter);
+        Ok(self.cluster.with(|s| {
+            s.sweep();
+            f(s)
+        }))
+    }
+
+    /// The current session if it is connected: `(id, generation)`.
+    pub(crate) fn live_session(&self) -> Result<(u64, u64)> {
+        self.check_link()?;
+        let slot = *self.slot();
+        if slot.lost || self.status.borrow().state != SessionState::Connected {
+            return Err(Error::new(
+                ErrorKind::SessionLost,
+                "the session was lost; a new one is being established — retry",
+            ));
+        }
+        Ok((slot.id, slot.generation))
+    }
+
+    /// Waits until the session changes away from `generation` or is lost; used to abort
+    /// waits. Returns when the wait must end.
+    pub(crate) async fn session_ended(&self, generation: u64) {
+        let mut rx = self.status.subscribe();
+        let _ = rx
+            .wait_for(|s| {
+                s.generation != generation || matches!(s.state, SessionState::Lost | SessionState::Closed)
+            })
+            .await;
+    }
+
+    /// Waits until the link is up (or the client is closed).
+    pub(crate) async fn link_up(&self) -> Result<()> {
+        let mut rx = self.link.subscribe();
+        let link = *rx
+            .wait_for(|l| !matches!(l, Link::Down(_)))
+            .await
+            .map_err(|_| Error::closed())?;
+        match link {
+            Link::Up => Ok(()),
+            _ => Err(Error::closed()),
+        }
+    }
+}
+
+/// An in-memory coord client: one node with its own session on a [`MemCluster`].
+///
+/// Use it through [`coord_core::Client`] (see [`MemClient::into_client`]); the inherent
+/// methods are fault-injection hooks for tests.
+#[derive(Debug, Clone)]
+pub struct MemClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl MemClient {
+    /// Opens a client on `cluster` with its own session. Must be called inside a tokio
+    /// runtime (the session keep-alive runs as a task).
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid` for invalid options.
+    pub fn connect(cluster: &MemCluster, options: MemOptions) -> Result<MemClient> {
+        options.validate()?;
+        let (status, _) = watch::channel(SessionStatus::new(SessionState::Connected, 0));
+        let inner = Arc::new(Inner {
+            cluster: cluster.clone(),
+            options,
+            status,
+            link: watch::channel(Link::Up).0,
+            stats: StatsRecorder::default(),
+            locks: LocalQueue::default(),
+            elections: LocalQueue::default(),
+            slot: Mutex::new(SessionSlot {
+                id: 0,
+                generation: 0,
+                lost: false,
+            }),
+            registrations: Mutex::new(HashMap::new()),
+            next_registration: AtomicU64::new(1),
+        });
+        inner.stats.incr(Counter::SessionRequest);
+        let (id, expired) = cluster.with(|s| s.grant_session(inner.options.session_ttl));
+        *inner.slot() = SessionSlot {
+            id,
+            generation: 1,
+            lost: false,
+        };
+        inner
+            .status
+            .send_replace(SessionStatus::new(SessionState::Connected, 1));
+        tokio::spawn(inner.clone().supervise(expired));
+        Ok(MemClient { inner })
+    }
+
+    /// Opens a client from a `mem://namespace?session_ttl=…` connection string on the
+    /// process-wide [`MemCluster::global`].
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid` for a malformed string or unknown option.
+    pub fn connect_url(url: &str) -> Result<MemClient> {
+        MemClient::connect(&MemCluster::global(), MemOptions::from_url(url)?)
+    }
+
+    /// Wraps this client in the backend-agnostic [`Client`].
+    pub fn into_client(self) -> Client {
+        Client::new(self)
+    }
+
+    /// The cluster this client talks to.
+    pub fn cluster(&self) -> &MemCluster {
+        &self.inner.cluster
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &MemOptions {
+        &self.inner.options
+    }
+
+    /// Fault hook: cuts this client off from the cluster for `duration`, as a network
+    /// partition would. Requests fail with `Unavailable`, the session is `Suspended`,
+    /// keep-alives stop; past the TTL the session is `Lost` (and the server expires it).
+    pub fn suspend(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        self.inner.link.send_if_modified(|l| match l {
+            Link::Up | Link::Down(_) => {
+                *l = Link::Down(until);
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Fault hook: ends a suspension early.
+    pub fn resume(&self) {
+        self.inner.link.send_if_modified(|l| match l {
+            Link::Down(_) => {
+                *l = Link::Up;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Fault hook: the process dies. Nothing is cleaned up and nothing more is sent; the
+    /// cluster expires the session after its TTL, as it would for a crashed node.
+    pub fn crash(&self) {
+        self.inner.link.send_replace(Link::Crashed);
+    }
+
+    /// Fault hook: expires this client's session from the server side (like a
+    /// ZooKeeper session expiry or an etcd lease revoke).
+    pub fn expire_session(&self) -> bool {
+        let id = self.inner.slot().id;
+        self.inner.cluster.expire_session(id)
+    }
+}
+
+#[async_trait]
+impl Backend for MemClient {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    fn namespace(&self) -> &str {
+        &self.inner.options.namespace
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    fn session(&self) -> watch::Receiver<SessionStatus> {
+        self.inner.status.subscribe()
+    }
+
+    fn session_id(&self) -> u64 {
+        self.inner.slot().id
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.stats.snapshot()
+    }
+
+    async fn close(&self) -> Result<()> {
+        let previous = self.inner.link.send_replace(Link::Closed);
+        if matches!(previous, Link::Closed | Link::Crashed) {
+            return Ok(());
+        }
+        let (id, generation) = {
+            let s = self.inner.slot();
+            (s.id, s.generation)
+        };
+        self.inner.registrations().clear();
+        self.inner.stats.incr(Counter::SessionRequest);
+        self.inner.cluster.with(|s| s.end_session(id));
+        self.inner
+            .status
+            .send_replace(SessionStatus::new(SessionState::Closed, generation));
+        self.inner.stats.incr(Counter::SessionTransition);
+        tracing::info!(namespace = %self.inner.options.namespace, "coord.mem.closed");
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,159 @@
+//! Config store on the in-memory cluster: persistent keys `<ns>/config/<key>`; version =
+//! modification revision.
+
+use async_trait::async_trait;
+use coord_core::{
+    Check, ConfigEvent, ConfigStore, Counter, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version,
+    Versioned, key_matches_prefix, validate_name, validate_prefix,
+};
+use futures::stream::BoxStream;
+
+use crate::client::MemClient;
+use crate::cluster::KeyData;
+use crate::watch::{self, Raw};
+
+fn version(d: &KeyData) -> Version {
+    Version::from_parts(d.mod_rev, 0)
+}
+
+impl MemClient {
+    fn config_root(&self) -> String {
+        self.inner.key("config")
+    }
+
+    /// The namespace-relative config key of a full key, if it is one.
+    fn config_key<'a>(root: &str, full: &'a str) -> Option<&'a str> {
+        full.strip_prefix(root)?.strip_prefix('/')
+    }
+}
+
+#[async_trait]
+impl ConfigStore for MemClient {
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
+        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
+        let full = format!("{}/{key}", self.config_root());
+        self.inner
+            .request(Counter::Read, |s| {
+                s.get(&full).map(|d| Versioned::new(d.value.clone(), version(d)))
+            })
+            .map_err(|e| e.with_operation("get"))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
+        let root = self.config_root();
+        let scan = format!("{root}/{prefix}");
+        self.inner
+            .request(Counter::Read, |s| {
+                s.range(&scan)
+                    .filter_map(|(k, d)| {
+                        let rel = Self::config_key(&root, k)?;
+                        key_matches_prefix(rel, prefix).then(|| Entry {
+                            key: rel.to_owned(),
+                            value: d.value.clone(),
+                            version: version(d),
+                        })
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.with_operation("list"))
+    }
+
+    async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
+        txn.validate().map_err(|e| e.with_operation("commit"))?;
+        let _span = tracing::debug_span!("coord.commit", backend = "mem", ops = txn.ops().len()).entered();
+        let root = self.config_root();
+        let full = |k: &str| format!("{root}/{k}");
+        self.inner
+            .request(Counter::Txn, |s| {
+                for check in txn.checks() {
+                    if let Check::Fence(fence) = check {
+                        let held = s
+                            .get(fence.resource())
+                            .is_some_and(|d| d.create_rev == fence.token().get());
+                        if !held {
+                            return Err(Error::new(
+                                ErrorKind::Fenced,
+                                format!(
+                                    "the guard with token {} is no longer held; nothing was written",
+                                    fence.token()
+                                ),
+                            ));
+                        }
+                    }
+                }
+                for check in txn.checks() {
+                    if let Check::Version {
+                        key,
+                        version: expected,
+                    } = check
+                    {
+                        let actual = s.get(&full(key)).map(version);
+                        if actual != *expected {
+                            tracing::debug!(key, ?expected, ?actual, "coord.mem.version_mismatch");
+                            return Err(Error::new(
+                                ErrorKind::VersionMismatch,
+                                match (expected, actual) {
+                                    (None, Some(a)) => {
+                                        format!("config key {key:?} exists (version {a}); expected it absent")
+                                    }
+                                    (Some(e), None) => {
+                                        format!("config key {key:?} does not exist; expected version {e}")
+                                    }
+                                    (e, a) => {
+                                        format!("config key {key:?} is at version {a:?}, expected {e:?}")
+                                    }
+                                },
+                            ));
+                        }
+                    }
+                }
+                Ok(txn
+                    .ops()
+                    .iter()
+                    .map(|op| match op {
+                        Op::Put { key, value } => {
+                            OpResult::Put(version(&s.put(&full(key), value.clone(), None)))
+                        }
+                        Op::Delete { key } => OpResult::Delete(s.delete(&full(key))),
+                    })
+                    .collect())
+            })
+            .and_then(|r| r)
+            .map_err(|e| e.with_operation("commit"))
+    }
+
+    async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
+        let root = self.config_root();
+        let scan = format!("{root}/{prefix}");
+        let prefix = prefix.to_owned();
+        Ok(watch::spawn(self.inner.clone(), scan, move |raw| match raw {
+            Raw::Snapshot(entries) => vec![ConfigEvent::Snapshot(
+                entries
+                    .into_iter()
+                    .filter_map(|(k, d)| {
+                        let rel = Self::config_key(&root, &k)?;
+                        key_matches_prefix(rel, &prefix).then(|| Entry {
+                            key: rel.to_owned(),
+                            value: d.value.clone(),
+                            version: version(&d),
+                        })
+                    })
+                    .collect(),
+            )],
+            Raw::Resync => vec![ConfigEvent::Resync],
+            Raw::Event(e) => match Self::config_key(&root, &e.key) {
+                Some(rel) if key_matches_prefix(rel, &prefix) => vec![match e.data {
+                    Some(d) => ConfigEvent::Put(Entry {
+                        key: rel.to_owned(),
+                        version: version(&d),
+                        value: d.value,
+                    }),
+                    None => ConfigEvent::Delete(rel.to_owned()),
+                }],
+                _ => Vec::new(),
+            },
+        }))
+    }
+}

@@ -1,0 +1,110 @@
+//! Elections on the in-memory cluster: candidates `<ns>/elections/<name>/<session hex>`
+//! holding the leader value; the lowest creation revision leads.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use coord_core::{
+    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, Leadership, Result, validate_name,
+    validate_value,
+};
+use futures::stream::BoxStream;
+use tracing::Instrument;
+
+use crate::client::MemClient;
+use crate::contender::{acquire, children};
+use crate::watch::{self, Raw};
+
+impl MemClient {
+    fn election_dir(&self, name: &str) -> String {
+        self.inner.key(&format!("elections/{name}"))
+    }
+}
+
+#[async_trait]
+impl Election for MemClient {
+    async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
+        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
+        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
+        let span = tracing::debug_span!("coord.campaign", backend = "mem", name);
+        let granted = acquire(
+            &self.inner,
+            &self.inner.elections,
+            name,
+            self.election_dir(name),
+            value.clone(),
+            true,
+        )
+        .instrument(span)
+        .await
+        .map_err(|e| e.with_operation("campaign"))?
+        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a campaign returned without a grant"))?;
+        Ok(Leadership::new(
+            name,
+            granted.fence,
+            value,
+            granted.hold,
+            Box::new(granted.contender),
+        ))
+    }
+
+    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        validate_name("election name", name).map_err(|e| e.with_operation("leader"))?;
+        let dir = self.election_dir(name);
+        self.inner
+            .request(Counter::Read, |s| {
+                children(s, &dir)
+                    .min_by_key(|(_, d)| d.create_rev)
+                    .map(|(_, d)| LeaderInfo {
+                        token: FencingToken(d.create_rev),
+                        value: d.value.clone(),
+                    })
+            })
+            .map_err(|e| e.with_operation("leader"))
+    }
+
+    async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<Option<LeaderInfo>>>> {
+        validate_name("election name", name).map_err(|e| e.with_operation("observe"))?;
+        let dir = self.election_dir(name);
+        let prefix = format!("{dir}/");
+        let mut candidates: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
+        let mut shown: Option<Option<LeaderInfo>> = None;
+        let is_child = move |k: &str| {
+            k.len() > prefix.len() && k.starts_with(&prefix) && !k[prefix.len()..].contains('/')
+        };
+        let watch_prefix = format!("{dir}/");
+        Ok(watch::spawn(self.inner.clone(), watch_prefix, move |raw| {
+            match raw {
+                Raw::Snapshot(entries) => {
+                    candidates = entries
+                        .into_iter()
+                        .filter(|(k, _)| is_child(k))
+                        .map(|(k, d)| (k, (d.create_rev, d.value)))
+                        .collect();
+                }
+                Raw::Event(e) if is_child(&e.key) => match e.data {
+                    Some(d) => {
+                        candidates.insert(e.key, (d.create_rev, d.value));
+                    }
+                    None => {
+                        candidates.remove(&e.key);
+                    }
+                },
+                Raw::Event(_) | Raw::Resync => return Vec::new(),
+            }
+            let leader = candidates
+                .values()
+                .min_by_key(|(rev, _)| *rev)
+                .map(|(rev, value)| LeaderInfo {
+                    token: FencingToken(*rev),
+                    value: value.clone(),
+                });
+            if shown.as_ref() == Some(&leader) {
+                Vec::new()
+            } else {
+                shown = Some(leader.clone());
+                vec![leader]
+            }
+        }))
+    }
+}

@@ -1,0 +1,189 @@
+//! Service registry on the in-memory cluster: instances at
+//! `<ns>/services/<service>/<id>` as JSON, bound to the session, re-created after loss.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use coord_core::{
+    Counter, EphemeralHandle, Error, ErrorKind, Registration, Registry, RegistryEvent, Result,
+    ServiceInstance, validate_name,
+};
+use futures::stream::BoxStream;
+
+use crate::client::{Inner, MemClient, RegEntry};
+use crate::watch::{self, Raw};
+
+struct MemRegistration {
+    inner: Arc<Inner>,
+    id: u64,
+    key: String,
+}
+
+impl MemRegistration {
+    fn delete_now(&self) -> Result<()> {
+        let Some(_) = self.inner.registrations().remove(&self.id) else {
+            return Ok(());
+        };
+        let (session, _) = (self.inner.slot().id, ());
+        let key = self.key.clone();
+        match self.inner.request(Counter::Txn, move |s| {
+            if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
+                s.delete(&key);
+            }
+        }) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::Closed => Ok(()),
+            Err(e) => {
+                // Not re-registered any more; the session removes the key when it ends.
+                Err(e)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl EphemeralHandle for MemRegistration {
+    async fn update(&self, value: Vec<u8>) -> Result<()> {
+        if let Some(entry) = self.inner.registrations().get_mut(&self.id) {
+            entry.data = value.clone();
+        }
+        let session = self.inner.slot().id;
+        let key = self.key.clone();
+        self.inner.request(Counter::Write, move |s| {
+            if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
+                s.put(&key, value, None);
+            }
+        })
+    }
+
+    async fn remove(self: Box<Self>) -> Result<()> {
+        self.delete_now()
+    }
+
+    fn remove_in_background(self: Box<Self>) {
+        if let Err(e) = self.delete_now() {
+            tracing::debug!(error = %e, key = %self.key, "coord.mem.deregister_deferred_to_session_end");
+        }
+    }
+}
+
+impl MemClient {
+    fn service_dir(&self, service: &str) -> String {
+        self.inner.key(&format!("services/{service}"))
+    }
+}
+
+fn decode_children(
+    dir: &str,
+    entries: impl Iterator<Item = (String, Vec<u8>)>,
+) -> BTreeMap<String, ServiceInstance> {
+    let prefix_len = dir.len() + 1;
+    entries
+        .filter(|(k, _)| k.len() > prefix_len && !k[prefix_len..].contains('/'))
+        .filter_map(|(k, v)| match ServiceInstance::decode(&v) {
+            Ok(i) => Some((k[prefix_len..].to_owned(), i)),
+            Err(e) => {
+                tracing::warn!(key = %k, error = %e, "coord.mem.undecodable_instance");
+                None
+            }
+        })
+        .collect()
+}
+
+#[async_trait]
+impl Registry for MemClient {
+    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
+        let op = "register";
+        validate_name("service name", service).map_err(|e| e.with_operation(op))?;
+        let data = instance.encode().map_err(|e| e.with_operation(op))?;
+        let _span =
+            tracing::debug_span!("coord.register", backend = "mem", service, id = %instance.id).entered();
+        let (session, _) = self.inner.live_session().map_err(|e| e.with_operation(op))?;
+        let key = format!("{}/{}", self.service_dir(service), instance.id);
+        let created = self
+            .inner
+            .request(Counter::Txn, |s| match s.get(&key) {
+                Some(_) => false,
+                None => {
+                    s.put(&key, data.clone(), Some(session));
+                    true
+                }
+            })
+            .map_err(|e| e.with_operation(op))?;
+        if !created {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!(
+                    "instance {:?} of service {service:?} is already registered; pick a unique id",
+                    instance.id
+                ),
+            )
+            .with_operation(op));
+        }
+        let id = self.inner.add_registration(RegEntry {
+            key: key.clone(),
+            data,
+        });
+        let handle = MemRegistration {
+            inner: self.inner.clone(),
+            id,
+            key,
+        };
+        Ok(Registration::new(service, instance, Box::new(handle)))
+    }
+
+    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
+        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
+        let dir = self.service_dir(service);
+        let prefix = format!("{dir}/");
+        let entries = self
+            .inner
+            .request(Counter::Read, |s| {
+                s.range(&prefix)
+                    .map(|(k, d)| (k.clone(), d.value.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| e.with_operation("instances"))?;
+        Ok(decode_children(&dir, entries.into_iter()).into_values().collect())
+    }
+
+    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
+        let dir = self.service_dir(service);
+        let prefix = format!("{dir}/");
+        let mut known: BTreeMap<String, ServiceInstance> = BTreeMap::new();
+        Ok(watch::spawn(self.inner.clone(), prefix, move |raw| match raw {
+            Raw::Snapshot(entries) => {
+                known = decode_children(&dir, entries.into_iter().map(|(k, d)| (k, d.value)));
+                vec![RegistryEvent::Snapshot(known.values().cloned().collect())]
+            }
+            Raw::Resync => vec![RegistryEvent::Resync],
+            Raw::Event(e) => {
+                let value = e.data.map(|d| d.value);
+                let mut one = decode_children(
+                    &dir,
+                    std::iter::once((e.key.clone(), value.clone().unwrap_or_default())),
+                );
+                let id = match e.key.get(dir.len() + 1..) {
+                    Some(id) if !id.contains('/') => id.to_owned(),
+                    _ => return Vec::new(),
+                };
+                match value {
+                    None => match known.remove(&id) {
+                        Some(_) => vec![RegistryEvent::Left(id)],
+                        None => Vec::new(),
+                    },
+                    Some(_) => match one.remove(&id) {
+                        None => Vec::new(),
+                        Some(instance) => match known.insert(id, instance.clone()) {
+                            None => vec![RegistryEvent::Joined(instance)],
+                            Some(old) if old == instance => Vec::new(),
+                            Some(_) => vec![RegistryEvent::Updated(instance)],
+                        },
+                    },
+                }
+            }
+        }))
+    }
+}

@@ -1,0 +1,200 @@
+//! Client-side session supervision: keep-alive at TTL/3, suspension, local loss
+//! detection, new sessions after loss, and re-registration.
+
+use std::time::Duration;
+
+use coord_core::{Counter, SessionState, SessionStatus};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::Inner;
+
+/// The client's link to the cluster, driven by fault hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// Talking to the cluster.
+    Up,
+    /// Cut off until this instant.
+    Down(Instant),
+    /// Crashed: silent forever, nothing cleaned up.
+    Crashed,
+    /// Closed by the user.
+    Closed,
+}
+
+/// The server's id and the generation of the current session.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionSlot {
+    pub id: u64,
+    pub generation: u64,
+    /// The server has told us the session ended (or we decided so locally).
+    pub lost: bool,
+}
+
+impl Inner {
+    fn set_status(&self, state: SessionState, generation: u64) {
+        let changed = self.status.send_if_modified(|s| {
+            let next = SessionStatus::new(state, generation);
+            if *s != next {
+                *s = next;
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            self.stats.incr(Counter::SessionTransition);
+            tracing::info!(namespace = %self.options.namespace, %state, generation, "coord.mem.session");
+        }
+    }
+
+    /// Grants a new session, announces it, and re-creates registrations.
+    fn start_session(&self) -> watch::Receiver<bool> {
+        self.stats.incr(Counter::SessionRequest);
+        let (id, expired) = self.cluster.with(|s| s.grant_session(self.options.session_ttl));
+        let generation = {
+            let mut slot = self.slot();
+            slot.id = id;
+            slot.generation += 1;
+            slot.lost = false;
+            slot.generation
+        };
+        self.set_status(SessionState::Connected, generation);
+        self.reregister(id);
+        expired
+    }
+
+    /// Declares the current session lost (at most once per generation).
+    fn declare_lost(&self) {
+        let generation = {
+            let mut slot = self.slot();
+            if slot.lost {
+                return;
+            }
+            slot.lost = true;
+            slot.generation
+        };
+        self.set_status(SessionState::Lost, generation);
+    }
+
+    /// The supervision loop; ends when the client is closed or crashed.
+    pub(crate) async fn supervise(self: std::sync::Arc<Self>, mut expired: watch::Receiver<bool>) {
+        let ttl = self.options.session_ttl;
+        let interval = ttl / 3;
+        // The local deadline: last acknowledged keep-alive + TTL − margin. Reported Lost
+        // then, never later than the server can expire the session.
+        let margin = ttl / 10;
+        let mut last_ok = Instant::now();
+        let mut link_rx = self.link.subscribe();
+        loop {
+            let link = *link_rx.borrow_and_update();
+            match link {
+                Link::Closed | Link::Crashed => return,
+                Link::Down(until) => {
+                    let generation = self.slot().generation;
+                    if !self.slot().lost {
+                        self.set_status(SessionState::Suspended, generation);
+                    }
+                    let local_deadline = last_ok + ttl - margin;
+                    let wake = if self.slot().lost {
+                        until
+                    } else {
+                        until.min(local_deadline)
+                    };
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake) => {}
+                        _ = link_rx.changed() => continue,
+                    }
+                    if Instant::now() >= local_deadline {
+                        self.declare_lost();
+                    }
+                    if Instant::now() >= until {
+                        self.link.send_if_modified(|l| {
+                            if *l == link {
+                                *l = Link::Up;
+                                true
+                            } else {
+                                false
+                            }
+                        });
+                    }
+                }
+                Link::Up => {
+                    let (id, generation, lost) = {
+                        let s = self.slot();
+                        (s.id, s.generation, s.lost)
+                    };
+                    if lost || *expired.borrow() {
+                        // Never resume a session we gave up on: end it on the server so its
+                        // ephemerals do not linger as zombies, then start fresh.
+                        self.declare_lost();
+                        self.stats.incr(Counter::SessionRequest);
+                        self.cluster.with(|s| s.end_session(id));
+                        expired = self.start_session();
+                        last_ok = Instant::now();
+                        continue;
+                    }
+                    if self.status.borrow().state != SessionState::Connected {
+                        self.stats.incr(Counter::SessionRequest);
+                        if self.cluster.with(|s| {
+                            s.sweep();
+                            s.keep_alive(id)
+                        }) {
+                            last_ok = Instant::now();
+                            self.set_status(SessionState::Connected, generation);
+                        } else {
+                            self.declare_lost();
+                            continue;
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(interval) => {
+                            self.stats.incr(Counter::SessionRequest);
+                            let alive = self.cluster.with(|s| { s.sweep(); s.keep_alive(id) });
+                            if alive {
+                                last_ok = Instant::now();
+                            } else {
+                                self.declare_lost();
+                            }
+                        }
+                        _ = expired.changed() => self.declare_lost(),
+                        _ = link_rx.changed() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-creates every registration under the new session `id`.
+    fn reregister(&self, id: u64) {
+        let regs: Vec<(String, Vec<u8>)> = self
+            .registrations()
+            .values()
+            .map(|r| (r.key.clone(), r.data.clone()))
+            .collect();
+        for (key, data) in regs {
+            self.stats.incr(Counter::Txn);
+            let created = self.cluster.with(|s| match s.get(&key) {
+                Some(existing)
+                    if existing.owner != Some(id) && existing.owner.is_some_and(|o| s.session_alive(o)) =>
+                {
+                    false
+                }
+                _ => {
+                    s.delete(&key);
+                    s.put(&key, data, Some(id));
+                    true
+                }
+            });
+            if created {
+                tracing::info!(%key, "coord.mem.reregistered");
+            } else {
+                tracing::warn!(%key, "coord.mem.reregister_conflict: another live session owns this instance id");
+            }
+        }
+    }
+}
+
+/// How long a background removal may take before it is given up (the session still
+/// removes the node when it ends).
+pub(crate) const BACKGROUND_DEADLINE: Duration = Duration::from_secs(10);

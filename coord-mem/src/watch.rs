@@ -1,0 +1,126 @@
+//! The history-following watch loop shared by config, registry and election observers:
+//! snapshot at revision R, then every event after R in order; a compacted gap becomes a
+//! `Resync` and a fresh snapshot. A suspended client receives nothing until it
+//! reconnects.
+
+use std::sync::Arc;
+
+use coord_core::{Counter, Error, ErrorKind, Result};
+use futures::stream::BoxStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::client::Inner;
+use crate::cluster::{Event, KeyData};
+
+/// What the watch loop hands to a primitive's mapper.
+pub(crate) enum Raw {
+    /// Every key under the prefix now.
+    Snapshot(Vec<(String, KeyData)>),
+    /// One change.
+    Event(Event),
+    /// History was lost; a snapshot follows.
+    Resync,
+}
+
+/// Spawns the watch loop over keys starting with `prefix`; `map` turns raw events into
+/// the primitive's events (zero or more each).
+pub(crate) fn spawn<T, F>(inner: Arc<Inner>, prefix: String, mut map: F) -> BoxStream<'static, Result<T>>
+where
+    T: Send + 'static,
+    F: FnMut(Raw) -> Vec<T> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Result<T>>(256);
+    tokio::spawn(async move {
+        let mut sink = Sink {
+            tx: &tx,
+            map: &mut map,
+        };
+        let Some(mut after) = sink.snapshot(&inner, &prefix).await else {
+            return;
+        };
+        let mut revisions = inner.cluster.revisions();
+        loop {
+            tokio::select! {
+                changed = revisions.wait_for(|r| *r > after) => if changed.is_err() { return },
+                _ = tx.closed() => return,
+            }
+            tokio::select! {
+                up = inner.link_up() => if up.is_err() {
+                    let _ = tx.send(Err(Error::closed())).await;
+                    return;
+                },
+                _ = tx.closed() => return,
+            }
+            let read = inner
+                .cluster
+                .with(|s| (s.events_after(after, &prefix), s.revision()));
+            match read {
+                (Ok(events), rev) => {
+                    for event in events {
+                        inner.stats.incr(Counter::WatchEvent);
+                        if !sink.send(Raw::Event(event)).await {
+                            return;
+                        }
+                    }
+                    after = rev;
+                }
+                (Err(_compacted), _) => {
+                    tracing::debug!(%prefix, after, "coord.mem.watch_resync");
+                    if !sink.send(Raw::Resync).await {
+                        return;
+                    }
+                    match sink.snapshot(&inner, &prefix).await {
+                        Some(rev) => after = rev,
+                        None => return,
+                    }
+                }
+            }
+        }
+    });
+    Box::pin(ReceiverStream::new(rx))
+}
+
+struct Sink<'a, T, F> {
+    tx: &'a mpsc::Sender<Result<T>>,
+    map: &'a mut F,
+}
+
+impl<T, F: FnMut(Raw) -> Vec<T>> Sink<'_, T, F> {
+    /// Sends the mapped items; false when the receiver is gone.
+    async fn send(&mut self, raw: Raw) -> bool {
+        for item in (self.map)(raw) {
+            if self.tx.send(Ok(item)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Reads and sends a snapshot (waiting out a suspension); its revision, or `None`
+    /// when the stream is over.
+    async fn snapshot(&mut self, inner: &Inner, prefix: &str) -> Option<u64> {
+        loop {
+            let read = inner.request(Counter::Read, |s| {
+                let entries: Vec<(String, KeyData)> =
+                    s.range(prefix).map(|(k, d)| (k.clone(), d.clone())).collect();
+                (s.revision(), entries)
+            });
+            match read {
+                Ok((rev, entries)) => {
+                    return self.send(Raw::Snapshot(entries)).await.then_some(rev);
+                }
+                Err(e) if e.kind() == ErrorKind::Unavailable => {
+                    if inner.link_up().await.is_err() {
+                        let _ = self.tx.send(Err(Error::closed())).await;
+                        return None;
+                    }
+                }
+                Err(e) => {
+                    let _ = self.tx.send(Err(e)).await;
+                    return None;
+                }
+            }
+        }
+    }
+}
