@@ -2,7 +2,7 @@
 //! the session, ordered by creation revision; the lowest holds; every other waits for
 //! the deletion of its immediate predecessor only (no herd).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use coord_core::{
@@ -20,9 +20,10 @@ pub(crate) struct Contender {
     inner: Arc<Inner>,
     key: String,
     create_rev: u64,
-    /// This client's turn at the name; released only after the key is gone, so the next
-    /// local contender never finds our key.
-    turn: Option<LocalTurn>,
+    /// This client's turn at the name; released only after the key is gone (removed by
+    /// us, or by the server when the session ended), so the next local contender never
+    /// finds our key and a lost guard never blocks a new attempt.
+    turn: Arc<Mutex<Option<LocalTurn>>>,
     removed: bool,
 }
 
@@ -90,7 +91,7 @@ pub(crate) async fn acquire(
         inner: inner.clone(),
         key,
         create_rev: created,
-        turn: Some(turn),
+        turn: Arc::new(Mutex::new(Some(turn))),
         removed: false,
     };
     loop {
@@ -148,9 +149,11 @@ pub(crate) async fn acquire(
     // A deleted key (operator action, expiry) also ends the hold.
     if let Ok(Some(rx)) = inner.request(Counter::WatchSet, |s| s.watch_delete(&contender.key)) {
         let signal = signal.clone();
+        let turn = contender.turn.clone();
         tokio::spawn(async move {
             let _ = rx.await;
             signal.set(HoldState::Lost);
+            turn.lock().unwrap_or_else(|p| p.into_inner()).take();
         });
     } else {
         signal.set(HoldState::Lost);
@@ -214,33 +217,37 @@ impl EphemeralHandle for Contender {
     fn remove_in_background(self: Box<Self>) {}
 }
 
+impl Contender {
+    fn release_turn(&self) {
+        self.turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
 impl Drop for Contender {
     fn drop(&mut self) {
-        if self.removed {
-            return;
-        }
-        match self.delete_now() {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::Unavailable => {
-                // Cut off: remove once the link is back, keeping the local turn until then.
-                let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                    return;
-                };
-                let inner = self.inner.clone();
-                let leftover = Contender {
-                    inner: inner.clone(),
-                    key: std::mem::take(&mut self.key),
-                    create_rev: self.create_rev,
-                    turn: self.turn.take(),
-                    removed: false,
-                };
-                rt.spawn(async move {
-                    let _ = tokio::time::timeout(BACKGROUND_DEADLINE, inner.link_up()).await;
-                    drop(leftover);
-                });
-                self.removed = true;
+        if !self.removed {
+            if let Err(e) = self.delete_now() {
+                if e.kind() == ErrorKind::Unavailable {
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        // Cut off: remove once the link is back, keeping the local turn
+                        // until then.
+                        let inner = self.inner.clone();
+                        let leftover = Contender {
+                            inner: inner.clone(),
+                            key: std::mem::take(&mut self.key),
+                            create_rev: self.create_rev,
+                            turn: self.turn.clone(),
+                            removed: false,
+                        };
+                        rt.spawn(async move {
+                            let _ = tokio::time::timeout(BACKGROUND_DEADLINE, inner.link_up()).await;
+                            drop(leftover);
+                        });
+                        return;
+                    }
+                }
             }
-            Err(_) => {}
         }
+        self.release_turn();
     }
 }

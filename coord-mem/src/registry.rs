@@ -161,10 +161,6 @@ impl Registry for MemClient {
             Raw::Resync => vec![RegistryEvent::Resync],
             Raw::Event(e) => {
                 let value = e.data.map(|d| d.value);
-                let mut one = decode_children(
-                    &dir,
-                    std::iter::once((e.key.clone(), value.clone().unwrap_or_default())),
-                );
                 let id = match e.key.get(dir.len() + 1..) {
                     Some(id) if !id.contains('/') => id.to_owned(),
                     _ => return Vec::new(),
@@ -174,14 +170,16 @@ impl Registry for MemClient {
                         Some(_) => vec![RegistryEvent::Left(id)],
                         None => Vec::new(),
                     },
-                    Some(_) => match one.remove(&id) {
-                        None => Vec::new(),
-                        Some(instance) => match known.insert(id, instance.clone()) {
-                            None => vec![RegistryEvent::Joined(instance)],
-                            Some(old) if old == instance => Vec::new(),
-                            Some(_) => vec![RegistryEvent::Updated(instance)],
-                        },
-                    },
+                    Some(bytes) => {
+                        match decode_children(&dir, std::iter::once((e.key.clone(), bytes))).remove(&id) {
+                            None => Vec::new(),
+                            Some(instance) => match known.insert(id, instance.clone()) {
+                                None => vec![RegistryEvent::Joined(instance)],
+                                Some(old) if old == instance => Vec::new(),
+                                Some(_) => vec![RegistryEvent::Updated(instance)],
+                            },
+                        }
+                    }
                 }
             }
         }))

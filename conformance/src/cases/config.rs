@@ -1,0 +1,283 @@
+//! Config cases: versions, compare-and-set, listing, atomic commits, ordered watches,
+//! `Resync` on gaps.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use coord_core::{ConfigEvent, ConfigStore, Entry, ErrorKind, OpResult, Txn};
+
+use crate::harness::{CaseResult, Ctx};
+use crate::util::next_event;
+
+const QUICK: Duration = Duration::from_secs(10);
+
+/// get/put/delete round trip, with a new version on each write.
+pub async fn put_get_delete(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    ensure!(a.get("k").await?.is_none(), "fresh key exists");
+    let v1 = a.put("k", b"one".to_vec()).await?;
+    let got = a.get("k").await?.context("key missing after put")?;
+    ensure!(
+        got.value == b"one" && got.version == v1,
+        "read {got:?}, wrote version {v1}"
+    );
+    let v2 = a.put("k", b"two".to_vec()).await?;
+    ensure!(v2 != v1, "version unchanged by a write");
+    ensure!(a.delete("k").await?, "delete of an existing key reported absent");
+    ensure!(a.get("k").await?.is_none(), "key exists after delete");
+    ensure!(!a.delete("k").await?, "delete of a missing key reported present");
+    let big = vec![7u8; coord_core::MAX_VALUE_LEN];
+    a.put("big", big.clone()).await?;
+    ensure!(
+        a.get("big").await?.context("big missing")?.value == big,
+        "largest value not stored intact"
+    );
+    Ok(())
+}
+
+/// Compare-and-set with a stale version fails with `VersionMismatch` and changes nothing.
+pub async fn cas_rejects_stale_version(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let v1 = a.put("k", b"1".to_vec()).await?;
+    let v2 = b.compare_and_set("k", Some(v1), b"2".to_vec()).await?;
+    let err = a
+        .compare_and_set("k", Some(v1), b"3".to_vec())
+        .await
+        .err()
+        .context("stale CAS succeeded")?;
+    ensure!(err.kind() == ErrorKind::VersionMismatch, "got {err}");
+    let now = a.get("k").await?.context("k missing")?;
+    ensure!(
+        now.value == b"2" && now.version == v2,
+        "stale CAS changed the key: {now:?}"
+    );
+    Ok(())
+}
+
+/// CAS with `None` creates only if absent.
+pub async fn cas_create_if_absent(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    a.compare_and_set("k", None, b"a".to_vec()).await?;
+    let err = b
+        .compare_and_set("k", None, b"b".to_vec())
+        .await
+        .err()
+        .context("second create succeeded")?;
+    ensure!(err.kind() == ErrorKind::VersionMismatch, "got {err}");
+    ensure!(a.get("k").await?.context("k")?.value == b"a");
+    let err = a
+        .compare_and_set(
+            "missing",
+            Some(a.get("k").await?.context("k")?.version),
+            b"x".to_vec(),
+        )
+        .await
+        .err()
+        .context("CAS on a missing key succeeded")?;
+    ensure!(err.kind() == ErrorKind::VersionMismatch, "got {err}");
+    Ok(())
+}
+
+/// A version from before a delete-and-recreate is stale (no ABA).
+pub async fn cas_detects_recreate(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let v1 = a.put("k", b"1".to_vec()).await?;
+    a.delete("k").await?;
+    a.put("k", b"1".to_vec()).await?;
+    let err = a
+        .compare_and_set("k", Some(v1), b"2".to_vec())
+        .await
+        .err()
+        .context("a version from before delete+recreate was accepted (ABA)")?;
+    ensure!(err.kind() == ErrorKind::VersionMismatch, "got {err}");
+    Ok(())
+}
+
+/// `list` is segment-wise and sorted.
+pub async fn list_prefix_is_segment_wise(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    for k in ["a/y", "ab", "a", "a/x", "a/x/deep", "b"] {
+        a.put(k, k.as_bytes().to_vec()).await?;
+    }
+    let keys = |v: Vec<Entry>| v.into_iter().map(|e| e.key).collect::<Vec<_>>();
+    let under_a = keys(a.list("a").await?);
+    ensure!(
+        under_a == ["a", "a/x", "a/x/deep", "a/y"],
+        "list(a) = {under_a:?}"
+    );
+    let all = keys(a.list("").await?);
+    ensure!(
+        all == ["a", "a/x", "a/x/deep", "a/y", "ab", "b"],
+        "list('') = {all:?}"
+    );
+    ensure!(a.list("zz").await?.is_empty());
+    Ok(())
+}
+
+/// A commit applies all ops or none.
+pub async fn commit_all_or_nothing(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let va = a.put("a", b"1".to_vec()).await?;
+    a.put("a", b"2".to_vec()).await?;
+    let err = a
+        .commit(
+            Txn::new()
+                .check_version("a", va)
+                .put("b", b"x".to_vec())
+                .delete("a"),
+        )
+        .await
+        .err()
+        .context("commit with a stale check succeeded")?;
+    ensure!(err.kind() == ErrorKind::VersionMismatch, "got {err}");
+    ensure!(a.get("b").await?.is_none(), "failed commit wrote b");
+    ensure!(
+        a.get("a").await?.context("a")?.value == b"2",
+        "failed commit touched a"
+    );
+    let va = a.get("a").await?.context("a")?.version;
+    let results = a
+        .commit(
+            Txn::new()
+                .check_version("a", va)
+                .check_absent("b")
+                .put("b", b"x".to_vec())
+                .delete("a")
+                .delete("none"),
+        )
+        .await?;
+    ensure!(results.len() == 3, "results {results:?}");
+    ensure!(
+        matches!(results[0], OpResult::Put(_))
+            && results[1] == OpResult::Delete(true)
+            && results[2] == OpResult::Delete(false),
+        "results {results:?}"
+    );
+    ensure!(
+        a.get("a").await?.is_none() && a.get("b").await?.is_some(),
+        "commit not fully applied"
+    );
+    Ok(())
+}
+
+/// A watch yields a snapshot, then every change in order.
+pub async fn watch_snapshot_then_ordered_changes(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    a.put("w/0", b"init".to_vec()).await?;
+    a.put("other", b"x".to_vec()).await?;
+    let mut w = b.watch("w").await?;
+    match next_event(&mut w, QUICK, "snapshot").await? {
+        ConfigEvent::Snapshot(entries) => {
+            ensure!(
+                entries.len() == 1 && entries[0].key == "w/0" && entries[0].value == b"init",
+                "{entries:?}"
+            )
+        }
+        other => bail!("first event {other:?}, expected Snapshot"),
+    }
+    a.put("w/1", b"a".to_vec()).await?;
+    a.put("w/1", b"b".to_vec()).await?;
+    a.put("wx", b"not mine".to_vec()).await?;
+    a.put("w/2", b"c".to_vec()).await?;
+    a.delete("w/1").await?;
+    let want = [
+        ("put", "w/1", "a"),
+        ("put", "w/1", "b"),
+        ("put", "w/2", "c"),
+        ("delete", "w/1", ""),
+    ];
+    for (i, (kind, key, value)) in want.iter().enumerate() {
+        let ev = next_event(&mut w, QUICK, "change").await?;
+        let ok = match (&ev, *kind) {
+            (ConfigEvent::Put(e), "put") => e.key == *key && e.value == value.as_bytes(),
+            (ConfigEvent::Delete(k), "delete") => k == key,
+            _ => false,
+        };
+        ensure!(ok, "event {i}: got {ev:?}, expected {kind} {key}={value}");
+    }
+    Ok(())
+}
+
+/// Under rapid writes a watch delivers changes in order and ends on the final value.
+pub async fn watch_delivers_final_value(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut w = b.watch("seq").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    for i in 0..50u32 {
+        a.put("seq", i.to_string().into_bytes()).await?;
+    }
+    let mut last: Option<u32> = None;
+    loop {
+        let ev = next_event(&mut w, QUICK, "reaching the final value").await?;
+        let value = match ev {
+            ConfigEvent::Put(e) => std::str::from_utf8(&e.value)?.parse::<u32>()?,
+            ConfigEvent::Snapshot(entries) => match entries.first() {
+                Some(e) => std::str::from_utf8(&e.value)?.parse::<u32>()?,
+                None => continue,
+            },
+            ConfigEvent::Resync => {
+                last = None;
+                continue;
+            }
+            ConfigEvent::Delete(k) => bail!("unexpected delete of {k}"),
+        };
+        if let Some(prev) = last {
+            ensure!(value > prev, "value {value} delivered after {prev}: out of order");
+        }
+        last = Some(value);
+        if value == 49 {
+            return Ok(());
+        }
+    }
+}
+
+/// Watching a key sees the key and keys below it, not siblings sharing its text.
+pub async fn watch_key_is_segment_wise(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let mut w = a.watch("k").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    a.put("kx", b"no".to_vec()).await?;
+    a.put("k/child", b"yes".to_vec()).await?;
+    match next_event(&mut w, QUICK, "child change").await? {
+        ConfigEvent::Put(e) => ensure!(
+            e.key == "k/child",
+            "saw {e:?}: a sibling key leaked into the watch"
+        ),
+        other => bail!("got {other:?}"),
+    }
+    Ok(())
+}
+
+/// A gap the watch cannot fill is reported as `Resync` followed by a fresh snapshot
+/// with the current state — never a silent miss.
+pub async fn watch_resync_on_gap(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    a.put("g/keep", b"1".to_vec()).await?;
+    a.put("g/gone", b"1".to_vec()).await?;
+    let mut w = b.watch("g").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    ctx.factory().begin_watch_gap(&b).await?;
+    a.put("g/keep", b"2".to_vec()).await?;
+    a.delete("g/gone").await?;
+    a.put("g/new", b"3".to_vec()).await?;
+    ctx.factory().end_watch_gap(&b).await?;
+    let mut saw_resync = false;
+    loop {
+        match next_event(&mut w, ctx.expiry_wait(), "events after the gap").await? {
+            ConfigEvent::Resync => saw_resync = true,
+            ConfigEvent::Snapshot(entries) => {
+                ensure!(saw_resync, "snapshot after a gap without a preceding Resync");
+                let view: Vec<(String, Vec<u8>)> = entries.into_iter().map(|e| (e.key, e.value)).collect();
+                let want = vec![
+                    ("g/keep".to_owned(), b"2".to_vec()),
+                    ("g/new".to_owned(), b"3".to_vec()),
+                ];
+                ensure!(view == want, "snapshot after Resync {view:?}, expected {want:?}");
+                return Ok(());
+            }
+            other => bail!(
+                "event {other:?} across an unrecoverable gap: changes were delivered as if nothing was missed"
+            ),
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! Lock cases: exclusion, FIFO, try-lock, hand-over on death, cancellation, herd-freedom.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, ensure};
+use coord_core::{HoldState, Lock};
+use tokio::sync::Mutex;
+
+use crate::harness::{CaseResult, Ctx};
+use crate::util::{settle, stays_pending, within};
+
+const QUICK: Duration = Duration::from_secs(10);
+
+/// Acquire, observe `Held`, release; the lock is then free.
+pub async fn acquire_and_release(ctx: Ctx) -> CaseResult {
+    let c = ctx.client().await?;
+    let g = c.lock("res").await?;
+    ensure!(g.token().get() > 0, "token must be positive");
+    ensure!(g.state() == HoldState::Held, "fresh guard is {:?}", g.state());
+    ensure!(g.name() == "res");
+    g.release().await?;
+    let again = c.try_lock("res").await?;
+    ensure!(again.is_some(), "lock not free after release");
+    Ok(())
+}
+
+/// `try_lock` returns `None` while another client holds the lock, leaves no contender
+/// behind, and succeeds once the lock is free.
+pub async fn try_lock_none_when_held(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let g = a.lock("res").await?;
+    ensure!(
+        b.try_lock("res").await?.is_none(),
+        "try_lock succeeded while held elsewhere"
+    );
+    g.release().await?;
+    // Had b's failed attempt left a contender, c would be queued behind it.
+    let got = c.try_lock("res").await?;
+    ensure!(
+        got.is_some(),
+        "try_lock failed on a free lock: a failed try_lock left a contender behind"
+    );
+    Ok(())
+}
+
+/// Eight clients contend; nobody is ever inside together and tokens rise with each grant.
+pub async fn mutual_exclusion_under_contention(ctx: Ctx) -> CaseResult {
+    let clients = ctx.clients(8).await?;
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for c in clients {
+        let (inside, tokens) = (inside.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let g = c.lock("counter").await?;
+                if inside.swap(true, Ordering::SeqCst) {
+                    bail!("two holders inside the critical section at once");
+                }
+                tokens.lock().await.push(g.token());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.store(false, Ordering::SeqCst);
+                g.release().await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let tokens = tokens.lock().await;
+    ensure!(tokens.len() == 32, "expected 32 grants, saw {}", tokens.len());
+    ensure!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+    Ok(())
+}
+
+/// Waiters are served in the order they queued.
+pub async fn fifo_order(ctx: Ctx) -> CaseResult {
+    let clients = ctx.clients(4).await?;
+    let holder = clients[0].lock("q").await?;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate().skip(1) {
+        let (c, order) = (c.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = c.lock("q").await?;
+            order.lock().await.push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await?;
+            anyhow::Ok(())
+        }));
+        settle().await;
+    }
+    holder.release().await?;
+    for t in tasks {
+        within(QUICK, "queued waiter acquires", t).await???;
+    }
+    let order = order.lock().await.clone();
+    ensure!(
+        order == vec![1, 2, 3],
+        "waiters served out of queue order: {order:?}"
+    );
+    Ok(())
+}
+
+/// Tokens strictly increase across holders and clients.
+pub async fn tokens_increase_across_holders(ctx: Ctx) -> CaseResult {
+    let clients = ctx.clients(3).await?;
+    let mut last = None;
+    for i in [0, 1, 0, 2, 1, 2] {
+        let g = clients[i].lock("tok").await?;
+        if let Some(prev) = last {
+            ensure!(
+                g.token() > prev,
+                "token {} after {prev} did not increase",
+                g.token()
+            );
+        }
+        last = Some(g.token());
+        g.release().await?;
+    }
+    Ok(())
+}
+
+/// A killed holder's lock passes to the next waiter once the session is gone.
+pub async fn killed_holder_passes_on(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let ga = a.lock("res").await?;
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    settle().await;
+    ensure!(!waiter.is_finished(), "waiter got the lock while it was held");
+    ctx.factory().kill_session(&a).await?;
+    let gb = within(
+        ctx.expiry_wait(),
+        "waiter acquires after holder's session was killed",
+        waiter,
+    )
+    .await???;
+    ensure!(
+        gb.token() > ga.token(),
+        "new token {} not above killed holder's {}",
+        gb.token(),
+        ga.token()
+    );
+    within(QUICK, "killed holder's guard reports Lost", ga.lost()).await?;
+    Ok(())
+}
+
+/// A crashed holder (no cleanup) loses the lock within the session timeout.
+pub async fn crashed_holder_passes_on(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let ga = a.lock("res").await?;
+    let token_a = ga.token();
+    std::mem::forget(ga); // a crashed process runs no destructor
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    settle().await;
+    ctx.factory().crash(&a).await?;
+    let gb = within(
+        ctx.expiry_wait(),
+        "waiter acquires after the holder crashed",
+        waiter,
+    )
+    .await???;
+    ensure!(gb.token() > token_a);
+    Ok(())
+}
+
+/// A `lock` future dropped while waiting leaves no contender: the next waiter gets the
+/// lock as soon as the holder releases.
+pub async fn dropped_lock_future_leaves_no_contender(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let ga = a.lock("res").await?;
+    stays_pending(Duration::from_millis(500), "b.lock while held", b.lock("res")).await?;
+    let waiter = tokio::spawn(async move { c.lock("res").await });
+    settle().await;
+    ga.release().await?;
+    let _guard = within(
+        QUICK,
+        "c acquires; a contender left by b's dropped future would block it",
+        waiter,
+    )
+    .await???;
+    Ok(())
+}
+
+/// Dropping a guard releases the lock in the background.
+pub async fn dropped_guard_releases(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let g = a.lock("res").await?;
+    drop(g);
+    let _guard = within(QUICK, "lock free after the guard was dropped", b.lock("res")).await??;
+    Ok(())
+}
+
+/// Only the predecessor's waiter wakes on release: one watch notification per release.
+pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
+    let holder = ctx.client().await?;
+    let waiters = ctx.clients(5).await?;
+    let g = holder.lock("herd").await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut release_txs = Vec::new();
+    for (i, w) in waiters.iter().enumerate() {
+        let (w, tx) = (w.clone(), tx.clone());
+        let (rel_tx, rel_rx) = tokio::sync::oneshot::channel::<()>();
+        release_txs.push(rel_tx);
+        tokio::spawn(async move {
+            if let Ok(g) = w.lock("herd").await {
+                let _ = tx.send(i);
+                let _ = rel_rx.await;
+                let _ = g.release().await;
+            }
+        });
+        settle().await;
+    }
+    let watch_events = |ws: &[coord_core::Client]| ws.iter().map(|w| w.stats().watch_events).sum::<u64>();
+    let before = watch_events(&waiters);
+    g.release().await?;
+    let first = within(QUICK, "first waiter acquires", rx.recv()).await?;
+    ensure!(first == Some(0), "waiter {first:?} acquired first, expected 0");
+    settle().await;
+    let woken = watch_events(&waiters) - before;
+    ensure!(
+        woken == 1,
+        "one release woke {woken} waiters (notifications); expected exactly 1"
+    );
+    let before = watch_events(&waiters);
+    release_txs
+        .remove(0)
+        .send(())
+        .map_err(|_| anyhow::anyhow!("waiter 0 gone"))?;
+    let second = within(QUICK, "second waiter acquires", rx.recv()).await?;
+    ensure!(second == Some(1), "waiter {second:?} acquired second, expected 1");
+    settle().await;
+    let woken = watch_events(&waiters) - before;
+    ensure!(
+        woken == 1,
+        "second release woke {woken} waiters; expected exactly 1"
+    );
+    for t in release_txs {
+        let _ = t.send(());
+    }
+    Ok(())
+}
+
+/// A guard reports `Lost` when its session is killed; releasing it then is not an error.
+pub async fn guard_reports_lost_on_session_kill(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let g = a.lock("res").await?;
+    ctx.factory().kill_session(&a).await?;
+    within(ctx.expiry_wait(), "guard reports Lost", g.lost()).await?;
+    ensure!(g.state() == HoldState::Lost);
+    g.release().await?;
+    Ok(())
+}
+
+/// Tokens keep rising when the same client re-acquires on a new session.
+pub async fn tokens_increase_across_session_loss(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let g1 = a.lock("res").await?;
+    let t1 = g1.token();
+    ctx.factory().kill_session(&a).await?;
+    within(ctx.expiry_wait(), "guard reports Lost", g1.lost()).await?;
+    // g1 stays alive: a lost guard must not block a new attempt on the same client.
+    let g2 = within(ctx.expiry_wait(), "re-acquire on the new session", async {
+        loop {
+            match a.lock("res").await {
+                Ok(g) => return Ok(g),
+                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await??;
+    ensure!(
+        g2.token() > t1,
+        "token {} after session loss not above {t1}",
+        g2.token()
+    );
+    drop(g1);
+    Ok(())
+}
+
+/// Two contenders on one client queue locally; the lock is not reentrant.
+pub async fn same_client_queues_locally(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let g1 = a.lock("res").await?;
+    let a2 = a.clone();
+    let second = tokio::spawn(async move { a2.lock("res").await });
+    settle().await;
+    ensure!(
+        !second.is_finished(),
+        "second lock on the same client did not wait"
+    );
+    let t1 = g1.token();
+    g1.release().await?;
+    let g2 = within(QUICK, "second local contender acquires", second).await???;
+    ensure!(g2.token() > t1);
+    Ok(())
+}
+
+/// Locks with related names (`a`, `a-b`, `a/b`) are independent.
+pub async fn related_names_are_independent(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let _g1 = a.lock("a").await?;
+    let g2 = b.try_lock("a/b").await?;
+    ensure!(g2.is_some(), "lock a/b blocked by lock a");
+    let g3 = b.try_lock("a-b").await?;
+    ensure!(g3.is_some(), "lock a-b blocked by lock a");
+    let _g4 = b.lock("x/y").await?;
+    let g5 = a.try_lock("x").await?;
+    ensure!(g5.is_some(), "lock x blocked by lock x/y");
+    Ok(())
+}

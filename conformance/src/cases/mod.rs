@@ -1,0 +1,127 @@
+//! Every case, grouped by primitive, with what it needs.
+
+pub mod config;
+pub mod election;
+pub mod fencing;
+pub mod input;
+pub mod lock;
+pub mod registry;
+pub mod session;
+
+use crate::factory::Faults;
+use crate::harness::{Case, Needs};
+
+const KILL: Needs = Needs {
+    faults: Faults {
+        kill_session: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const CRASH: Needs = Needs {
+    faults: Faults {
+        crash: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const SUSPEND: Needs = Needs {
+    faults: Faults {
+        suspend: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const GAP: Needs = Needs {
+    faults: Faults {
+        watch_gap: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const EVERY_WATCH_EVENT: Needs = Needs {
+    every_watch_event: true,
+    ..Needs::NONE
+};
+const EVERY_LEADER: Needs = Needs {
+    every_leader_change: true,
+    ..Needs::NONE
+};
+
+macro_rules! case {
+    ($module:ident :: $name:ident) => {
+        case!($module::$name, Needs::NONE)
+    };
+    ($module:ident :: $name:ident, $needs:expr) => {
+        Case {
+            name: concat!(stringify!($module), "::", stringify!($name)),
+            needs: $needs,
+            run: |ctx| Box::pin($module::$name(ctx)),
+        }
+    };
+}
+
+/// The whole suite.
+pub fn all() -> Vec<Case> {
+    vec![
+        case!(lock::acquire_and_release),
+        case!(lock::try_lock_none_when_held),
+        case!(lock::mutual_exclusion_under_contention),
+        case!(lock::fifo_order),
+        case!(lock::tokens_increase_across_holders),
+        case!(lock::killed_holder_passes_on, KILL),
+        case!(lock::crashed_holder_passes_on, CRASH),
+        case!(lock::dropped_lock_future_leaves_no_contender),
+        case!(lock::dropped_guard_releases),
+        case!(lock::herd_free_one_wakeup_per_release),
+        case!(lock::guard_reports_lost_on_session_kill, KILL),
+        case!(lock::tokens_increase_across_session_loss, KILL),
+        case!(lock::same_client_queues_locally),
+        case!(lock::related_names_are_independent),
+        case!(fencing::holder_guarded_write_succeeds),
+        case!(fencing::stale_lock_holder_is_fenced, KILL),
+        case!(fencing::released_guard_is_fenced),
+        case!(fencing::stale_leader_is_fenced),
+        case!(fencing::fence_failure_takes_precedence),
+        case!(election::sole_candidate_leads),
+        case!(election::no_leader_when_empty),
+        case!(election::resign_hands_over),
+        case!(election::leader_crash_failover, KILL),
+        case!(election::crashed_leader_replaced, CRASH),
+        case!(election::observe_every_leader_and_no_leader, EVERY_LEADER),
+        case!(election::observe_converges_monotonic),
+        case!(election::proclaim_updates_value),
+        case!(election::dropped_campaign_leaves_no_candidate),
+        case!(election::tokens_increase_across_session_loss, KILL),
+        case!(election::dropped_leadership_resigns),
+        case!(registry::register_and_list),
+        case!(registry::deregister_removes),
+        case!(registry::dropped_registration_removes),
+        case!(registry::duplicate_id_rejected),
+        case!(registry::update_is_visible),
+        case!(registry::crashed_member_disappears, CRASH),
+        case!(registry::reregisters_after_session_loss, KILL),
+        case!(registry::watch_snapshot_then_changes),
+        case!(registry::watch_sees_crash_departure, CRASH),
+        case!(config::put_get_delete),
+        case!(config::cas_rejects_stale_version),
+        case!(config::cas_create_if_absent),
+        case!(config::cas_detects_recreate),
+        case!(config::list_prefix_is_segment_wise),
+        case!(config::commit_all_or_nothing),
+        case!(config::watch_snapshot_then_ordered_changes, EVERY_WATCH_EVENT),
+        case!(config::watch_delivers_final_value),
+        case!(config::watch_key_is_segment_wise),
+        case!(config::watch_resync_on_gap, GAP),
+        case!(session::starts_connected),
+        case!(session::kill_reported_then_new_session, KILL),
+        case!(session::short_suspension_keeps_session, SUSPEND),
+        case!(session::long_suspension_reports_lost_before_takeover, SUSPEND),
+        case!(session::close_releases_everything),
+        case!(session::stats_count_requests),
+        case!(input::bad_names_rejected_everywhere),
+        case!(input::oversized_values_rejected),
+        case!(input::bad_transactions_rejected),
+        case!(input::bad_connection_strings_rejected),
+    ]
+}

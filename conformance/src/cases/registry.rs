@@ -1,0 +1,182 @@
+//! Registry cases: listing, removal, crash departure, re-registration, watch.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use coord_core::{ErrorKind, Registry, RegistryEvent, ServiceInstance, SessionState};
+
+use crate::harness::{CaseResult, Ctx};
+use crate::util::{eventually, next_event};
+
+const QUICK: Duration = Duration::from_secs(10);
+
+fn ids(list: &[ServiceInstance]) -> Vec<&str> {
+    list.iter().map(|i| i.id.as_str()).collect()
+}
+
+/// Instances from two clients are listed, sorted by id, metadata intact.
+pub async fn register_and_list(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let i2 = ServiceInstance::new("n2", "10.0.0.2:80").with_metadata("zone", "b");
+    let _r2 = b.register("api", i2.clone()).await?;
+    let _r1 = a
+        .register("api", ServiceInstance::new("n1", "10.0.0.1:80"))
+        .await?;
+    let list = a.instances("api").await?;
+    ensure!(ids(&list) == ["n1", "n2"], "listed {:?}", ids(&list));
+    ensure!(list[1] == i2, "metadata lost: {:?}", list[1]);
+    ensure!(
+        a.instances("api-v2").await?.is_empty(),
+        "another service's list is not empty"
+    );
+    Ok(())
+}
+
+/// `deregister` removes the instance.
+pub async fn deregister_removes(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    r.deregister().await?;
+    ensure!(
+        a.instances("api").await?.is_empty(),
+        "instance listed after deregister"
+    );
+    Ok(())
+}
+
+/// Dropping the registration removes the instance.
+pub async fn dropped_registration_removes(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    drop(r);
+    eventually(QUICK, "instance gone after drop", || async {
+        Ok(a.instances("api").await?.is_empty())
+    })
+    .await
+}
+
+/// An id registered by another live client is refused with `AlreadyExists`.
+pub async fn duplicate_id_rejected(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let _r = a.register("api", ServiceInstance::new("n1", "a:1")).await?;
+    let err = b
+        .register("api", ServiceInstance::new("n1", "b:1"))
+        .await
+        .err()
+        .context("duplicate instance id accepted")?;
+    ensure!(err.kind() == ErrorKind::AlreadyExists, "got {err}");
+    ensure!(
+        a.instances("api").await?[0].address == "a:1",
+        "first registration was overwritten"
+    );
+    Ok(())
+}
+
+/// `update` changes what others see.
+pub async fn update_is_visible(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    r.update(ServiceInstance::new("n1", "h:2").with_metadata("v", "2"))
+        .await?;
+    let list = b.instances("api").await?;
+    ensure!(
+        list.len() == 1 && list[0].address == "h:2" && list[0].metadata["v"] == "2",
+        "{list:?}"
+    );
+    let err = r
+        .update(ServiceInstance::new("other", "h:3"))
+        .await
+        .err()
+        .context("id change accepted")?;
+    ensure!(err.kind() == ErrorKind::InvalidArgument);
+    Ok(())
+}
+
+/// A crashed member disappears within the session timeout plus a margin.
+pub async fn crashed_member_disappears(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    std::mem::forget(r);
+    ctx.factory().crash(&a).await?;
+    eventually(ctx.expiry_wait(), "crashed member disappears", || async {
+        Ok(b.instances("api").await?.is_empty())
+    })
+    .await
+}
+
+/// After session loss the instance is re-registered with its latest data.
+pub async fn reregisters_after_session_loss(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    r.update(ServiceInstance::new("n1", "h:9").with_metadata("gen", "2"))
+        .await?;
+    let generation = a.session().borrow().generation;
+    ctx.factory().kill_session(&a).await?;
+    let mut session = a.session();
+    tokio::time::timeout(
+        ctx.expiry_wait(),
+        session.wait_for(|s| s.generation > generation && s.state == SessionState::Connected),
+    )
+    .await
+    .context("no new session after kill")??;
+    eventually(
+        ctx.expiry_wait(),
+        "instance re-registered with latest data",
+        || async {
+            let list = b.instances("api").await?;
+            Ok(list.len() == 1
+                && list[0].address == "h:9"
+                && list[0].metadata.get("gen").map(String::as_str) == Some("2"))
+        },
+    )
+    .await?;
+    drop(r);
+    Ok(())
+}
+
+/// `watch` yields the full set first, then joins, updates and departures in order.
+pub async fn watch_snapshot_then_changes(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let r1 = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    let mut w = b.watch("api").await?;
+    match next_event(&mut w, QUICK, "snapshot").await? {
+        RegistryEvent::Snapshot(list) => ensure!(ids(&list) == ["n1"], "snapshot {:?}", ids(&list)),
+        other => anyhow::bail!("first event {other:?}, expected Snapshot"),
+    }
+    let mut r2 = a.register("api", ServiceInstance::new("n2", "h:2")).await?;
+    match next_event(&mut w, QUICK, "join").await? {
+        RegistryEvent::Joined(i) => ensure!(i.id == "n2", "joined {i:?}"),
+        other => anyhow::bail!("got {other:?}, expected Joined(n2)"),
+    }
+    r2.update(ServiceInstance::new("n2", "h:22")).await?;
+    match next_event(&mut w, QUICK, "update").await? {
+        RegistryEvent::Updated(i) => ensure!(i.address == "h:22", "updated {i:?}"),
+        other => anyhow::bail!("got {other:?}, expected Updated(n2)"),
+    }
+    r1.deregister().await?;
+    match next_event(&mut w, QUICK, "leave").await? {
+        RegistryEvent::Left(id) => ensure!(id == "n1", "left {id}"),
+        other => anyhow::bail!("got {other:?}, expected Left(n1)"),
+    }
+    Ok(())
+}
+
+/// A watcher sees a crashed member leave.
+pub async fn watch_sees_crash_departure(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    std::mem::forget(r);
+    let mut w = b.watch("api").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    ctx.factory().crash(&a).await?;
+    let deadline = tokio::time::Instant::now() + ctx.expiry_wait();
+    loop {
+        let left = tokio::time::Instant::now() >= deadline;
+        ensure!(!left, "crashed member never reported as left");
+        match next_event(&mut w, ctx.expiry_wait(), "departure").await? {
+            RegistryEvent::Left(id) if id == "n1" => return Ok(()),
+            RegistryEvent::Snapshot(list) if list.is_empty() => return Ok(()),
+            _ => {}
+        }
+    }
+}

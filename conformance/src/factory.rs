@@ -1,0 +1,87 @@
+//! What a backend provides to run the suite: independent clients in a fresh namespace,
+//! and faults injected from outside the client.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coord_core::{Client, Error, ErrorKind, Result};
+
+/// Faults a factory can inject. A case that needs a missing one is reported ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// [`Factory::kill_session`]: end a client's session from outside (ZooKeeper: attach
+    /// with the session id and password and close; etcd: revoke the lease).
+    pub kill_session: bool,
+    /// [`Factory::crash`]: the client process "dies": no more traffic, no cleanup.
+    pub crash: bool,
+    /// [`Factory::suspend`]: cut a client off from the server for a while.
+    pub suspend: bool,
+    /// [`Factory::begin_watch_gap`]/[`Factory::end_watch_gap`]: make a client's open
+    /// watches miss history they cannot recover.
+    pub watch_gap: bool,
+}
+
+/// A backend under test.
+///
+/// Cases call [`Factory::open`] for every client they need, each in the case's own
+/// fresh namespace, so cases never see each other's data.
+#[async_trait]
+pub trait Factory: Send + Sync + 'static {
+    /// The backend's name (`mem`, `zk`, `etcd`), shown as the test kind.
+    fn name(&self) -> &str;
+
+    /// The faults this factory can inject.
+    fn faults(&self) -> Faults;
+
+    /// The session timeout / lease TTL of the clients it opens. Cases wait at most a
+    /// small multiple of it for expiry-driven changes.
+    fn session_timeout(&self) -> Duration;
+
+    /// Opens a new, independent client (its own session) under `namespace`.
+    async fn open(&self, namespace: &str) -> Result<Client>;
+
+    /// The start of a connection string for this backend, without namespace or options,
+    /// e.g. `zk://127.0.0.1:2181` or `mem://`. Used by the bad-input cases.
+    fn url_base(&self) -> String;
+
+    /// Opens a client from a full connection string (bad-input cases).
+    async fn connect_url(&self, url: &str) -> Result<Client>;
+
+    /// Ends `client`'s current session from outside, as the server would on expiry.
+    async fn kill_session(&self, client: &Client) -> Result<()> {
+        let _ = client;
+        Err(unsupported("kill_session"))
+    }
+
+    /// Makes `client` stop as a crashed process would: no more requests, no cleanup.
+    async fn crash(&self, client: &Client) -> Result<()> {
+        let _ = client;
+        Err(unsupported("crash"))
+    }
+
+    /// Cuts `client` off from the server for `duration`.
+    async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
+        let _ = (client, duration);
+        Err(unsupported("suspend"))
+    }
+
+    /// Stops `client`'s watches from receiving anything until [`Factory::end_watch_gap`].
+    async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
+        let _ = client;
+        Err(unsupported("begin_watch_gap"))
+    }
+
+    /// Makes the history since [`Factory::begin_watch_gap`] unrecoverable (compaction,
+    /// session loss) and lets `client`'s watches resume.
+    async fn end_watch_gap(&self, client: &Client) -> Result<()> {
+        let _ = client;
+        Err(unsupported("end_watch_gap"))
+    }
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("this factory cannot inject {what}"),
+    )
+}

@@ -1,0 +1,272 @@
+//! The runner: turns the case list into libtest-mimic trials, with a fresh namespace and
+//! a deadline per case, capabilities and faults deciding what is ignored, and
+//! `COORD_TEST_REQUIRE` turning an unconfigured backend into failures.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coord_core::{Capabilities, Client};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use crate::factory::{Factory, Faults};
+
+/// A case's result: `Err` explains the broken guarantee.
+pub type CaseResult = anyhow::Result<()>;
+
+/// A boxed case future.
+pub type CaseFuture = Pin<Box<dyn Future<Output = CaseResult> + Send>>;
+
+/// What a case needs beyond the common contract.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Faults the factory must inject.
+    pub faults: Faults,
+    /// Every config/registry watch event delivered (no coalescing).
+    pub every_watch_event: bool,
+    /// `observe` reports every leader.
+    pub every_leader_change: bool,
+}
+
+impl Needs {
+    /// Nothing beyond the contract.
+    pub const NONE: Needs = Needs {
+        faults: Faults {
+            kill_session: false,
+            crash: false,
+            suspend: false,
+            watch_gap: false,
+        },
+        every_watch_event: false,
+        every_leader_change: false,
+    };
+
+    /// What `faults` and `caps` lack of these needs, as words; empty when satisfied.
+    pub fn missing(&self, faults: Faults, caps: Capabilities) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let n = &self.faults;
+        let pairs = [
+            (n.kill_session && !faults.kill_session, "fault kill_session"),
+            (n.crash && !faults.crash, "fault crash"),
+            (n.suspend && !faults.suspend, "fault suspend"),
+            (n.watch_gap && !faults.watch_gap, "fault watch_gap"),
+            (
+                self.every_watch_event && !caps.every_watch_event,
+                "capability every_watch_event",
+            ),
+            (
+                self.every_leader_change && !caps.every_leader_change,
+                "capability every_leader_change",
+            ),
+        ];
+        for (lacking, what) in pairs {
+            if lacking {
+                out.push(what);
+            }
+        }
+        out
+    }
+}
+
+/// One conformance case.
+pub struct Case {
+    /// `group::name`.
+    pub name: &'static str,
+    /// Requirements.
+    pub needs: Needs,
+    /// The case body.
+    pub run: fn(Ctx) -> CaseFuture,
+}
+
+/// What a case gets: the factory and its own fresh namespace.
+#[derive(Clone)]
+pub struct Ctx {
+    factory: Arc<dyn Factory>,
+    namespace: String,
+    clients: Arc<Mutex<Vec<Client>>>,
+}
+
+impl Ctx {
+    /// A context for one case in `namespace`.
+    pub fn new(factory: Arc<dyn Factory>, namespace: String) -> Self {
+        Ctx {
+            factory,
+            namespace,
+            clients: Arc::default(),
+        }
+    }
+
+    /// The factory.
+    pub fn factory(&self) -> &dyn Factory {
+        &*self.factory
+    }
+
+    /// This case's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The factory's session timeout.
+    pub fn session_timeout(&self) -> Duration {
+        self.factory.session_timeout()
+    }
+
+    /// How long to wait for something driven by session expiry: twice the timeout plus
+    /// slack for a loaded machine.
+    pub fn expiry_wait(&self) -> Duration {
+        self.session_timeout() * 2 + Duration::from_secs(5)
+    }
+
+    /// Opens a new independent client in this case's namespace.
+    ///
+    /// # Errors
+    ///
+    /// When the backend cannot be reached.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let c = self
+            .factory
+            .open(&self.namespace)
+            .await
+            .map_err(|e| anyhow::anyhow!("opening a {} client: {e}", self.factory.name()))?;
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(c.clone());
+        Ok(c)
+    }
+
+    /// Opens `n` clients.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ctx::client`].
+    pub async fn clients(&self, n: usize) -> anyhow::Result<Vec<Client>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.client().await?);
+        }
+        Ok(out)
+    }
+
+    async fn close_all(&self) {
+        let clients = std::mem::take(&mut *self.clients.lock().unwrap_or_else(|p| p.into_inner()));
+        for c in clients {
+            let _ = tokio::time::timeout(Duration::from_secs(5), c.close()).await;
+        }
+    }
+}
+
+/// The default deadline of a case.
+pub const CASE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Runs the whole suite for one backend as a test binary (`harness = false`) and exits.
+///
+/// `factory` is `None` when the backend is not configured (its endpoint variable is
+/// unset): the cases are then reported ignored — or failed, if `COORD_TEST_REQUIRE`
+/// (comma-separated backend names) names this backend. `why_missing` says which
+/// variable to set.
+pub fn run_main(backend: &str, factory: Option<Arc<dyn Factory>>, why_missing: &str) -> ! {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("COORD_TEST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+    let args = Arguments::from_args();
+    let required = std::env::var("COORD_TEST_REQUIRE")
+        .unwrap_or_default()
+        .split(',')
+        .any(|b| b.trim() == backend);
+    let trials = crate::cases::all()
+        .into_iter()
+        .map(|case| trial(backend, factory.clone(), case, required, why_missing))
+        .collect();
+    libtest_mimic::run(&args, trials).exit()
+}
+
+fn trial(
+    backend: &str,
+    factory: Option<Arc<dyn Factory>>,
+    case: Case,
+    required: bool,
+    why_missing: &str,
+) -> Trial {
+    let name = case.name;
+    match factory {
+        None if required => {
+            let msg = format!("COORD_TEST_REQUIRE names {backend}, but it is not configured: {why_missing}");
+            Trial::test(name, move || Err(Failed::from(msg))).with_kind(backend)
+        }
+        None => Trial::test(name, || Ok(()))
+            .with_kind(backend)
+            .with_ignored_flag(true),
+        Some(factory) => {
+            let faults = factory.faults();
+            let caps = capabilities_of(&*factory);
+            let missing = case.needs.missing(faults, caps);
+            let ignored = !missing.is_empty();
+            Trial::test(name, move || run_case(factory, case))
+                .with_kind(backend)
+                .with_ignored_flag(ignored)
+        }
+    }
+}
+
+/// The backend's capabilities, read from a throw-away client.
+fn capabilities_of(factory: &dyn Factory) -> Capabilities {
+    static CACHE: Mutex<Option<Capabilities>> = Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = *cache {
+        return c;
+    }
+    let caps = runtime()
+        .ok()
+        .and_then(|rt| {
+            rt.block_on(async {
+                let c = factory.open(&namespace_for("capabilities")).await.ok()?;
+                let caps = c.capabilities();
+                let _ = c.close().await;
+                Some(caps)
+            })
+        })
+        // Unreachable backend: assume everything so cases run and report the failure.
+        .unwrap_or(Capabilities::ALL);
+    *cache = Some(caps);
+    caps
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+/// A fresh namespace for `case`: unique per run and per case.
+pub fn namespace_for(case: &str) -> String {
+    let tag: u64 = rand::random();
+    format!(
+        "coordtest-{}-{tag:016x}",
+        case.replace("::", "-").replace('_', "-")
+    )
+}
+
+fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
+    let rt = runtime().map_err(|e| Failed::from(format!("cannot build a runtime: {e}")))?;
+    let ctx = Ctx::new(factory, namespace_for(case.name));
+    let result = rt.block_on(async {
+        let outcome = tokio::time::timeout(CASE_DEADLINE, (case.run)(ctx.clone())).await;
+        ctx.close_all().await;
+        outcome
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Failed::from(format!("{e:#}"))),
+        Err(_) => Err(Failed::from(format!(
+            "deadline of {CASE_DEADLINE:?} exceeded: a liveness bug (a wait that never ends)"
+        ))),
+    }
+}

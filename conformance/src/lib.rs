@@ -1,0 +1,32 @@
+//! The coord conformance suite (DESIGN §9): cases written once as plain `async fn`s over
+//! a backend [`Factory`], run against every backend.
+//!
+//! # Running it for a backend
+//!
+//! A backend adds one test file with `harness = false`:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! # struct MyFactory;
+//! # fn my_factory_from_env() -> Option<Arc<dyn coord_conformance::Factory>> { None }
+//! fn main() {
+//!     // `None` when the backend's endpoint variable is unset: cases are ignored,
+//!     // or failed if COORD_TEST_REQUIRE names the backend.
+//!     coord_conformance::run_main("zk", my_factory_from_env(), "set COORD_TEST_ZK=host:port");
+//! }
+//! ```
+//!
+//! Each case runs in a fresh namespace with its own clients and a deadline
+//! ([`harness::CASE_DEADLINE`]), so a liveness bug fails instead of hanging. Cases that
+//! need a fault or capability the backend lacks (see [`Faults`],
+//! [`coord_core::Capabilities`]) are reported *ignored*, never passed.
+//!
+//! Set `COORD_TEST_LOG=debug` to see the backend's tracing output.
+
+pub mod cases;
+pub mod factory;
+pub mod harness;
+pub mod util;
+
+pub use factory::{Factory, Faults};
+pub use harness::{Case, CaseResult, Ctx, Needs, run_main};

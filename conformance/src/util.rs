@@ -1,0 +1,84 @@
+//! Small helpers for writing cases.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use futures::{Stream, StreamExt};
+
+/// Awaits `fut` for at most `limit`; the error names `what` was awaited.
+///
+/// # Errors
+///
+/// When the limit passes first.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> anyhow::Result<T> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| anyhow::anyhow!("{what}: did not happen within {limit:?}"))
+}
+
+/// Asserts that `fut` does *not* complete within `wait` (and drops it).
+///
+/// # Errors
+///
+/// When it completes.
+pub async fn stays_pending<T>(
+    wait: Duration,
+    what: &str,
+    fut: impl Future<Output = T>,
+) -> anyhow::Result<()> {
+    match tokio::time::timeout(wait, fut).await {
+        Ok(_) => bail!("{what}: completed but should still be waiting"),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Ok(true)`, for at most `limit`.
+///
+/// # Errors
+///
+/// When the limit passes, with the last error of `check` if any.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return match last_err {
+                Some(e) => Err(e.context(format!("{what}: not true within {limit:?}"))),
+                None => bail!("{what}: not true within {limit:?}"),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The next item of a watch stream, within `limit`.
+///
+/// # Errors
+///
+/// When the stream ends, yields an error, or is silent for `limit`.
+pub async fn next_event<T, S>(stream: &mut S, limit: Duration, what: &str) -> anyhow::Result<T>
+where
+    S: Stream<Item = coord_core::Result<T>> + Unpin,
+{
+    match tokio::time::timeout(limit, stream.next()).await {
+        Err(_) => bail!("{what}: no event within {limit:?}"),
+        Ok(None) => bail!("{what}: the stream ended silently"),
+        Ok(Some(item)) => item.with_context(|| format!("{what}: the stream yielded an error")),
+    }
+}
+
+/// A short pause that lets a request reach the server before the next step (used only
+/// to order contenders, never to assert timing).
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_millis(250)).await;
+}

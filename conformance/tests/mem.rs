@@ -1,0 +1,101 @@
+//! The conformance suite against the in-memory backend (always runs; no server).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coord_conformance::{Factory, Faults};
+use coord_core::{Client, Error, ErrorKind, Result};
+use coord_mem::{MemClient, MemCluster, MemOptions};
+
+/// Short TTL so expiry-driven cases finish quickly.
+const TTL: Duration = Duration::from_secs(1);
+
+struct MemFactory {
+    cluster: MemCluster,
+}
+
+fn mem(client: &Client) -> Result<&MemClient> {
+    client
+        .backend()
+        .as_any()
+        .downcast_ref::<MemClient>()
+        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not a mem client"))
+}
+
+#[async_trait]
+impl Factory for MemFactory {
+    fn name(&self) -> &str {
+        "mem"
+    }
+
+    fn faults(&self) -> Faults {
+        Faults {
+            kill_session: true,
+            crash: true,
+            suspend: true,
+            watch_gap: true,
+        }
+    }
+
+    fn session_timeout(&self) -> Duration {
+        TTL
+    }
+
+    async fn open(&self, namespace: &str) -> Result<Client> {
+        let options = MemOptions {
+            namespace: namespace.to_owned(),
+            session_ttl: TTL,
+        };
+        Ok(MemClient::connect(&self.cluster, options)?.into_client())
+    }
+
+    fn url_base(&self) -> String {
+        "mem://".to_owned()
+    }
+
+    async fn connect_url(&self, url: &str) -> Result<Client> {
+        coord_mem::connect(url)
+    }
+
+    async fn kill_session(&self, client: &Client) -> Result<()> {
+        let id = client.session_id();
+        if self.cluster.expire_session(id) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::NotFound,
+                format!("session {id} is not alive"),
+            ))
+        }
+    }
+
+    async fn crash(&self, client: &Client) -> Result<()> {
+        mem(client)?.crash();
+        Ok(())
+    }
+
+    async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
+        mem(client)?.suspend(duration);
+        Ok(())
+    }
+
+    async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
+        // Cut off for less than the TTL: watches stall, the session survives.
+        mem(client)?.suspend(TTL / 2);
+        Ok(())
+    }
+
+    async fn end_watch_gap(&self, client: &Client) -> Result<()> {
+        self.cluster.compact();
+        mem(client)?.resume();
+        Ok(())
+    }
+}
+
+fn main() {
+    let factory: Arc<dyn Factory> = Arc::new(MemFactory {
+        cluster: MemCluster::new(),
+    });
+    coord_conformance::run_main("mem", Some(factory), "");
+}
