@@ -31,6 +31,7 @@ where
     F: FnMut(Raw) -> Vec<T> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<T>>(256);
+    inner.stats.incr(Counter::WatchSet);
     tokio::spawn(async move {
         let mut sink = Sink {
             tx: &tx,

@@ -1,0 +1,109 @@
+//! coord: leader election, fenced locks, service discovery and shared configuration,
+//! over ZooKeeper, etcd or an embedded in-memory backend, with one API.
+//!
+//! Pick a backend with a connection string (and, for ZooKeeper and etcd, a Cargo
+//! feature); application code does not change:
+//!
+//! | scheme | backend | feature |
+//! |---|---|---|
+//! | `mem://namespace` | in-process, embedded | always |
+//! | `zk://h1:2181,h2:2181/namespace` | ZooKeeper | `zk` |
+//! | `etcd://h1:2379/namespace` | etcd | `etcd` |
+//!
+//! # Fencing
+//!
+//! Locks and leadership give **fenced exclusion, not mutual exclusion**: every grant
+//! carries a [`FencingToken`] larger than all earlier ones for that name, and a paused
+//! holder may still believe it holds a grant that has passed on. A resource outside
+//! coord is safe only if it checks the token; config writes can be made conditional with
+//! [`Txn::fenced_by`]. See [`coord_core`] for the full contract.
+//!
+//! # Examples
+//!
+//! ```
+//! use coord::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> coord::Result<()> {
+//! let client = coord::connect("mem://docs-example").await?;
+//! let guard = client.lock("reports/nightly").await?;
+//! client
+//!     .commit(coord::Txn::new().fenced_by(guard.fence()).put("reports/last-run", b"today".to_vec()))
+//!     .await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod driver;
+
+pub use coord_core::*;
+
+/// The in-memory backend, for its fault-injection hooks in tests.
+pub use coord_mem as mem;
+
+/// The variable [`connect_from_env`] reads.
+pub const URL_VAR: &str = "COORD_URL";
+
+/// Opens a client for `url`, choosing the backend by scheme.
+///
+/// # Errors
+///
+/// `ConfigInvalid` for a malformed string or an unknown scheme; `Unsupported` naming the
+/// Cargo feature to enable when the scheme's backend is not compiled in; the backend's
+/// own errors (e.g. `Unavailable`) when connecting fails.
+///
+/// # Cancel safety
+///
+/// Dropping the future abandons the connection attempt; no session is left behind
+/// beyond what the server expires on its own.
+pub async fn connect(url: &str) -> Result<Client> {
+    let span = tracing::info_span!("coord.connect", scheme = url.split("://").next().unwrap_or(""));
+    let _entered = span.enter();
+    driver::connect(url).await
+}
+
+/// Opens a client from the `COORD_URL` environment variable, or `mem://` when unset.
+///
+/// # Errors
+///
+/// As [`connect`].
+///
+/// # Cancel safety
+///
+/// As [`connect`].
+pub async fn connect_from_env() -> Result<Client> {
+    let url = std::env::var(URL_VAR).unwrap_or_else(|_| "mem://".to_owned());
+    connect(&url).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unknown_scheme_is_config_invalid() {
+        let e = connect("redis://h/ns").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConfigInvalid);
+        assert!(e.to_string().contains("mem, zk, etcd"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn disabled_backend_names_the_feature() {
+        for (url, feature) in [
+            ("zk://127.0.0.1:2181/x", "`zk`"),
+            ("etcd://127.0.0.1:2379/x", "`etcd`"),
+        ] {
+            let e = connect(url).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unsupported);
+            assert!(e.to_string().contains(feature), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn mem_connects_and_reads_env_default() {
+        let c = connect("mem://facade-test").await.expect("mem connects");
+        assert_eq!(c.kind(), "mem");
+        assert_eq!(c.namespace(), "facade-test");
+        c.close().await.expect("close");
+    }
+}
