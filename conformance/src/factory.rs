@@ -25,6 +25,11 @@ pub struct Faults {
 ///
 /// Cases call [`Factory::open`] for every client they need, each in the case's own
 /// fresh namespace, so cases never see each other's data.
+///
+/// # Cancel safety
+///
+/// The suite awaits every method to completion (or abandons the whole case at its
+/// deadline), so implementations need not be cancel-safe.
 #[async_trait]
 pub trait Factory: Send + Sync + 'static {
     /// The backend's name (`mem`, `zk`, `etcd`), shown as the test kind.

@@ -123,6 +123,11 @@ impl Ctx {
     /// # Errors
     ///
     /// When the backend cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, a client may have been opened and not tracked; its session ends by
+    /// timeout.
     pub async fn client(&self) -> anyhow::Result<Client> {
         let c = self
             .factory
@@ -139,6 +144,10 @@ impl Ctx {
     /// Opens `n` clients.
     ///
     /// # Errors
+    ///
+    /// As [`Ctx::client`].
+    ///
+    /// # Cancel safety
     ///
     /// As [`Ctx::client`].
     pub async fn clients(&self, n: usize) -> anyhow::Result<Vec<Client>> {

@@ -11,6 +11,10 @@ use futures::{Stream, StreamExt};
 /// # Errors
 ///
 /// When the limit passes first.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only awaits what it is given.
 pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> anyhow::Result<T> {
     tokio::time::timeout(limit, fut)
         .await
@@ -22,6 +26,10 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
 /// # Errors
 ///
 /// When it completes.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only awaits what it is given.
 pub async fn stays_pending<T>(
     wait: Duration,
     what: &str,
@@ -38,6 +46,10 @@ pub async fn stays_pending<T>(
 /// # Errors
 ///
 /// When the limit passes, with the last error of `check` if any.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only awaits what it is given.
 pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
@@ -66,6 +78,10 @@ where
 /// # Errors
 ///
 /// When the stream ends, yields an error, or is silent for `limit`.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only awaits what it is given.
 pub async fn next_event<T, S>(stream: &mut S, limit: Duration, what: &str) -> anyhow::Result<T>
 where
     S: Stream<Item = coord_core::Result<T>> + Unpin,
@@ -79,6 +95,10 @@ where
 
 /// A short pause that lets a request reach the server before the next step (used only
 /// to order contenders, never to assert timing).
+///
+/// # Cancel safety
+///
+/// Cancel-safe (a sleep).
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(250)).await;
 }

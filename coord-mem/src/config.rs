@@ -29,6 +29,7 @@ impl MemClient {
 
 #[async_trait]
 impl ConfigStore for MemClient {
+    #[tracing::instrument(level = "debug", name = "coord.get", skip(self), fields(backend = "mem"))]
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
         validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
         let full = format!("{}/{key}", self.config_root());
@@ -39,6 +40,7 @@ impl ConfigStore for MemClient {
             .map_err(|e| e.with_operation("get"))
     }
 
+    #[tracing::instrument(level = "debug", name = "coord.list", skip(self), fields(backend = "mem"))]
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
         validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
         let root = self.config_root();
@@ -123,6 +125,12 @@ impl ConfigStore for MemClient {
             .map_err(|e| e.with_operation("commit"))
     }
 
+    #[tracing::instrument(
+        level = "debug",
+        name = "coord.config.watch",
+        skip(self),
+        fields(backend = "mem")
+    )]
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
         validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
         let root = self.config_root();

@@ -48,6 +48,7 @@ impl Election for MemClient {
         ))
     }
 
+    #[tracing::instrument(level = "debug", name = "coord.leader", skip(self), fields(backend = "mem"))]
     async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
         validate_name("election name", name).map_err(|e| e.with_operation("leader"))?;
         let dir = self.election_dir(name);
@@ -63,6 +64,7 @@ impl Election for MemClient {
             .map_err(|e| e.with_operation("leader"))
     }
 
+    #[tracing::instrument(level = "debug", name = "coord.observe", skip(self), fields(backend = "mem"))]
     async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<Option<LeaderInfo>>>> {
         validate_name("election name", name).map_err(|e| e.with_operation("observe"))?;
         let dir = self.election_dir(name);

@@ -133,6 +133,12 @@ impl Registry for MemClient {
         Ok(Registration::new(service, instance, Box::new(handle)))
     }
 
+    #[tracing::instrument(
+        level = "debug",
+        name = "coord.instances",
+        skip(self),
+        fields(backend = "mem")
+    )]
     async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
         validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
         let dir = self.service_dir(service);
@@ -148,6 +154,12 @@ impl Registry for MemClient {
         Ok(decode_children(&dir, entries.into_iter()).into_values().collect())
     }
 
+    #[tracing::instrument(
+        level = "debug",
+        name = "coord.registry.watch",
+        skip(self),
+        fields(backend = "mem")
+    )]
     async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
         validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
         let dir = self.service_dir(service);

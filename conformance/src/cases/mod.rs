@@ -1,4 +1,7 @@
 //! Every case, grouped by primitive, with what it needs.
+//!
+//! Each case is a plain `pub async fn(Ctx) -> CaseResult`. The runner awaits it to
+//! completion or abandons it at the deadline; cases have no cancel-safety contract.
 
 pub mod config;
 pub mod election;
