@@ -179,7 +179,7 @@ pub fn run_main(backend: &str, factory: Option<Arc<dyn Factory>>, why_missing: &
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COORD_TEST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,zookeeper_client=error")),
         )
         .with_test_writer()
         .try_init();

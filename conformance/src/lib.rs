@@ -26,7 +26,9 @@
 pub mod cases;
 pub mod factory;
 pub mod harness;
+pub mod proxy;
 pub mod util;
 
 pub use factory::{Factory, Faults};
 pub use harness::{Case, CaseResult, Ctx, Needs, run_main};
+pub use proxy::FaultProxy;

@@ -94,6 +94,15 @@ impl HoldSignal {
         *self.tx.borrow()
     }
 
+    /// Resolves once every [`HoldWatch`] is dropped (nobody is interested any more).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
     /// Spawns a task that mirrors the client's session onto this hold: `Suspended` while
     /// session `generation` is suspended, `Held` when it reconnects, `Lost` when it is
     /// lost, closed, or replaced by a later generation. The task ends when the hold is

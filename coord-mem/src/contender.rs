@@ -231,17 +231,22 @@ impl Drop for Contender {
                     if let Ok(rt) = tokio::runtime::Handle::try_current() {
                         // Cut off: remove once the link is back, keeping the local turn
                         // until then.
+                        // The leftover is born `removed`: dropping it (even if the task is
+                        // cancelled at runtime shutdown) never spawns again.
                         let inner = self.inner.clone();
                         let leftover = Contender {
                             inner: inner.clone(),
                             key: std::mem::take(&mut self.key),
                             create_rev: self.create_rev,
                             turn: self.turn.clone(),
-                            removed: false,
+                            removed: true,
                         };
                         rt.spawn(async move {
                             let _ = tokio::time::timeout(BACKGROUND_DEADLINE, inner.link_up()).await;
-                            drop(leftover);
+                            if let Err(e) = leftover.delete_now() {
+                                tracing::debug!(error = %e, "coord.mem.contender_cleanup_deferred_to_session_end");
+                            }
+                            leftover.release_turn();
                         });
                         return;
                     }

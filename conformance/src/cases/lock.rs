@@ -197,17 +197,19 @@ pub async fn dropped_guard_releases(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Only the predecessor's waiter wakes on release: one watch notification per release.
+/// Only the predecessor's waiter wakes on release: each release delivers exactly one
+/// watch notification to the other waiters (the releaser's own notifications, e.g. on
+/// its own node, are not counted).
 pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
     let holder = ctx.client().await?;
     let waiters = ctx.clients(5).await?;
-    let g = holder.lock("herd").await?;
+    let mut holder_guard = Some(holder.lock("herd").await?);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut release_txs = Vec::new();
     for (i, w) in waiters.iter().enumerate() {
         let (w, tx) = (w.clone(), tx.clone());
         let (rel_tx, rel_rx) = tokio::sync::oneshot::channel::<()>();
-        release_txs.push(rel_tx);
+        release_txs.push(Some(rel_tx));
         tokio::spawn(async move {
             if let Ok(g) = w.lock("herd").await {
                 let _ = tx.send(i);
@@ -217,31 +219,42 @@ pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
         });
         settle().await;
     }
-    let watch_events = |ws: &[coord_core::Client]| ws.iter().map(|w| w.stats().watch_events).sum::<u64>();
-    let before = watch_events(&waiters);
-    g.release().await?;
-    let first = within(QUICK, "first waiter acquires", rx.recv()).await?;
-    ensure!(first == Some(0), "waiter {first:?} acquired first, expected 0");
-    settle().await;
-    let woken = watch_events(&waiters) - before;
-    ensure!(
-        woken == 1,
-        "one release woke {woken} waiters (notifications); expected exactly 1"
-    );
-    let before = watch_events(&waiters);
-    release_txs
-        .remove(0)
-        .send(())
-        .map_err(|_| anyhow::anyhow!("waiter 0 gone"))?;
-    let second = within(QUICK, "second waiter acquires", rx.recv()).await?;
-    ensure!(second == Some(1), "waiter {second:?} acquired second, expected 1");
-    settle().await;
-    let woken = watch_events(&waiters) - before;
-    ensure!(
-        woken == 1,
-        "second release woke {woken} waiters; expected exactly 1"
-    );
-    for t in release_txs {
+    let events = |ws: &[coord_core::Client]| ws.iter().map(|w| w.stats().watch_events).collect::<Vec<u64>>();
+    // Round 0: the outside holder releases; rounds 1..: waiter i-1 releases.
+    for round in 0..3usize {
+        let before = events(&waiters);
+        match round {
+            0 => {
+                let g = holder_guard
+                    .take()
+                    .ok_or_else(|| anyhow::anyhow!("holder released twice"))?;
+                g.release().await?
+            }
+            r => {
+                let tx = release_txs[r - 1]
+                    .take()
+                    .ok_or_else(|| anyhow::anyhow!("released twice"))?;
+                tx.send(())
+                    .map_err(|_| anyhow::anyhow!("waiter {} gone", r - 1))?;
+            }
+        }
+        let next = within(QUICK, "next waiter acquires", rx.recv()).await?;
+        ensure!(
+            next == Some(round),
+            "waiter {next:?} acquired in round {round}, expected {round}"
+        );
+        settle().await;
+        let after = events(&waiters);
+        let woken: u64 = (0..waiters.len())
+            .filter(|i| round == 0 || *i != round - 1)
+            .map(|i| after[i] - before[i])
+            .sum();
+        ensure!(
+            woken == 1,
+            "release {round} woke {woken} waiters (notifications); expected exactly 1"
+        );
+    }
+    for t in release_txs.into_iter().flatten() {
         let _ = t.send(());
     }
     Ok(())

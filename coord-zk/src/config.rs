@@ -1,0 +1,580 @@
+//! Config store: one persistent znode per key, `<root>/config/<key with '/' as ':'>`
+//! (a flat directory, so keys never nest and `multi` needs no parents).
+//!
+//! Version = the node's `czxid` and data version together. ZooKeeper restarts data
+//! versions at 0 when a node is recreated; the `czxid` part tells the incarnations
+//! apart. Every compare-and-set first reads the stat and compares the `czxid`, then
+//! commits with the data version in a `multi`. What remains: a delete, recreate and
+//! rewrite to the same data version between that read and the `multi` (one round trip)
+//! would go unnoticed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use coord_core::{
+    Check, ConfigEvent, ConfigStore, Counter, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version,
+    Versioned, key_matches_prefix, validate_name, validate_prefix,
+};
+use futures::stream::BoxStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use zookeeper_client as zk;
+
+use crate::ZkClient;
+use crate::error::map;
+use crate::session::{Inner, persistent};
+
+/// How many times a commit is retried when a key it did not check changed under it.
+const COMMIT_ATTEMPTS: usize = 16;
+
+fn version(stat: &zk::Stat) -> Version {
+    Version::from_parts(stat.czxid as u64, u64::from(stat.version as u32))
+}
+
+fn node_name(key: &str) -> String {
+    key.replace('/', ":")
+}
+
+fn key_of(name: &str) -> String {
+    name.replace(':', "/")
+}
+
+fn config_dir(inner: &Inner) -> String {
+    inner.path("config")
+}
+
+fn node_path(inner: &Inner, key: &str) -> String {
+    format!("{}/{}", config_dir(inner), node_name(key))
+}
+
+/// What a failing `multi` op means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tag {
+    /// A fence check: the guard is gone.
+    Fence,
+    /// A check the caller asked for.
+    Version,
+    /// A key the caller did not check changed since our read: retry.
+    Race,
+}
+
+/// Reads the stat of each path in one pipelined round.
+async fn stats(inner: &Inner, paths: &[String]) -> Result<Vec<Option<zk::Stat>>> {
+    let futures = paths.iter().map(|p| {
+        let p = p.clone();
+        inner.call_mapped(Counter::Read, "commit", false, |zk| async move {
+            zk.check_stat(&p).await
+        })
+    });
+    futures::future::try_join_all(futures).await
+}
+
+/// Reads every key under `prefix` (segment-wise), sorted by key.
+async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
+    let dir = config_dir(inner);
+    let d = dir.clone();
+    let children = match inner
+        .call(Counter::Read, "list", false, |zk| async move {
+            zk.list_children(&d).await
+        })
+        .await?
+    {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(map(e, "list", false)),
+    };
+    let mut keys: Vec<String> = children
+        .iter()
+        .map(|c| key_of(c))
+        .filter(|k| key_matches_prefix(k, prefix))
+        .collect();
+    keys.sort();
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(64) {
+        let paths: Vec<String> = chunk.iter().map(|k| format!("{dir}/{}", node_name(k))).collect();
+        let results = inner
+            .call_mapped(Counter::Txn, "list", false, |zk| async move {
+                let mut reader = zk.new_multi_reader();
+                for p in &paths {
+                    reader.add_get_data(p)?;
+                }
+                reader.commit().await
+            })
+            .await?;
+        for (key, result) in chunk.iter().zip(results) {
+            if let zk::MultiReadResult::Data { data, stat } = result {
+                out.push(Entry {
+                    key: key.clone(),
+                    value: data,
+                    version: version(&stat),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One attempt at a commit; `Ok(None)` means "raced with a concurrent change, retry".
+async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> {
+    let fences: Vec<&coord_core::Fence> = txn
+        .checks()
+        .iter()
+        .filter_map(|c| match c {
+            Check::Fence(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let mut keys = BTreeSet::new();
+    for c in txn.checks() {
+        if let Check::Version { key, .. } = c {
+            keys.insert(key.clone());
+        }
+    }
+    for op in txn.ops() {
+        keys.insert(match op {
+            Op::Put { key, .. } | Op::Delete { key } => key.clone(),
+        });
+    }
+    let keys: Vec<String> = keys.into_iter().collect();
+    let mut paths: Vec<String> = fences.iter().map(|f| f.resource().to_owned()).collect();
+    paths.extend(keys.iter().map(|k| node_path(inner, k)));
+    let read = stats(inner, &paths).await?;
+    let (fence_stats, key_stats) = read.split_at(fences.len());
+    if fence_stats.iter().any(Option::is_none) {
+        return Err(fenced());
+    }
+    let current: HashMap<&str, Option<&zk::Stat>> = keys
+        .iter()
+        .map(String::as_str)
+        .zip(key_stats.iter().map(Option::as_ref))
+        .collect();
+    let mut checked = HashMap::new();
+    for c in txn.checks() {
+        if let Check::Version {
+            key,
+            version: expected,
+        } = c
+        {
+            let actual = current.get(key.as_str()).copied().flatten().map(version);
+            if actual != *expected {
+                return Err(mismatch(key, *expected, actual));
+            }
+            checked.insert(key.as_str(), *expected);
+        }
+    }
+    let tag_for = |key: &str| {
+        if checked.contains_key(key) {
+            Tag::Version
+        } else {
+            Tag::Race
+        }
+    };
+    // Build the multi: fence checks, version checks, then the ops, each guarded by the
+    // version we read so nothing changes under us unnoticed.
+    let mut plan: Vec<(Tag, PlannedOp)> = Vec::new();
+    for f in &fences {
+        plan.push((Tag::Fence, PlannedOp::Check(f.resource().to_owned(), -1)));
+    }
+    let ops_keys: BTreeSet<&str> = txn
+        .ops()
+        .iter()
+        .map(|op| match op {
+            Op::Put { key, .. } | Op::Delete { key } => key.as_str(),
+        })
+        .collect();
+    for (key, expected) in &checked {
+        if ops_keys.contains(key) {
+            continue; // the op itself carries the check
+        }
+        let path = node_path(inner, key);
+        match (expected, current.get(key).copied().flatten()) {
+            (Some(_), Some(stat)) => plan.push((Tag::Version, PlannedOp::Check(path, stat.version))),
+            (None, None) => plan.push((Tag::Version, PlannedOp::AssertAbsent(path))),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Unexpected,
+                    "version check disagrees with its read",
+                ));
+            }
+        }
+    }
+    // For each op: its plan index (usize::MAX: nothing to report), and whether it is a delete.
+    let mut result_slots = Vec::new();
+    for op in txn.ops() {
+        match op {
+            Op::Put { key, value } => {
+                let path = node_path(inner, key);
+                let planned = match current.get(key.as_str()).copied().flatten() {
+                    Some(stat) => PlannedOp::Set(path, value.clone(), stat.version),
+                    None => PlannedOp::Create(path, value.clone()),
+                };
+                result_slots.push((plan.len(), false));
+                plan.push((tag_for(key), planned));
+            }
+            Op::Delete { key } => {
+                let path = node_path(inner, key);
+                match current.get(key.as_str()).copied().flatten() {
+                    Some(stat) => {
+                        result_slots.push((plan.len(), true));
+                        plan.push((tag_for(key), PlannedOp::Delete(path, stat.version)));
+                    }
+                    None => {
+                        result_slots.push((usize::MAX, false));
+                        plan.push((tag_for(key), PlannedOp::AssertAbsent(path)));
+                    }
+                }
+            }
+        }
+    }
+    // Index of each planned op's first `multi` result (an AssertAbsent takes two).
+    let starts: Vec<usize> = plan
+        .iter()
+        .scan(0, |next, (_, p)| {
+            let start = *next;
+            *next += p.arity();
+            Some(start)
+        })
+        .collect();
+    let ops: Vec<PlannedOp> = plan.iter().map(|(_, p)| p.clone()).collect();
+    let committed = inner
+        .call(Counter::Txn, "commit", true, |zk| async move {
+            let mut writer = zk.new_multi_writer();
+            for op in &ops {
+                op.add_to(&mut writer)?;
+            }
+            Ok(writer.commit().await)
+        })
+        .await?
+        .map_err(|e| map(e, "commit", true))?;
+    let results = match committed {
+        Ok(r) => r,
+        Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+            let which = starts.iter().rposition(|s| *s <= index).unwrap_or(0);
+            let (tag, op) = &plan[which];
+            let creates = matches!(op, PlannedOp::Create(..) | PlannedOp::AssertAbsent(_));
+            return match (tag, &source) {
+                (Tag::Fence, _) => Err(fenced()),
+                // The config directory does not exist yet.
+                (_, zk::Error::NoNode) if creates => {
+                    inner.ensure_dir(&config_dir(inner)).await?;
+                    Ok(None)
+                }
+                (Tag::Version, _) => Err(Error::new(
+                    ErrorKind::VersionMismatch,
+                    format!("a checked config key changed before the commit ({source}); nothing was written"),
+                )),
+                (Tag::Race, _) => Ok(None),
+            };
+        }
+        Err(zk::MultiWriteError::RequestFailed { source }) => return Err(map(source, "commit", true)),
+    };
+    let mut out = Vec::with_capacity(result_slots.len());
+    for (slot, is_delete) in result_slots {
+        if slot == usize::MAX {
+            out.push(OpResult::Delete(false));
+            continue;
+        }
+        if is_delete {
+            out.push(OpResult::Delete(true));
+            continue;
+        }
+        let stat = match results.get(starts[slot]) {
+            Some(zk::MultiWriteResult::SetData { stat })
+            | Some(zk::MultiWriteResult::Create { stat, .. }) => stat.clone(),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::Unexpected,
+                    format!("unexpected multi result {other:?}"),
+                ));
+            }
+        };
+        out.push(OpResult::Put(version(&stat)));
+    }
+    // Some servers return no stat for a create inside multi: read it back.
+    for (i, op) in txn.ops().iter().enumerate() {
+        if let (Op::Put { key, .. }, OpResult::Put(v)) = (op, out[i]) {
+            if v.parts().0 == 0 || v.parts().0 == u64::MAX {
+                let p = node_path(inner, key);
+                if let Some(stat) = inner
+                    .call_mapped(Counter::Read, "commit", false, |zk| async move {
+                        zk.check_stat(&p).await
+                    })
+                    .await?
+                {
+                    out[i] = OpResult::Put(version(&stat));
+                }
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// One planned `multi` operation.
+#[derive(Debug, Clone)]
+enum PlannedOp {
+    Check(String, i32),
+    Set(String, Vec<u8>, i32),
+    Create(String, Vec<u8>),
+    Delete(String, i32),
+    /// Create then delete: fails if the node exists, changes nothing otherwise.
+    AssertAbsent(String),
+}
+
+impl PlannedOp {
+    /// How many `multi` ops it takes.
+    fn arity(&self) -> usize {
+        match self {
+            PlannedOp::AssertAbsent(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Adds it to `w`.
+    fn add_to(&self, w: &mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error> {
+        match self {
+            PlannedOp::Check(p, v) => w.add_check_version(p, *v)?,
+            PlannedOp::Set(p, d, v) => w.add_set_data(p, d, Some(*v))?,
+            PlannedOp::Create(p, d) => w.add_create(p, d, &persistent())?,
+            PlannedOp::Delete(p, v) => w.add_delete(p, Some(*v))?,
+            PlannedOp::AssertAbsent(p) => {
+                w.add_create(p, &[], &persistent())?;
+                w.add_delete(p, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fenced() -> Error {
+    Error::new(
+        ErrorKind::Fenced,
+        "the guard of this write is no longer held (its znode is gone); nothing was written",
+    )
+}
+
+fn mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Error {
+    tracing::debug!(key, ?expected, ?actual, "coord.zk.version_mismatch");
+    Error::new(
+        ErrorKind::VersionMismatch,
+        match (expected, actual) {
+            (None, Some(a)) => format!("config key {key:?} exists (version {a}); expected it absent"),
+            (Some(e), None) => format!("config key {key:?} does not exist; expected version {e}"),
+            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
+        },
+    )
+}
+
+#[async_trait]
+impl ConfigStore for ZkClient {
+    #[tracing::instrument(level = "debug", name = "coord.get", skip(self), fields(backend = "zk"))]
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
+        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
+        let path = node_path(&self.inner, key);
+        match self
+            .inner
+            .call(Counter::Read, "get", false, |zk| async move {
+                zk.get_data(&path).await
+            })
+            .await?
+        {
+            Ok((data, stat)) => Ok(Some(Versioned::new(data, version(&stat)))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map(e, "get", false)),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.list", skip(self), fields(backend = "zk"))]
+    async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
+        read_entries(&self.inner, prefix).await
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.commit", skip_all, fields(backend = "zk", ops = txn.ops().len()))]
+    async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
+        txn.validate().map_err(|e| e.with_operation("commit"))?;
+        for _ in 0..COMMIT_ATTEMPTS {
+            if let Some(results) = commit_once(&self.inner, &txn)
+                .await
+                .map_err(|e| e.with_operation("commit"))?
+            {
+                return Ok(results);
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("the keys kept changing under {COMMIT_ATTEMPTS} attempts; nothing was written — retry"),
+        )
+        .with_operation("commit"))
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "coord.config.watch",
+        skip(self),
+        fields(backend = "zk")
+    )]
+    async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
+        let inner = self.inner.clone();
+        let watcher = arm(&inner).await?;
+        let entries = read_entries(&inner, prefix).await?;
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(follow(inner, prefix.to_owned(), watcher, entries, tx));
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+async fn arm(inner: &Inner) -> Result<zk::PersistentWatcher> {
+    let dir = config_dir(inner);
+    inner
+        .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
+            zk.watch(&dir, zk::AddWatchMode::PersistentRecursive).await
+        })
+        .await
+}
+
+/// Follows the config directory across reconnects and session loss.
+async fn follow(
+    inner: Arc<Inner>,
+    prefix: String,
+    mut watcher: zk::PersistentWatcher,
+    entries: Vec<Entry>,
+    tx: mpsc::Sender<Result<ConfigEvent>>,
+) {
+    let dir = config_dir(&inner);
+    let mut known: BTreeMap<String, Version> = entries.iter().map(|e| (e.key.clone(), e.version)).collect();
+    if tx.send(Ok(ConfigEvent::Snapshot(entries))).await.is_err() {
+        return;
+    }
+    loop {
+        loop {
+            let event = tokio::select! {
+                e = watcher.changed() => e,
+                _ = tx.closed() => return,
+            };
+            inner.stats.incr(Counter::WatchEvent);
+            let events = match event.event_type {
+                zk::EventType::Session => match event.session_state {
+                    zk::SessionState::Disconnected => continue,
+                    // Changes during the outage may not be replayed: re-read and diff.
+                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                        match read_entries(&inner, &prefix).await {
+                            Ok(now) => diff(&mut known, now),
+                            Err(e) => {
+                                tracing::debug!(error = %e, "coord.zk.config_watch_reread_failed");
+                                continue;
+                            }
+                        }
+                    }
+                    _ => break,
+                },
+                _ => {
+                    let Some(name) = event.path.strip_prefix(&dir).and_then(|r| r.strip_prefix('/')) else {
+                        continue;
+                    };
+                    if name.contains('/') {
+                        continue;
+                    }
+                    let key = key_of(name);
+                    if !key_matches_prefix(&key, &prefix) {
+                        continue;
+                    }
+                    match reread(&inner, &key, &mut known).await {
+                        Ok(ev) => ev.into_iter().collect(),
+                        Err(e) if e.kind() == ErrorKind::Closed => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "coord.zk.config_watch_read_failed");
+                            continue;
+                        }
+                    }
+                }
+            };
+            for ev in events {
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        // The session is gone and with it the watch: report the gap, re-arm, resnapshot.
+        if tx.send(Ok(ConfigEvent::Resync)).await.is_err() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                c = inner.connected() => if c.is_err() {
+                    let _ = tx.send(Err(Error::closed())).await;
+                    return;
+                },
+                _ = tx.closed() => return,
+            }
+            let again = match arm(&inner).await {
+                Ok(w) => read_entries(&inner, &prefix).await.map(|e| (w, e)),
+                Err(e) => Err(e),
+            };
+            match again {
+                Ok((w, entries)) => {
+                    watcher = w;
+                    known = entries.iter().map(|e| (e.key.clone(), e.version)).collect();
+                    if tx.send(Ok(ConfigEvent::Snapshot(entries))).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "coord.zk.config_rewatch_failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Reads `key` after a notification and returns the event it amounts to, if any.
+async fn reread(
+    inner: &Inner,
+    key: &str,
+    known: &mut BTreeMap<String, Version>,
+) -> Result<Option<ConfigEvent>> {
+    let path = node_path(inner, key);
+    match inner
+        .call(Counter::Read, "watch", false, |zk| async move {
+            zk.get_data(&path).await
+        })
+        .await?
+    {
+        Ok((value, stat)) => {
+            let v = version(&stat);
+            if known.insert(key.to_owned(), v) == Some(v) {
+                return Ok(None);
+            }
+            Ok(Some(ConfigEvent::Put(Entry {
+                key: key.to_owned(),
+                value,
+                version: v,
+            })))
+        }
+        Err(zk::Error::NoNode) => Ok(known.remove(key).map(|_| ConfigEvent::Delete(key.to_owned()))),
+        Err(e) => Err(map(e, "watch", false)),
+    }
+}
+
+/// The events that bring `known` to `now`, applied to `known`.
+fn diff(known: &mut BTreeMap<String, Version>, now: Vec<Entry>) -> Vec<ConfigEvent> {
+    let mut out = Vec::new();
+    let present: BTreeSet<String> = now.iter().map(|e| e.key.clone()).collect();
+    let gone: Vec<String> = known.keys().filter(|k| !present.contains(*k)).cloned().collect();
+    for k in gone {
+        known.remove(&k);
+        out.push(ConfigEvent::Delete(k));
+    }
+    for e in now {
+        if known.insert(e.key.clone(), e.version) != Some(e.version) {
+            out.push(ConfigEvent::Put(e));
+        }
+    }
+    out
+}

@@ -1,0 +1,176 @@
+//! `zk://` connection strings and options.
+
+use std::time::Duration;
+
+use coord_core::{ConnectionString, Error, HostPort, Result};
+
+/// Options of a ZooKeeper client.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ZkOptions {
+    /// Ensemble members.
+    pub hosts: Vec<HostPort>,
+    /// The namespace: every znode lives under `/<namespace>` (created if missing).
+    pub namespace: String,
+    /// Session timeout asked of the server (it may negotiate it into its
+    /// `[2, 20] × tickTime` range). Default 10 s.
+    pub session_timeout: Duration,
+    /// How long [`ZkClient::connect`](crate::ZkClient::connect) waits for the first
+    /// session. Default 15 s.
+    pub connect_timeout: Duration,
+    /// Deadline of each request; a write that hits it has an unknown outcome. Default:
+    /// the session timeout.
+    pub request_timeout: Option<Duration>,
+    /// Digest credentials (`user:password@` in the connection string).
+    pub digest: Option<(String, String)>,
+}
+
+impl Default for ZkOptions {
+    fn default() -> Self {
+        ZkOptions {
+            hosts: vec![HostPort {
+                host: "127.0.0.1".into(),
+                port: DEFAULT_PORT,
+            }],
+            namespace: String::new(),
+            session_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(15),
+            request_timeout: None,
+            digest: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ZkOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkOptions")
+            .field("hosts", &self.hosts)
+            .field("namespace", &self.namespace)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .finish()
+    }
+}
+
+/// ZooKeeper's client port.
+pub const DEFAULT_PORT: u16 = 2181;
+
+/// The option keys `zk://` accepts.
+pub const KNOWN_OPTIONS: &[&str] = &["session_timeout", "connect_timeout", "request_timeout"];
+
+impl ZkOptions {
+    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…]`.
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid` naming the problem: another scheme, no host, a bad port, a bad
+    /// namespace, an unknown option, a session timeout under 200 ms.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let cs = ConnectionString::parse(url)?;
+        if cs.scheme() != "zk" {
+            return Err(Error::config_invalid(format!(
+                "expected a zk:// connection string, got {}://",
+                cs.scheme()
+            )));
+        }
+        let mut opts = cs.options();
+        let defaults = ZkOptions::default();
+        let o = ZkOptions {
+            hosts: cs.hosts(DEFAULT_PORT)?,
+            namespace: cs.namespace().to_owned(),
+            session_timeout: opts
+                .duration("session_timeout")?
+                .unwrap_or(defaults.session_timeout),
+            connect_timeout: opts
+                .duration("connect_timeout")?
+                .unwrap_or(defaults.connect_timeout),
+            request_timeout: opts.duration("request_timeout")?,
+            digest: match (cs.user(), cs.password()) {
+                (Some(u), Some(p)) => Some((u.to_owned(), p.to_owned())),
+                (Some(u), None) => {
+                    return Err(Error::config_invalid(format!(
+                        "zk:// user {u:?} has no password; write user:password@host"
+                    )));
+                }
+                _ => None,
+            },
+        };
+        opts.finish(KNOWN_OPTIONS)?;
+        o.validate()?;
+        Ok(o)
+    }
+
+    /// Checks the values.
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid`.
+    pub fn validate(&self) -> Result<()> {
+        if self.hosts.is_empty() {
+            return Err(Error::config_invalid("zk:// needs at least one host"));
+        }
+        if self.session_timeout < Duration::from_millis(200) {
+            return Err(Error::config_invalid(format!(
+                "session_timeout {:?} is below ZooKeeper's 200ms minimum",
+                self.session_timeout
+            )));
+        }
+        if !self.namespace.is_empty() {
+            coord_core::validate_name("namespace", &self.namespace)
+                .map_err(|e| Error::config_invalid(e.message().to_owned()))?;
+        }
+        Ok(())
+    }
+
+    /// The request deadline in force.
+    pub fn request_deadline(&self) -> Duration {
+        self.request_timeout.unwrap_or(self.session_timeout)
+    }
+
+    /// The host list as ZooKeeper's connect string (`h1:p1,h2:p2`).
+    pub(crate) fn connect_string(&self) -> String {
+        self.hosts
+            .iter()
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coord_core::ErrorKind;
+
+    #[test]
+    fn parses_hosts_namespace_and_options() {
+        let o = ZkOptions::from_url("zk://u:p@h1,h2:2182/app/x?session_timeout=2s&request_timeout=500ms")
+            .unwrap();
+        assert_eq!(o.connect_string(), "h1:2181,h2:2182");
+        assert_eq!(o.namespace, "app/x");
+        assert_eq!(o.session_timeout, Duration::from_secs(2));
+        assert_eq!(o.request_deadline(), Duration::from_millis(500));
+        assert_eq!(o.digest, Some(("u".into(), "p".into())));
+        assert!(!format!("{o:?}").contains("\"p\""));
+    }
+
+    #[test]
+    fn rejects_bad_strings() {
+        for bad in [
+            "zk://",
+            "zk://h/ns?session_timeout=100ms",
+            "zk://h/ns?bogus=1",
+            "zk://h:0/ns",
+            "zk://u@h/ns",
+            "etcd://h/ns",
+            "zk://h/a//b",
+        ] {
+            assert_eq!(
+                ZkOptions::from_url(bad).unwrap_err().kind(),
+                ErrorKind::ConfigInvalid,
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Registry: ephemeral znodes `<root>/services/<service>/<id>` holding the instance as
+//! JSON; re-created after session loss; watched with a persistent recursive watch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use coord_core::{
+    Counter, EphemeralHandle, Error, ErrorKind, Registration, Registry, RegistryEvent, Result,
+    ServiceInstance, validate_name,
+};
+use futures::stream::BoxStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use zookeeper_client as zk;
+
+use crate::ZkClient;
+use crate::error::map;
+use crate::session::{Inner, RegEntry, ephemeral};
+
+/// Creates the instance node on the current session. Ok if it exists and is ours;
+/// `Unavailable` (retryable) if a node of one of our earlier sessions still holds it;
+/// `AlreadyExists` if another live client owns it.
+pub(crate) async fn create_instance(inner: &Inner, path: &str, data: &[u8]) -> Result<()> {
+    let dir = path
+        .rsplit_once('/')
+        .map(|(d, _)| d.to_owned())
+        .unwrap_or_default();
+    let mut made_dir = false;
+    loop {
+        let (p, d) = (path.to_owned(), data.to_vec());
+        let created = inner
+            .call(Counter::Write, "register", true, |zk| async move {
+                zk.create(&p, &d, &ephemeral()).await
+            })
+            .await?;
+        match created {
+            Ok(_) => return Ok(()),
+            Err(zk::Error::NoNode) if !made_dir => {
+                inner.ensure_dir(&dir).await?;
+                made_dir = true;
+            }
+            Err(zk::Error::NodeExists | zk::Error::ConnectionLoss) => {
+                let p = path.to_owned();
+                let stat = inner
+                    .call_mapped(Counter::Read, "register", false, |zk| async move {
+                        zk.check_stat(&p).await
+                    })
+                    .await?;
+                let Some(stat) = stat else { continue };
+                if stat.ephemeral_owner == inner.session_id() {
+                    return Ok(());
+                }
+                if inner.is_past_session(stat.ephemeral_owner) {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        "the instance node of this client's previous session has not expired yet",
+                    ));
+                }
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("instance {path:?} is registered by another client; pick a unique id"),
+                ));
+            }
+            Err(e) => return Err(map(e, "register", true)),
+        }
+    }
+}
+
+/// Deletes the instance node if the current session owns it.
+async fn delete_own(inner: &Inner, path: &str) -> Result<()> {
+    let p = path.to_owned();
+    let stat = match inner
+        .call(Counter::Read, "deregister", false, |zk| async move {
+            zk.check_stat(&p).await
+        })
+        .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(map(e, "deregister", false)),
+        Err(e) if matches!(e.kind(), ErrorKind::Closed | ErrorKind::SessionLost) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Some(stat) = stat else { return Ok(()) };
+    if stat.ephemeral_owner != inner.session_id() {
+        return Ok(());
+    }
+    let p = path.to_owned();
+    match inner
+        .call(Counter::Write, "deregister", true, |zk| async move {
+            zk.delete(&p, Some(stat.version)).await
+        })
+        .await?
+    {
+        Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
+        Err(e) => Err(map(e, "deregister", true)),
+    }
+}
+
+struct ZkRegistration {
+    inner: Arc<Inner>,
+    id: u64,
+    path: String,
+}
+
+#[async_trait]
+impl EphemeralHandle for ZkRegistration {
+    async fn update(&self, value: Vec<u8>) -> Result<()> {
+        self.inner.update_registration(self.id, value.clone());
+        let p = self.path.clone();
+        let stat = self
+            .inner
+            .call_mapped(Counter::Read, "update registration", false, |zk| async move {
+                zk.check_stat(&p).await
+            })
+            .await?;
+        match stat {
+            Some(stat) if stat.ephemeral_owner == self.inner.session_id() => {
+                let p = self.path.clone();
+                self.inner
+                    .call_mapped(Counter::Write, "update registration", true, |zk| async move {
+                        zk.set_data(&p, &value, Some(stat.version)).await
+                    })
+                    .await
+                    .map(|_| ())
+            }
+            // Not (yet) re-registered: the new data is used when it is.
+            _ => Ok(()),
+        }
+    }
+
+    async fn remove(self: Box<Self>) -> Result<()> {
+        self.inner.remove_registration(self.id);
+        delete_own(&self.inner, &self.path).await
+    }
+
+    fn remove_in_background(self: Box<Self>) {
+        self.inner.remove_registration(self.id);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = delete_own(&self.inner, &self.path).await {
+                    tracing::debug!(error = %e, path = %self.path, "coord.zk.deregister_deferred_to_session_end");
+                }
+            });
+        }
+    }
+}
+
+impl ZkClient {
+    fn service_dir(&self, service: &str) -> String {
+        self.inner.path(&format!("services/{service}"))
+    }
+}
+
+/// Reads every instance under `dir` (ids are the child names).
+async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, ServiceInstance>> {
+    let d = dir.to_owned();
+    let children = match inner
+        .call(Counter::Read, "instances", false, |zk| async move {
+            zk.list_children(&d).await
+        })
+        .await?
+    {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => return Ok(BTreeMap::new()),
+        Err(e) => return Err(map(e, "instances", false)),
+    };
+    if children.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
+    let results = inner
+        .call_mapped(Counter::Txn, "instances", false, |zk| async move {
+            let mut reader = zk.new_multi_reader();
+            for p in &paths {
+                reader.add_get_data(p)?;
+            }
+            reader.commit().await
+        })
+        .await?;
+    let mut out = BTreeMap::new();
+    for (id, result) in children.into_iter().zip(results) {
+        if let zk::MultiReadResult::Data { data, stat } = result {
+            if stat.ephemeral_owner == 0 {
+                continue; // a nested service's directory, not an instance
+            }
+            match ServiceInstance::decode(&data) {
+                Ok(i) => {
+                    out.insert(id, i);
+                }
+                Err(e) => tracing::warn!(%id, error = %e, "coord.zk.undecodable_instance"),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The events that turn `old` into `new`.
+fn diff(
+    old: &BTreeMap<String, ServiceInstance>,
+    new: &BTreeMap<String, ServiceInstance>,
+) -> Vec<RegistryEvent> {
+    let mut out = Vec::new();
+    for id in old.keys().filter(|id| !new.contains_key(*id)) {
+        out.push(RegistryEvent::Left(id.clone()));
+    }
+    for (id, inst) in new {
+        match old.get(id) {
+            None => out.push(RegistryEvent::Joined(inst.clone())),
+            Some(o) if o != inst => out.push(RegistryEvent::Updated(inst.clone())),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Registry for ZkClient {
+    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
+        validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
+        let data = instance.encode().map_err(|e| e.with_operation("register"))?;
+        let span = tracing::debug_span!("coord.register", backend = "zk", service, id = %instance.id);
+        let _entered = span.enter();
+        let path = format!("{}/{}", self.service_dir(service), instance.id);
+        create_instance(&self.inner, &path, &data)
+            .await
+            .map_err(|e| e.with_operation("register"))?;
+        let id = self.inner.add_registration(RegEntry {
+            path: path.clone(),
+            data,
+        });
+        let handle = ZkRegistration {
+            inner: self.inner.clone(),
+            id,
+            path,
+        };
+        Ok(Registration::new(service, instance, Box::new(handle)))
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.instances", skip(self), fields(backend = "zk"))]
+    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
+        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
+        Ok(read_instances(&self.inner, &self.service_dir(service))
+            .await?
+            .into_values()
+            .collect())
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "coord.registry.watch",
+        skip(self),
+        fields(backend = "zk")
+    )]
+    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
+        let dir = self.service_dir(service);
+        let inner = self.inner.clone();
+        let (tx, rx) = mpsc::channel(256);
+        // Arm the watch before the snapshot so no change after the snapshot is missed.
+        let d = dir.clone();
+        let watcher = inner
+            .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
+                zk.watch(&d, zk::AddWatchMode::PersistentRecursive).await
+            })
+            .await?;
+        let known = read_instances(&inner, &dir).await?;
+        tokio::spawn(follow(inner, dir, watcher, known, tx));
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+/// Follows one service directory across reconnects and session loss.
+async fn follow(
+    inner: Arc<Inner>,
+    dir: String,
+    mut watcher: zk::PersistentWatcher,
+    mut known: BTreeMap<String, ServiceInstance>,
+    tx: mpsc::Sender<Result<RegistryEvent>>,
+) {
+    if tx
+        .send(Ok(RegistryEvent::Snapshot(known.values().cloned().collect())))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        // Follow this session until it ends.
+        loop {
+            let event = tokio::select! {
+                e = watcher.changed() => e,
+                _ = tx.closed() => return,
+            };
+            inner.stats.incr(Counter::WatchEvent);
+            if event.event_type == zk::EventType::Session {
+                match event.session_state {
+                    // Changes during the outage may not be replayed: re-read and diff.
+                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {}
+                    zk::SessionState::Disconnected => continue,
+                    _ => break, // terminal: the watcher must not be polled again
+                }
+            }
+            match read_instances(&inner, &dir).await {
+                Ok(now) => {
+                    for ev in diff(&known, &now) {
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    known = now;
+                }
+                Err(e) if e.kind() == ErrorKind::Closed => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, "coord.zk.registry_watch_read_failed"),
+            }
+        }
+        // The session is gone: report the gap, then re-arm on the next session.
+        if tx.send(Ok(RegistryEvent::Resync)).await.is_err() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                c = inner.connected() => if c.is_err() {
+                    let _ = tx.send(Err(Error::closed())).await;
+                    return;
+                },
+                _ = tx.closed() => return,
+            }
+            let d = dir.clone();
+            let armed = inner
+                .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
+                    zk.watch(&d, zk::AddWatchMode::PersistentRecursive).await
+                })
+                .await;
+            let read = match armed {
+                Ok(w) => {
+                    watcher = w;
+                    read_instances(&inner, &dir).await
+                }
+                Err(e) => Err(e),
+            };
+            match read {
+                Ok(now) => {
+                    known = now;
+                    if tx
+                        .send(Ok(RegistryEvent::Snapshot(known.values().cloned().collect())))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "coord.zk.registry_rewatch_failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! Session supervision: one task owns the ZooKeeper client and maps its states to
+//! coord's. `Disconnected` ⇒ Suspended; `Expired`, or suspended past the point where the
+//! server may have expired the session ⇒ Lost. After Lost the old client is dropped (if
+//! its session is still alive it is closed on reconnect, deleting its nodes, never
+//! resumed), a new client is built with backoff, and registrations are re-created.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use coord_core::{Counter, Error, ErrorKind, LocalQueue, Result, SessionState, SessionStatus, StatsRecorder};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::map;
+use crate::options::ZkOptions;
+
+/// The live ZooKeeper client and which of our sessions it carries.
+#[derive(Clone)]
+pub(crate) struct Current {
+    pub zk: zk::Client,
+    pub generation: u64,
+}
+
+/// A registration to re-create on every new session.
+#[derive(Debug, Clone)]
+pub(crate) struct RegEntry {
+    /// Absolute path of the instance znode.
+    pub path: String,
+    /// Latest data.
+    pub data: Vec<u8>,
+}
+
+/// Shared state of one ZooKeeper client.
+pub(crate) struct Inner {
+    pub options: ZkOptions,
+    /// `/<namespace>`, or empty for the root.
+    pub root: String,
+    current: RwLock<Option<Current>>,
+    pub status: watch::Sender<SessionStatus>,
+    pub stats: StatsRecorder,
+    pub locks: LocalQueue,
+    pub elections: LocalQueue,
+    registrations: Mutex<HashMap<u64, RegEntry>>,
+    next_registration: AtomicU64,
+    /// Ids of this client's earlier sessions: their ephemerals are ours, and may linger
+    /// until the server expires them.
+    past_sessions: Mutex<Vec<i64>>,
+    closed: AtomicBool,
+    shutdown: Notify,
+}
+
+/// Open ACL, persistent.
+pub(crate) fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+/// Open ACL, ephemeral.
+pub(crate) fn ephemeral() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
+}
+
+/// Open ACL, ephemeral sequential.
+pub(crate) fn ephemeral_sequential() -> zk::CreateOptions<'static> {
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Opens one ZooKeeper session, failing after `deadline`.
+pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
+    let mut connector = zk::Client::connector()
+        .with_session_timeout(options.session_timeout)
+        .with_fail_eagerly();
+    if let Some((user, password)) = &options.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    let hosts = options.connect_string();
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let attempt = tokio::time::timeout(deadline, Box::pin(connector.clone().connect(&hosts))).await;
+        let err = match attempt {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(e)) => map(e, "connect", false),
+            Err(_) => Error::new(ErrorKind::Timeout, "ZooKeeper session establishment timed out"),
+        };
+        if !err.is_retryable() || started.elapsed() + backoff >= deadline {
+            return Err(Error::new(
+                err.kind(),
+                format!(
+                    "cannot open a ZooKeeper session with {hosts} within {deadline:?}: {err}; is the server running and reachable?"
+                ),
+            )
+            .with_operation("connect")
+            .with_retryable(err.is_retryable()));
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(options: ZkOptions, first: zk::Client) -> Arc<Inner> {
+        let root = if options.namespace.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", options.namespace)
+        };
+        let (status, _) = watch::channel(SessionStatus::new(SessionState::Connected, 1));
+        Arc::new(Inner {
+            options,
+            root,
+            current: RwLock::new(Some(Current {
+                zk: first,
+                generation: 1,
+            })),
+            status,
+            stats: StatsRecorder::default(),
+            locks: LocalQueue::default(),
+            elections: LocalQueue::default(),
+            registrations: Mutex::new(HashMap::new()),
+            next_registration: AtomicU64::new(1),
+            past_sessions: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            shutdown: Notify::new(),
+        })
+    }
+
+    /// `root + "/" + rel`.
+    pub(crate) fn path(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.root)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// The current client, or why there is none.
+    pub(crate) fn current(&self) -> Result<Current> {
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::SessionLost,
+                    "the ZooKeeper session was lost and a new one is not established yet; retry",
+                )
+            })
+    }
+
+    /// The current ZooKeeper session id, 0 if none.
+    pub(crate) fn session_id(&self) -> i64 {
+        self.current().map(|c| c.zk.session_id().0).unwrap_or(0)
+    }
+
+    /// The current session info (id and password), for attaching from outside.
+    pub(crate) fn session_info(&self) -> Option<zk::SessionInfo> {
+        self.current().ok().map(|c| c.zk.session().clone())
+    }
+
+    pub(crate) fn is_past_session(&self, id: i64) -> bool {
+        lock(&self.past_sessions).contains(&id)
+    }
+
+    /// Sends one request on the current session with the request deadline. The outer
+    /// error covers no session / closed / deadline; the inner result is ZooKeeper's.
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        counter: Counter,
+        op: &'static str,
+        write: bool,
+        f: F,
+    ) -> Result<std::result::Result<T, zk::Error>>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        let current = self.current().map_err(|e| e.with_operation(op))?;
+        self.stats.incr(counter);
+        let deadline = self.options.request_deadline();
+        // Boxed: request futures are large, and waits nest several of them.
+        match tokio::time::timeout(deadline, Box::pin(f(current.zk))).await {
+            Ok(Err(zk::Error::ClientClosed)) if self.is_closed() => Err(Error::closed().with_operation(op)),
+            Ok(r) => Ok(r),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no answer from ZooKeeper within {deadline:?}"),
+            )
+            .with_operation(op)
+            .with_outcome_unknown(write)),
+        }
+    }
+
+    /// As [`Inner::call`], with ZooKeeper errors mapped too.
+    pub(crate) async fn call_mapped<T, F, Fut>(
+        &self,
+        counter: Counter,
+        op: &'static str,
+        write: bool,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        self.call(counter, op, write, f)
+            .await?
+            .map_err(|e| map(e, op, write))
+    }
+
+    /// Creates `path` and its missing ancestors as persistent nodes.
+    pub(crate) async fn ensure_dir(&self, path: &str) -> Result<()> {
+        let path = path.to_owned();
+        self.call_mapped(Counter::Write, "mkdir", true, |zk| async move {
+            zk.mkdir(&path, &persistent()).await
+        })
+        .await
+    }
+
+    pub(crate) fn registrations(&self) -> MutexGuard<'_, HashMap<u64, RegEntry>> {
+        lock(&self.registrations)
+    }
+
+    pub(crate) fn add_registration(&self, entry: RegEntry) -> u64 {
+        let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
+        self.registrations().insert(id, entry);
+        id
+    }
+
+    /// Waits until session `generation` is over (lost, replaced or closed).
+    pub(crate) async fn session_ended(&self, generation: u64) {
+        let mut rx = self.status.subscribe();
+        let _ = rx
+            .wait_for(|s| {
+                s.generation != generation || matches!(s.state, SessionState::Lost | SessionState::Closed)
+            })
+            .await;
+    }
+
+    /// Waits until a session is connected; returns its generation.
+    pub(crate) async fn connected(&self) -> Result<u64> {
+        let mut rx = self.status.subscribe();
+        let s = *rx
+            .wait_for(|s| matches!(s.state, SessionState::Connected | SessionState::Closed))
+            .await
+            .map_err(|_| Error::closed())?;
+        match s.state {
+            SessionState::Closed => Err(Error::closed()),
+            _ => Ok(s.generation),
+        }
+    }
+
+    fn set_status(&self, state: SessionState, generation: u64) {
+        let changed = self.status.send_if_modified(|s| {
+            let next = SessionStatus::new(state, generation);
+            if *s != next && s.state != SessionState::Closed {
+                *s = next;
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            self.stats.incr(Counter::SessionTransition);
+            tracing::info!(namespace = %self.options.namespace, %state, generation, "coord.zk.session");
+        }
+    }
+
+    /// Marks the client closed and drops the ZooKeeper client (which closes the session).
+    pub(crate) fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.registrations().clear();
+        let old = self.current.write().unwrap_or_else(|p| p.into_inner()).take();
+        let generation = old.as_ref().map(|c| c.generation).unwrap_or(0);
+        drop(old);
+        self.status
+            .send_replace(SessionStatus::new(SessionState::Closed, generation));
+        self.stats.incr(Counter::SessionTransition);
+        self.shutdown.notify_waiters();
+        tracing::info!(namespace = %self.options.namespace, "coord.zk.closed");
+    }
+
+    /// The supervision loop. Ends when the client is closed.
+    pub(crate) async fn supervise(self: Arc<Self>) {
+        loop {
+            let Ok(current) = self.current() else { return };
+            let generation = current.generation;
+            let negotiated = current.zk.session_timeout();
+            let mut states = current.zk.state_watcher();
+            drop(current);
+            // How long we may stay disconnected before the server can have expired us:
+            // we notice a silent connection after 2/5 of the timeout, so report Lost half
+            // a timeout after noticing (margin for the round trip).
+            let grace = negotiated / 2;
+            let mut suspended_since: Option<Instant> = None;
+            let shutdown = self.shutdown.notified();
+            tokio::pin!(shutdown);
+            let lost_reason = loop {
+                let deadline = suspended_since.map(|t| t + grace);
+                let state = tokio::select! {
+                    s = states.changed() => s,
+                    _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
+                        break "suspended past the session timeout";
+                    }
+                    _ = &mut shutdown => return,
+                };
+                match state {
+                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                        suspended_since = None;
+                        self.set_status(SessionState::Connected, generation);
+                    }
+                    zk::SessionState::Disconnected => {
+                        suspended_since.get_or_insert_with(Instant::now);
+                        self.set_status(SessionState::Suspended, generation);
+                    }
+                    zk::SessionState::Expired => break "expired",
+                    zk::SessionState::AuthFailed => break "authentication failed",
+                    zk::SessionState::Closed => {
+                        if self.is_closed() {
+                            return;
+                        }
+                        break "closed by the server";
+                    }
+                }
+            };
+            if self.is_closed() {
+                return;
+            }
+            // Drop the old client: if its session is alive it is closed (not resumed) when
+            // it reconnects, so its ephemerals do not linger as zombies.
+            let old = self.current.write().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(old) = &old {
+                lock(&self.past_sessions).push(old.zk.session_id().0);
+            }
+            drop(old);
+            tracing::warn!(namespace = %self.options.namespace, generation, reason = lost_reason, "coord.zk.session_lost");
+            self.set_status(SessionState::Lost, generation);
+            if !Box::pin(self.reopen(generation + 1)).await {
+                return;
+            }
+        }
+    }
+
+    /// Opens the next session with backoff; false if the client was closed meanwhile.
+    async fn reopen(self: &Arc<Self>, generation: u64) -> bool {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if self.is_closed() {
+                return false;
+            }
+            self.stats.incr(Counter::SessionRequest);
+            match Box::pin(open_session(&self.options, self.options.session_timeout)).await {
+                Ok(zk) => {
+                    if self.is_closed() {
+                        return false;
+                    }
+                    *self.current.write().unwrap_or_else(|p| p.into_inner()) =
+                        Some(Current { zk, generation });
+                    self.set_status(SessionState::Connected, generation);
+                    self.reregister_all(generation);
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "coord.zk.reconnect_failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.shutdown.notified() => return false,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// Re-creates every registration on session `generation`, each in its own task
+    /// (an instance may have to wait for a zombie of our old session to expire).
+    fn reregister_all(self: &Arc<Self>, generation: u64) {
+        let ids: Vec<u64> = self.registrations().keys().copied().collect();
+        for id in ids {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.reregister(id, generation).await });
+        }
+    }
+
+    async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
+        let until = Instant::now() + self.options.session_timeout * 3;
+        loop {
+            let Some(entry) = self.registrations().get(&id).cloned() else {
+                return;
+            };
+            let still_current = self
+                .current()
+                .map(|c| c.generation == generation)
+                .unwrap_or(false);
+            if !still_current || Instant::now() > until {
+                return;
+            }
+            match Box::pin(crate::registry::create_instance(&self, &entry.path, &entry.data)).await {
+                Ok(()) => {
+                    tracing::info!(path = %entry.path, "coord.zk.reregistered");
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    tracing::warn!(path = %entry.path, "coord.zk.reregister_conflict: another live session owns this instance id");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(path = %entry.path, error = %e, "coord.zk.reregister_retry");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// Removes the registration entry `id` (no more re-registration).
+    pub(crate) fn remove_registration(&self, id: u64) -> Option<RegEntry> {
+        self.registrations().remove(&id)
+    }
+
+    /// Updates the data of registration `id`.
+    pub(crate) fn update_registration(&self, id: u64, data: Vec<u8>) {
+        if let Some(e) = self.registrations().get_mut(&id) {
+            e.data = data;
+        }
+    }
+}

@@ -1,0 +1,92 @@
+# Shared helpers for coord's server scripts: install Debian packages when missing, pick
+# free loopback ports, start ZooKeeper and etcd with PID files, stop them by PID.
+# Source this file; it defines functions only.
+
+COORD_SERVERS_DIR="${COORD_SERVERS_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.coord-servers}"
+
+log() { printf '[coord-servers] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# apt_install PKG... : installs the packages that are not installed yet.
+apt_install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_port START : the first port at or above START (below 32768) nobody listens on.
+free_port() {
+  local p=$1
+  while port_in_use "$p"; do
+    p=$((p + 1))
+    [ "$p" -lt 32768 ] || { log "no free port below 32768"; return 1; }
+  done
+  echo "$p"
+}
+
+# alive PID : the process exists and is not a zombie.
+alive() {
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [ -n "$state" ] && [[ "$state" != Z* ]]
+}
+
+# stop_pidfile FILE : stops the process in FILE (TERM, then KILL) and removes FILE.
+stop_pidfile() {
+  local f=$1 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if alive "$pid"; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+zk_mode() {
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; printf srvr >&3; cat <&3" 2>/dev/null | sed -n 's/^Mode: //p'
+}
+
+# start_zk NAME PORT : a standalone ZooKeeper 3.8 on 127.0.0.1:PORT (tickTime 100 ms, so
+# session timeouts of 200 ms .. 2 s are allowed). Prints nothing; PID in NAME.pid.
+start_zk() {
+  local name=$1 port=$2 dir="$COORD_SERVERS_DIR/$1"
+  apt_install zookeeper default-jre-headless
+  rm -rf "$dir" && mkdir -p "$dir/data"
+  cat > "$dir/zoo.cfg" <<CFG
+tickTime=100
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,cons,wchs
+forceSync=no
+CFG
+  local cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+  for j in /usr/share/java/netty*.jar /usr/share/java/jute*.jar; do [ -f "$j" ] && cp="$cp:$j"; done
+  nohup java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$cp" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/server.log" 2>&1 &
+  echo $! > "$dir.pid"
+  for _ in $(seq 150); do
+    [ -n "$(zk_mode "$port")" ] && return 0
+    alive "$(cat "$dir.pid")" || break
+    sleep 0.1
+  done
+  log "ZooKeeper did not come up on port $port; log: $dir/server.log"
+  tail -20 "$dir/server.log" >&2
+  return 1
+}
