@@ -62,7 +62,7 @@ zk_mode() {
 # session timeouts of 200 ms .. 2 s are allowed). Prints nothing; PID in NAME.pid.
 start_zk() {
   local name=$1 port=$2 dir="$COORD_SERVERS_DIR/$1"
-  apt_install zookeeper default-jre-headless
+  apt_install zookeeper
   rm -rf "$dir" && mkdir -p "$dir/data"
   cat > "$dir/zoo.cfg" <<CFG
 tickTime=100
@@ -77,7 +77,6 @@ admin.enableServer=false
 forceSync=no
 CFG
   local cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
-  for j in /usr/share/java/netty*.jar /usr/share/java/jute*.jar; do [ -f "$j" ] && cp="$cp:$j"; done
   nohup java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$cp" \
     org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/server.log" 2>&1 &
   echo $! > "$dir.pid"

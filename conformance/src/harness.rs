@@ -176,6 +176,17 @@ pub const CASE_DEADLINE: Duration = Duration::from_secs(60);
 /// (comma-separated backend names) names this backend. `why_missing` says which
 /// variable to set.
 pub fn run_main(backend: &str, factory: Option<Arc<dyn Factory>>, why_missing: &str) -> ! {
+    run_main_with(backend, factory, why_missing, Vec::new())
+}
+
+/// As [`run_main`], plus backend-specific `extra` cases (interoperability with other
+/// clients of the same server, say), run and reported the same way.
+pub fn run_main_with(
+    backend: &str,
+    factory: Option<Arc<dyn Factory>>,
+    why_missing: &str,
+    extra: Vec<Case>,
+) -> ! {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COORD_TEST_LOG")
@@ -190,6 +201,7 @@ pub fn run_main(backend: &str, factory: Option<Arc<dyn Factory>>, why_missing: &
         .any(|b| b.trim() == backend);
     let trials = crate::cases::all()
         .into_iter()
+        .chain(extra)
         .map(|case| trial(backend, factory.clone(), case, required, why_missing))
         .collect();
     libtest_mimic::run(&args, trials).exit()

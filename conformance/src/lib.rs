@@ -30,5 +30,5 @@ pub mod proxy;
 pub mod util;
 
 pub use factory::{Factory, Faults};
-pub use harness::{Case, CaseResult, Ctx, Needs, run_main};
+pub use harness::{Case, CaseResult, Ctx, Needs, run_main, run_main_with};
 pub use proxy::FaultProxy;

@@ -281,7 +281,7 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         }
         let stat = match results.get(starts[slot]) {
             Some(zk::MultiWriteResult::SetData { stat })
-            | Some(zk::MultiWriteResult::Create { stat, .. }) => stat.clone(),
+            | Some(zk::MultiWriteResult::Create { stat, .. }) => *stat,
             other => {
                 return Err(Error::new(
                     ErrorKind::Unexpected,

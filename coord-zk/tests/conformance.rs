@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Factory, FaultProxy, Faults};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, FaultProxy, Faults, Needs};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_zk::{ZkClient, ZkOptions};
 
@@ -39,7 +39,7 @@ impl ZkFactory {
         let id = id_of(client);
         self.proxies
             .lock()
-            .unwrap()
+            .unwrap_or_else(|p| p.into_inner())
             .iter()
             // An address is reused only after its client is gone: the newest entry is live.
             .rev()
@@ -113,7 +113,10 @@ impl Factory for ZkFactory {
             SESSION_TIMEOUT.as_millis()
         );
         let client = ZkClient::connect(ZkOptions::from_url(&url)?).await?.into_client();
-        self.proxies.lock().unwrap().push((id_of(&client), proxy));
+        self.proxies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id_of(&client), proxy));
         Ok(client)
     }
 
@@ -154,6 +157,64 @@ impl Factory for ZkFactory {
     }
 }
 
+/// Locks from coord and a Curator-style contender node created by hand on the same path
+/// (`_c_<guid>-lock-<seq>`, ephemeral sequential, from another ZooKeeper client) exclude
+/// each other in both directions.
+async fn curator_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
+    use anyhow::{Context as _, ensure};
+    use coord_core::Lock;
+    let server = std::env::var("COORD_TEST_ZK")?;
+    let client = ctx.client().await?;
+    let path = zk(&client)?.lock_path("shared");
+    let raw = zookeeper_client::Client::connect(&server).await?;
+    let seq_opts =
+        zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.mkdir(
+        &path,
+        &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all()),
+    )
+    .await?;
+    let curator_prefix = format!("{path}/_c_6b1c1f0e-5a4f-4c1e-9a9e-1d2a3b4c5d6e-lock-");
+
+    // Curator holds first: coord cannot take the lock, and waits for it.
+    let (_, seq) = raw.create(&curator_prefix, b"", &seq_opts).await?;
+    let curator_node = format!("{curator_prefix}{seq}");
+    ensure!(
+        client.try_lock("shared").await?.is_none(),
+        "coord took a lock a Curator node holds"
+    );
+    let c2 = client.clone();
+    let waiter = tokio::spawn(async move { c2.lock("shared").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(
+        !waiter.is_finished(),
+        "coord's lock did not wait for the Curator holder"
+    );
+    raw.delete(&curator_node, None).await?;
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .context("coord never acquired")???;
+
+    // coord holds: a Curator contender arriving now is not first in Curator's order.
+    raw.create(&curator_prefix, b"", &seq_opts).await?;
+    let mut children = raw.list_children(&path).await?;
+    // Curator's order: by the sequence after "lock-".
+    children.sort_by_key(|c| c.rsplit_once("lock-").map(|(_, s)| s.to_owned()));
+    let first = children.first().context("no contenders")?;
+    ensure!(children.len() == 2, "contenders {children:?}");
+    ensure!(
+        !first.starts_with("_c_6b1c1f0e"),
+        "Curator's order puts its own {first} first while coord holds the lock"
+    );
+    guard.release().await?;
+    let children = raw.list_children(&path).await?;
+    ensure!(
+        children.len() == 1 && children[0].starts_with("_c_6b1c1f0e"),
+        "after release: {children:?}"
+    );
+    Ok(())
+}
+
 fn main() {
     let factory = std::env::var("COORD_TEST_ZK")
         .ok()
@@ -167,9 +228,15 @@ fn main() {
                 proxies: Mutex::new(Vec::new()),
             }) as Arc<dyn Factory>
         });
-    coord_conformance::run_main(
+    let extra = vec![Case {
+        name: "zk::curator_lock_nodes_exclude",
+        needs: Needs::NONE,
+        run: |ctx| Box::pin(curator_lock_nodes_exclude(ctx)),
+    }];
+    coord_conformance::run_main_with(
         "zk",
         factory,
         "set COORD_TEST_ZK=127.0.0.1:PORT (./scripts/test starts a server)",
+        extra,
     );
 }

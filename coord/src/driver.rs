@@ -30,6 +30,9 @@ pub(crate) static DRIVERS: &[Driver] = &[
         schemes: &["zk"],
         backend: "the ZooKeeper backend",
         feature: Some("zk"),
+        #[cfg(feature = "zk")]
+        connect: Some(|url| Box::pin(coord_zk::connect(url))),
+        #[cfg(not(feature = "zk"))]
         connect: None,
     },
     Driver {

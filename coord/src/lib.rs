@@ -41,6 +41,10 @@ pub use coord_core::*;
 /// The in-memory backend, for its fault-injection hooks in tests.
 pub use coord_mem as mem;
 
+/// The ZooKeeper backend, for options built in code and its Curator-compatible paths.
+#[cfg(feature = "zk")]
+pub use coord_zk as zk;
+
 /// The variable [`connect_from_env`] reads.
 pub const URL_VAR: &str = "COORD_URL";
 
@@ -89,14 +93,32 @@ mod tests {
 
     #[tokio::test]
     async fn disabled_backend_names_the_feature() {
-        for (url, feature) in [
-            ("zk://127.0.0.1:2181/x", "`zk`"),
-            ("etcd://127.0.0.1:2379/x", "`etcd`"),
-        ] {
+        let mut disabled = vec![("etcd://127.0.0.1:2379/x", "`etcd`")];
+        if cfg!(not(feature = "zk")) {
+            disabled.push(("zk://127.0.0.1:2181/x", "`zk`"));
+        }
+        for (url, feature) in disabled {
             let e = connect(url).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Unsupported);
             assert!(e.to_string().contains(feature), "{e}");
         }
+    }
+
+    #[cfg(feature = "zk")]
+    #[tokio::test]
+    async fn unreachable_zookeeper_is_a_typed_error() {
+        // Port 1 on loopback: nothing listens there.
+        let e = connect("zk://127.0.0.1:1/x?connect_timeout=1s")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+            "{e}"
+        );
+        assert!(e.is_retryable());
+        assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+        let e = connect("zk://127.0.0.1:1/x?bogus=1").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConfigInvalid);
     }
 
     #[tokio::test]

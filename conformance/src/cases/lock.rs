@@ -329,3 +329,30 @@ pub async fn related_names_are_independent(ctx: Ctx) -> CaseResult {
     ensure!(g5.is_some(), "lock x blocked by lock x/y");
     Ok(())
 }
+
+/// An uncontended acquire + release costs at most four data requests (counted by the
+/// client's stats, printed for the record).
+pub async fn uncontended_round_trips(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    // The first grant may create parent nodes; measure the steady state.
+    a.lock("rt").await?.release().await?;
+    let before = a.stats();
+    let g = a.lock("rt").await?;
+    g.release().await?;
+    let d = a.stats().since(&before);
+    println!(
+        "[{}] uncontended lock+release: {} requests (reads {}, writes {}, txns {}, watches {})",
+        a.kind(),
+        d.data_requests(),
+        d.reads,
+        d.writes,
+        d.txns,
+        d.watches_set
+    );
+    ensure!(
+        d.data_requests() <= 4,
+        "uncontended lock+release took {} requests: {d:?}",
+        d.data_requests()
+    );
+    Ok(())
+}
