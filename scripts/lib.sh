@@ -89,3 +89,36 @@ CFG
   tail -20 "$dir/server.log" >&2
   return 1
 }
+
+etcd_healthy() {
+  ETCDCTL_API=3 timeout 3 etcdctl --endpoints "127.0.0.1:$1" --dial-timeout 1s endpoint health >/dev/null 2>&1
+}
+
+# start_etcd NAME CLIENT_PORT PEER_PORT : a single-node etcd 3.4 on 127.0.0.1 with short
+# heartbeat/election timeouts (so 1-2 s leases work) and no fsync (tests only). PID in
+# NAME.pid.
+start_etcd() {
+  local name=$1 port=$2 peer=$3 dir="$COORD_SERVERS_DIR/$1"
+  apt_install etcd-server etcd-client
+  rm -rf "$dir" && mkdir -p "$dir"
+  nohup etcd --name "$name" --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "$name=http://127.0.0.1:$peer" \
+    --heartbeat-interval 50 --election-timeout 250 --unsafe-no-fsync --logger zap --log-level error \
+    >"$dir/server.log" 2>&1 &
+  echo $! > "$dir.pid"
+  for _ in $(seq 100); do
+    etcd_healthy "$port" && return 0
+    alive "$(cat "$dir.pid")" || break
+    sleep 0.1
+  done
+  log "etcd did not come up on port $port; log: $dir/server.log"
+  tail -20 "$dir/server.log" >&2
+  return 1
+}
+
+# ensure_protoc : etcd-client's build script needs protoc.
+ensure_protoc() {
+  command -v protoc >/dev/null 2>&1 || apt_install protobuf-compiler
+}

@@ -39,6 +39,9 @@ pub(crate) static DRIVERS: &[Driver] = &[
         schemes: &["etcd", "etcd+https"],
         backend: "the etcd backend",
         feature: Some("etcd"),
+        #[cfg(feature = "etcd")]
+        connect: Some(|url| Box::pin(coord_etcd::connect(url))),
+        #[cfg(not(feature = "etcd"))]
         connect: None,
     },
 ];

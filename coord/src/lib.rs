@@ -45,6 +45,10 @@ pub use coord_mem as mem;
 #[cfg(feature = "zk")]
 pub use coord_zk as zk;
 
+/// The etcd backend, for options built in code and its `concurrency`-compatible keys.
+#[cfg(feature = "etcd")]
+pub use coord_etcd as etcd;
+
 /// The variable [`connect_from_env`] reads.
 pub const URL_VAR: &str = "COORD_URL";
 
@@ -93,7 +97,10 @@ mod tests {
 
     #[tokio::test]
     async fn disabled_backend_names_the_feature() {
-        let mut disabled = vec![("etcd://127.0.0.1:2379/x", "`etcd`")];
+        let mut disabled = Vec::new();
+        if cfg!(not(feature = "etcd")) {
+            disabled.push(("etcd://127.0.0.1:2379/x", "`etcd`"));
+        }
         if cfg!(not(feature = "zk")) {
             disabled.push(("zk://127.0.0.1:2181/x", "`zk`"));
         }
@@ -119,6 +126,20 @@ mod tests {
         assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
         let e = connect("zk://127.0.0.1:1/x?bogus=1").await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConfigInvalid);
+    }
+
+    #[cfg(feature = "etcd")]
+    #[tokio::test]
+    async fn unreachable_etcd_is_a_typed_error() {
+        let e = connect("etcd://127.0.0.1:1/x?connect_timeout=1s")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+            "{e}"
+        );
+        assert!(e.is_retryable(), "{e:?}");
+        assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
     }
 
     #[tokio::test]

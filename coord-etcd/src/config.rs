@@ -1,0 +1,206 @@
+//! Config store: persistent keys `<ns>/config/<key>`; version = `mod_revision` (unique
+//! across the cluster's history, so a deleted and recreated key never reuses one);
+//! commits are one `Txn` whose `Else` branch reads back what the checks looked at, so a
+//! failure is told apart as `Fenced` or `VersionMismatch` in the same round trip.
+
+use async_trait::async_trait;
+use coord_core::{
+    Check, ConfigEvent, ConfigStore, Counter, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version,
+    Versioned, key_matches_prefix, validate_name, validate_prefix,
+};
+use etcd_client as etcd;
+use futures::stream::BoxStream;
+
+use crate::EtcdClient;
+use crate::watch::{self, Kv, Raw};
+
+fn version(rev: i64) -> Version {
+    Version::from_parts(rev as u64, 0)
+}
+
+impl EtcdClient {
+    fn config_root(&self) -> String {
+        self.inner.key("config/")
+    }
+}
+
+fn entry(root: &str, prefix: &str, kv: Kv) -> Option<Entry> {
+    let key = kv.key.strip_prefix(root)?.to_owned();
+    key_matches_prefix(&key, prefix).then(|| Entry {
+        key,
+        value: kv.value,
+        version: version(kv.mod_rev),
+    })
+}
+
+#[async_trait]
+impl ConfigStore for EtcdClient {
+    #[tracing::instrument(level = "debug", name = "coord.get", skip(self), fields(backend = "etcd"))]
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
+        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
+        let k = format!("{}{key}", self.config_root());
+        let resp = self
+            .inner
+            .call(Counter::Read, "get", false, |mut c| async move {
+                c.get(k, None).await
+            })
+            .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| Versioned::new(kv.value().to_vec(), version(kv.mod_revision()))))
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.list", skip(self), fields(backend = "etcd"))]
+    async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
+        let root = self.config_root();
+        let (_, kvs) = watch::range(&self.inner, &format!("{root}{prefix}")).await?;
+        Ok(kvs
+            .into_iter()
+            .filter_map(|kv| entry(&root, prefix, kv))
+            .collect())
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.commit", skip_all, fields(backend = "etcd", ops = txn.ops().len()))]
+    async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
+        txn.validate().map_err(|e| e.with_operation("commit"))?;
+        let root = self.config_root();
+        let full = |k: &str| format!("{root}{k}");
+        let mut compares = Vec::new();
+        let mut diagnose = Vec::new();
+        for check in txn.checks() {
+            match check {
+                Check::Version {
+                    key,
+                    version: Some(v),
+                } => {
+                    compares.push(etcd::Compare::mod_revision(
+                        full(key),
+                        etcd::CompareOp::Equal,
+                        v.parts().0 as i64,
+                    ));
+                    diagnose.push(etcd::TxnOp::get(full(key), None));
+                }
+                Check::Version { key, version: None } => {
+                    compares.push(etcd::Compare::create_revision(
+                        full(key),
+                        etcd::CompareOp::Equal,
+                        0,
+                    ));
+                    diagnose.push(etcd::TxnOp::get(full(key), None));
+                }
+                Check::Fence(f) => {
+                    compares.push(etcd::Compare::create_revision(
+                        f.resource(),
+                        etcd::CompareOp::Equal,
+                        f.token().get() as i64,
+                    ));
+                    diagnose.push(etcd::TxnOp::get(f.resource(), None));
+                }
+            }
+        }
+        let ops: Vec<etcd::TxnOp> = txn
+            .ops()
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value } => etcd::TxnOp::put(full(key), value.clone(), None),
+                Op::Delete { key } => etcd::TxnOp::delete(full(key), None),
+            })
+            .collect();
+        let request = etcd::Txn::new().when(compares).and_then(ops).or_else(diagnose);
+        let resp = self
+            .inner
+            .call(Counter::Txn, "commit", true, |mut c| async move {
+                c.txn(request).await
+            })
+            .await?;
+        let responses = resp.op_responses();
+        if !resp.succeeded() {
+            // Which check failed? Fences take precedence.
+            for (check, response) in txn.checks().iter().zip(&responses) {
+                if let (Check::Fence(f), etcd::TxnOpResponse::Get(g)) = (check, response) {
+                    let held = g
+                        .kvs()
+                        .first()
+                        .is_some_and(|kv| kv.create_revision() == f.token().get() as i64);
+                    if !held {
+                        return Err(Error::new(
+                            ErrorKind::Fenced,
+                            format!(
+                                "the guard with token {} is no longer held; nothing was written",
+                                f.token()
+                            ),
+                        )
+                        .with_operation("commit"));
+                    }
+                }
+            }
+            let detail = txn
+                .checks()
+                .iter()
+                .zip(&responses)
+                .find_map(|(check, response)| match (check, response) {
+                    (
+                        Check::Version {
+                            key,
+                            version: expected,
+                        },
+                        etcd::TxnOpResponse::Get(g),
+                    ) => {
+                        let actual = g.kvs().first().map(|kv| version(kv.mod_revision()));
+                        (actual != *expected).then(|| match (expected, actual) {
+                            (None, Some(a)) => {
+                                format!("config key {key:?} exists (version {a}); expected it absent")
+                            }
+                            (Some(e), None) => {
+                                format!("config key {key:?} does not exist; expected version {e}")
+                            }
+                            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
+                        })
+                    }
+                    _ => None,
+                })
+                .unwrap_or_else(|| "a checked config key changed; nothing was written".to_owned());
+            tracing::debug!(%detail, "coord.etcd.version_mismatch");
+            return Err(Error::new(ErrorKind::VersionMismatch, detail).with_operation("commit"));
+        }
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        Ok(responses
+            .iter()
+            .map(|r| match r {
+                etcd::TxnOpResponse::Delete(d) => OpResult::Delete(d.deleted() > 0),
+                _ => OpResult::Put(version(rev)),
+            })
+            .collect())
+    }
+
+    #[tracing::instrument(
+        level = "debug",
+        name = "coord.config.watch",
+        skip(self),
+        fields(backend = "etcd")
+    )]
+    async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
+        let root = self.config_root();
+        let scan = format!("{root}{prefix}");
+        let prefix = prefix.to_owned();
+        Ok(watch::spawn(self.inner.clone(), scan, move |raw| match raw {
+            Raw::Snapshot(kvs) => vec![ConfigEvent::Snapshot(
+                kvs.into_iter()
+                    .filter_map(|kv| entry(&root, &prefix, kv))
+                    .collect(),
+            )],
+            Raw::Resync => vec![ConfigEvent::Resync],
+            Raw::Put(kv) => entry(&root, &prefix, kv)
+                .map(ConfigEvent::Put)
+                .into_iter()
+                .collect(),
+            Raw::Delete(key) => match key.strip_prefix(&root) {
+                Some(k) if key_matches_prefix(k, &prefix) => vec![ConfigEvent::Delete(k.to_owned())],
+                _ => Vec::new(),
+            },
+        }))
+    }
+}

@@ -1,0 +1,121 @@
+//! Elections: `<ns>/elections/<name>/<lease id hex>` holding the leader value, the
+//! layout of etcd's `concurrency.Election` (`etcdctl elect <ns>/elections/<name>`).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use coord_core::{
+    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, Leadership, Result, validate_name,
+    validate_value,
+};
+use etcd_client as etcd;
+use futures::stream::BoxStream;
+use tracing::Instrument;
+
+use crate::EtcdClient;
+use crate::contender::acquire;
+use crate::watch::{self, Raw};
+
+impl EtcdClient {
+    /// The key prefix an election's candidates live under.
+    pub fn election_prefix(&self, name: &str) -> String {
+        self.inner.key(&format!("elections/{name}"))
+    }
+}
+
+fn is_candidate(dir: &str, key: &str) -> bool {
+    key.strip_prefix(dir)
+        .and_then(|r| r.strip_prefix('/'))
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+}
+
+#[async_trait]
+impl Election for EtcdClient {
+    async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
+        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
+        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
+        let span = tracing::debug_span!("coord.campaign", backend = "etcd", name);
+        let g = acquire(
+            &self.inner,
+            &self.inner.elections,
+            name,
+            self.election_prefix(name),
+            value.clone(),
+            true,
+        )
+        .instrument(span)
+        .await
+        .map_err(|e| e.with_operation("campaign"))?
+        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a campaign returned without a grant"))?;
+        Ok(Leadership::new(
+            name,
+            g.fence,
+            value,
+            g.hold,
+            Box::new(g.contender),
+        ))
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.leader", skip(self), fields(backend = "etcd"))]
+    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        validate_name("election name", name).map_err(|e| e.with_operation("leader"))?;
+        let dir = self.election_prefix(name);
+        let d = format!("{dir}/");
+        let resp = self
+            .inner
+            .call(Counter::Read, "leader", false, |mut c| async move {
+                c.get(d, Some(etcd::GetOptions::new().with_prefix())).await
+            })
+            .await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(watch::Kv::from)
+            .filter(|kv| is_candidate(&dir, &kv.key))
+            .min_by_key(|kv| kv.create_rev)
+            .map(|kv| LeaderInfo {
+                token: FencingToken(kv.create_rev as u64),
+                value: kv.value,
+            }))
+    }
+
+    #[tracing::instrument(level = "debug", name = "coord.observe", skip(self), fields(backend = "etcd"))]
+    async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<Option<LeaderInfo>>>> {
+        validate_name("election name", name).map_err(|e| e.with_operation("observe"))?;
+        let dir = self.election_prefix(name);
+        let mut candidates: BTreeMap<String, (i64, Vec<u8>)> = BTreeMap::new();
+        let mut shown: Option<Option<LeaderInfo>> = None;
+        let d = dir.clone();
+        Ok(watch::spawn(self.inner.clone(), format!("{dir}/"), move |raw| {
+            match raw {
+                Raw::Snapshot(kvs) => {
+                    candidates = kvs
+                        .into_iter()
+                        .filter(|kv| is_candidate(&d, &kv.key))
+                        .map(|kv| (kv.key, (kv.create_rev, kv.value)))
+                        .collect();
+                }
+                Raw::Put(kv) if is_candidate(&d, &kv.key) => {
+                    candidates.insert(kv.key, (kv.create_rev, kv.value));
+                }
+                Raw::Delete(key) if is_candidate(&d, &key) => {
+                    candidates.remove(&key);
+                }
+                Raw::Put(_) | Raw::Delete(_) | Raw::Resync => return Vec::new(),
+            }
+            let leader = candidates
+                .values()
+                .min_by_key(|(rev, _)| *rev)
+                .map(|(rev, value)| LeaderInfo {
+                    token: FencingToken(*rev as u64),
+                    value: value.clone(),
+                });
+            if shown.as_ref() == Some(&leader) {
+                Vec::new()
+            } else {
+                shown = Some(leader.clone());
+                vec![leader]
+            }
+        }))
+    }
+}

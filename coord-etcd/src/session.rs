@@ -1,0 +1,469 @@
+//! The lease session: one lease per client, kept alive at TTL/3. A keep-alive that is
+//! overdue ⇒ Suspended; the local deadline (last acknowledged keep-alive send + TTL −
+//! margin) passing, or the server saying the lease is gone ⇒ Lost. Then the old lease is
+//! revoked if it is still alive (its keys must not linger as zombies), a new lease is
+//! granted, and registrations are re-created.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use coord_core::{Counter, Error, ErrorKind, LocalQueue, Result, SessionState, SessionStatus, StatsRecorder};
+use etcd_client as etcd;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::error::map;
+use crate::options::EtcdOptions;
+
+/// The current lease and which of our sessions it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease {
+    pub id: i64,
+    pub generation: u64,
+}
+
+/// A registration re-created on every new lease.
+#[derive(Debug, Clone)]
+pub(crate) struct RegEntry {
+    pub key: String,
+    pub data: Vec<u8>,
+}
+
+/// Shared state of one etcd client.
+pub(crate) struct Inner {
+    pub options: EtcdOptions,
+    /// `<namespace>/`, or empty.
+    pub prefix: String,
+    client: etcd::Client,
+    lease: RwLock<Option<Lease>>,
+    pub status: watch::Sender<SessionStatus>,
+    pub stats: StatsRecorder,
+    pub locks: LocalQueue,
+    pub elections: LocalQueue,
+    registrations: Mutex<HashMap<u64, RegEntry>>,
+    next_registration: AtomicU64,
+    /// Ids of this client's earlier leases (their keys are ours until they expire).
+    past_leases: Mutex<Vec<i64>>,
+    closed: AtomicBool,
+    shutdown: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Opens the gRPC client (no global request timeout: it would cut blocking waits).
+pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
+    let mut connect = etcd::ConnectOptions::new()
+        .with_connect_timeout(options.connect_timeout)
+        // etcd refuses pings more often than every 5 s by default.
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(true);
+    if let Some((user, password)) = &options.credentials {
+        connect = connect.with_user(user.clone(), password.clone());
+    }
+    if options.tls {
+        #[cfg(feature = "tls")]
+        {
+            connect = connect.with_tls(etcd::TlsOptions::new());
+        }
+        #[cfg(not(feature = "tls"))]
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            "etcd+https:// needs the `tls` feature of coord-etcd (or of coord)",
+        ));
+    }
+    let urls = options.urls();
+    match tokio::time::timeout(
+        options.connect_timeout,
+        etcd::Client::connect(&urls, Some(connect)),
+    )
+    .await
+    {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(Error::new(
+            map(e, "connect", false).kind(),
+            format!(
+                "cannot connect to etcd at {}: is the server running and reachable?",
+                urls.join(",")
+            ),
+        )
+        .with_operation("connect")
+        .with_retryable(true)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "no answer from etcd at {} within {:?}",
+                urls.join(","),
+                options.connect_timeout
+            ),
+        )
+        .with_operation("connect")),
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(options: EtcdOptions, client: etcd::Client) -> Arc<Inner> {
+        let prefix = if options.namespace.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", options.namespace)
+        };
+        let (status, _) = watch::channel(SessionStatus::new(SessionState::Lost, 0));
+        Arc::new(Inner {
+            options,
+            prefix,
+            client,
+            lease: RwLock::new(None),
+            status,
+            stats: StatsRecorder::default(),
+            locks: LocalQueue::default(),
+            elections: LocalQueue::default(),
+            registrations: Mutex::new(HashMap::new()),
+            next_registration: AtomicU64::new(1),
+            past_leases: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            shutdown: Notify::new(),
+        })
+    }
+
+    /// `<namespace>/<rel>`.
+    pub(crate) fn key(&self, rel: &str) -> String {
+        format!("{}{rel}", self.prefix)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// The current lease, or why there is none.
+    pub(crate) fn lease(&self) -> Result<Lease> {
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
+        (*self.lease.read().unwrap_or_else(|p| p.into_inner())).ok_or_else(|| {
+            Error::new(
+                ErrorKind::SessionLost,
+                "the etcd lease was lost and a new one is not granted yet; retry",
+            )
+        })
+    }
+
+    pub(crate) fn lease_id(&self) -> i64 {
+        self.lease().map(|l| l.id).unwrap_or(0)
+    }
+
+    pub(crate) fn is_past_lease(&self, id: i64) -> bool {
+        lock(&self.past_leases).contains(&id)
+    }
+
+    /// One request with the request deadline and error mapping.
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        counter: Counter,
+        op: &'static str,
+        write: bool,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(etcd::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd::Error>>,
+    {
+        if self.is_closed() {
+            return Err(Error::closed().with_operation(op));
+        }
+        self.stats.incr(counter);
+        let deadline = self.options.request_timeout;
+        match tokio::time::timeout(deadline, Box::pin(f(self.client.clone()))).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map(e, op, write)),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no answer from etcd within {deadline:?}"),
+            )
+            .with_operation(op)
+            .with_outcome_unknown(write)),
+        }
+    }
+
+    pub(crate) fn registrations(&self) -> MutexGuard<'_, HashMap<u64, RegEntry>> {
+        lock(&self.registrations)
+    }
+
+    pub(crate) fn add_registration(&self, entry: RegEntry) -> u64 {
+        let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
+        self.registrations().insert(id, entry);
+        id
+    }
+
+    /// Waits until session `generation` is over (lost, replaced or closed).
+    pub(crate) async fn session_ended(&self, generation: u64) {
+        let mut rx = self.status.subscribe();
+        let _ = rx
+            .wait_for(|s| {
+                s.generation != generation || matches!(s.state, SessionState::Lost | SessionState::Closed)
+            })
+            .await;
+    }
+
+    fn set_status(&self, state: SessionState, generation: u64) {
+        let changed = self.status.send_if_modified(|s| {
+            let next = SessionStatus::new(state, generation);
+            if *s != next && s.state != SessionState::Closed {
+                *s = next;
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            self.stats.incr(Counter::SessionTransition);
+            tracing::info!(namespace = %self.options.namespace, %state, generation, "coord.etcd.session");
+        }
+    }
+
+    /// Grants a lease of the configured TTL; returns its id and granted TTL.
+    pub(crate) async fn grant(&self) -> Result<(i64, Duration)> {
+        let ttl = self.options.ttl_secs();
+        let resp = self
+            .call(Counter::SessionRequest, "lease grant", true, |mut c| async move {
+                c.lease_grant(ttl, None).await
+            })
+            .await?;
+        let granted = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(1).max(1));
+        Ok((resp.id(), granted))
+    }
+
+    /// Installs a freshly granted lease as session `generation`.
+    pub(crate) fn install(&self, id: i64, generation: u64) {
+        *self.lease.write().unwrap_or_else(|p| p.into_inner()) = Some(Lease { id, generation });
+        self.set_status(SessionState::Connected, generation);
+    }
+
+    /// Revokes the lease (deleting its keys) and stops supervision.
+    pub(crate) async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.registrations().clear();
+        let old = self.lease.write().unwrap_or_else(|p| p.into_inner()).take();
+        let generation = old.map(|l| l.generation).unwrap_or(0);
+        self.status
+            .send_replace(SessionStatus::new(SessionState::Closed, generation));
+        self.stats.incr(Counter::SessionTransition);
+        self.shutdown.notify_waiters();
+        tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
+        if let Some(lease) = old {
+            self.stats.incr(Counter::SessionRequest);
+            let mut c = self.client.clone();
+            match tokio::time::timeout(self.options.request_timeout, c.lease_revoke(lease.id)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    let e = map(e, "close", true);
+                    if e.kind() != ErrorKind::SessionLost {
+                        return Err(e);
+                    }
+                }
+                Err(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        "lease revoke timed out; the lease expires by TTL",
+                    )
+                    .with_operation("close"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The supervision loop; ends when the client is closed.
+    pub(crate) async fn supervise(self: Arc<Self>, mut ttl: Duration) {
+        loop {
+            let Ok(lease) = self.lease() else { return };
+            let reason = self.keep_alive(lease, ttl).await;
+            let Some(reason) = reason else { return };
+            if self.is_closed() {
+                return;
+            }
+            tracing::warn!(namespace = %self.options.namespace, generation = lease.generation, reason, "coord.etcd.session_lost");
+            *self.lease.write().unwrap_or_else(|p| p.into_inner()) = None;
+            lock(&self.past_leases).push(lease.id);
+            self.set_status(SessionState::Lost, lease.generation);
+            // Never resume a lease we gave up on: revoke it so its keys go now.
+            let inner = self.clone();
+            tokio::spawn(async move {
+                let _ = inner
+                    .call(
+                        Counter::SessionRequest,
+                        "lease revoke",
+                        true,
+                        |mut c| async move { c.lease_revoke(lease.id).await },
+                    )
+                    .await;
+            });
+            match self.regrant(lease.generation + 1).await {
+                Some(t) => ttl = t,
+                None => return,
+            }
+        }
+    }
+
+    /// Keeps `lease` alive until it is lost (returns why) or the client closes (`None`).
+    async fn keep_alive(&self, lease: Lease, ttl: Duration) -> Option<&'static str> {
+        let interval = ttl / 3;
+        let margin = (ttl / 10).max(Duration::from_millis(100));
+        let mut last_ok_sent = Instant::now();
+        let mut stream: Option<(etcd::LeaseKeeper, etcd::LeaseKeepAliveStream)> = None;
+        loop {
+            if self.is_closed() {
+                return None;
+            }
+            let deadline = last_ok_sent + ttl - margin;
+            if Instant::now() >= deadline {
+                return Some("no keep-alive acknowledged within the lease TTL");
+            }
+            let sent_at = Instant::now();
+            let wait = interval.min(deadline - sent_at);
+            let answered = tokio::time::timeout(wait, async {
+                if stream.is_none() {
+                    let mut c = self.client.clone();
+                    stream = Some(
+                        c.lease_keep_alive(lease.id)
+                            .await
+                            .map_err(|e| map(e, "keep-alive", false))?,
+                    );
+                }
+                let (keeper, responses) = stream
+                    .as_mut()
+                    .ok_or_else(|| Error::new(ErrorKind::Unexpected, "no stream"))?;
+                self.stats.incr(Counter::SessionRequest);
+                keeper
+                    .keep_alive()
+                    .await
+                    .map_err(|e| map(e, "keep-alive", false))?;
+                responses
+                    .message()
+                    .await
+                    .map_err(|e| map(e, "keep-alive", false))?
+                    .ok_or_else(|| Error::new(ErrorKind::Unavailable, "keep-alive stream ended"))
+            });
+            let outcome = tokio::select! {
+                r = answered => r,
+                _ = self.shutdown.notified() => return None,
+            };
+            match outcome {
+                Ok(Ok(resp)) if resp.ttl() > 0 => {
+                    last_ok_sent = sent_at;
+                    self.set_status(SessionState::Connected, lease.generation);
+                }
+                Ok(Ok(_)) => return Some("the server says the lease is gone"),
+                Ok(Err(e)) if e.kind() == ErrorKind::SessionLost => {
+                    return Some("the server says the lease is gone");
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "coord.etcd.keep_alive_failed");
+                    stream = None;
+                    self.set_status(SessionState::Suspended, lease.generation);
+                }
+                Err(_overdue) => {
+                    stream = None;
+                    self.set_status(SessionState::Suspended, lease.generation);
+                }
+            }
+            // Next keep-alive at TTL/3 after this one was sent (sooner after a failure).
+            let next = if stream.is_some() {
+                sent_at + interval
+            } else {
+                Instant::now() + interval / 4
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                _ = self.shutdown.notified() => return None,
+            }
+        }
+    }
+
+    /// Grants the next lease with backoff; its TTL, or `None` if closed meanwhile.
+    async fn regrant(self: &Arc<Self>, generation: u64) -> Option<Duration> {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if self.is_closed() {
+                return None;
+            }
+            match self.grant().await {
+                Ok((id, ttl)) => {
+                    if self.is_closed() {
+                        let _ = self
+                            .call(
+                                Counter::SessionRequest,
+                                "lease revoke",
+                                true,
+                                |mut c| async move { c.lease_revoke(id).await },
+                            )
+                            .await;
+                        return None;
+                    }
+                    self.install(id, generation);
+                    self.reregister_all(generation);
+                    return Some(ttl);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "coord.etcd.regrant_failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.shutdown.notified() => return None,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    fn reregister_all(self: &Arc<Self>, generation: u64) {
+        let ids: Vec<u64> = self.registrations().keys().copied().collect();
+        for id in ids {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.reregister(id, generation).await });
+        }
+    }
+
+    async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
+        let until = Instant::now() + self.options.lease_ttl * 3;
+        loop {
+            let Some(entry) = self.registrations().get(&id).cloned() else {
+                return;
+            };
+            let current = self.lease().map(|l| l.generation == generation).unwrap_or(false);
+            if !current || Instant::now() > until {
+                return;
+            }
+            match crate::registry::create_instance(&self, &entry.key, &entry.data).await {
+                Ok(()) => {
+                    tracing::info!(key = %entry.key, "coord.etcd.reregistered");
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    tracing::warn!(key = %entry.key, "coord.etcd.reregister_conflict: another live client owns this instance id");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(key = %entry.key, error = %e, "coord.etcd.reregister_retry");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn remove_registration(&self, id: u64) {
+        self.registrations().remove(&id);
+    }
+
+    pub(crate) fn update_registration(&self, id: u64, data: Vec<u8>) {
+        if let Some(e) = self.registrations().get_mut(&id) {
+            e.data = data;
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The conformance suite against a real etcd: `COORD_TEST_ETCD=host:port`.
+//!
+//! Every client reaches the server through its own fault proxy (suspend, crash, watch
+//! gaps); sessions are killed from outside with `LeaseRevoke` from a separate client.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coord_conformance::{Case, CaseResult, Ctx, Factory, FaultProxy, Faults, Needs};
+use coord_core::{Client, Error, ErrorKind, Result};
+use coord_etcd::{EtcdClient, EtcdOptions};
+
+const LEASE_TTL: Duration = Duration::from_secs(2);
+
+struct EtcdFactory {
+    server: SocketAddr,
+    proxies: Mutex<Vec<(usize, Arc<FaultProxy>)>>,
+}
+
+fn id_of(client: &Client) -> usize {
+    Arc::as_ptr(client.backend()) as *const () as usize
+}
+
+fn etcd_of(client: &Client) -> Result<&EtcdClient> {
+    client
+        .backend()
+        .as_any()
+        .downcast_ref::<EtcdClient>()
+        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not an etcd client"))
+}
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Unavailable, format!("{what}: {e}"))
+}
+
+impl EtcdFactory {
+    fn proxy(&self, client: &Client) -> Result<Arc<FaultProxy>> {
+        let id = id_of(client);
+        self.proxies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            // An address is reused only after its client is gone: the newest entry is live.
+            .rev()
+            .find(|(i, _)| *i == id)
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, "client has no proxy"))
+    }
+
+    async fn admin(&self) -> Result<etcd_client::Client> {
+        etcd_client::Client::connect([format!("http://{}", self.server)], None)
+            .await
+            .map_err(|e| unavailable("admin connect", e))
+    }
+}
+
+#[async_trait]
+impl Factory for EtcdFactory {
+    fn name(&self) -> &str {
+        "etcd"
+    }
+
+    fn faults(&self) -> Faults {
+        Faults {
+            kill_session: true,
+            crash: true,
+            suspend: true,
+            watch_gap: true,
+        }
+    }
+
+    fn session_timeout(&self) -> Duration {
+        LEASE_TTL
+    }
+
+    async fn open(&self, namespace: &str) -> Result<Client> {
+        let proxy = Arc::new(
+            FaultProxy::start(self.server)
+                .await
+                .map_err(|e| unavailable("proxy", e))?,
+        );
+        let url = format!(
+            "etcd://{}/{namespace}?lease_ttl={}s&request_timeout=3s",
+            proxy.addr(),
+            LEASE_TTL.as_secs()
+        );
+        let client = EtcdClient::connect(EtcdOptions::from_url(&url)?)
+            .await?
+            .into_client();
+        self.proxies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id_of(&client), proxy));
+        Ok(client)
+    }
+
+    fn url_base(&self) -> String {
+        format!("etcd://{}", self.server)
+    }
+
+    async fn connect_url(&self, url: &str) -> Result<Client> {
+        coord_etcd::connect(url).await
+    }
+
+    async fn kill_session(&self, client: &Client) -> Result<()> {
+        let lease = etcd_of(client)?.lease_id();
+        self.admin()
+            .await?
+            .lease_revoke(lease)
+            .await
+            .map_err(|e| unavailable("lease revoke", e))?;
+        Ok(())
+    }
+
+    async fn crash(&self, client: &Client) -> Result<()> {
+        self.proxy(client)?.refuse();
+        Ok(())
+    }
+
+    async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
+        self.proxy(client)?.refuse_for(duration);
+        Ok(())
+    }
+
+    async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
+        self.proxy(client)?.refuse();
+        Ok(())
+    }
+
+    async fn end_watch_gap(&self, client: &Client) -> Result<()> {
+        // Compact away the history the cut-off watch still needs, then let it reconnect.
+        let mut admin = self.admin().await?;
+        let rev = admin
+            .get("coordtest-compaction-probe", None)
+            .await
+            .map_err(|e| unavailable("read revision", e))?
+            .header()
+            .map(|h| h.revision())
+            .unwrap_or(0);
+        admin
+            .compact(rev, None)
+            .await
+            .map_err(|e| unavailable("compact", e))?;
+        self.proxy(client)?.pass();
+        Ok(())
+    }
+}
+
+/// `etcdctl lock <prefix>` (etcd's server-side lock on the same layout) and a coord
+/// lock on the same name exclude each other.
+async fn etcdctl_lock_excludes(ctx: Ctx) -> CaseResult {
+    use anyhow::{Context as _, ensure};
+    use coord_core::Lock;
+    let server = std::env::var("COORD_TEST_ETCD")?;
+    let client = ctx.client().await?;
+    let prefix = etcd_of(&client)?.lock_prefix("shared");
+    // etcdctl holds first: coord cannot take the lock.
+    let mut holder = tokio::process::Command::new("etcdctl")
+        .args([
+            "--endpoints",
+            &server,
+            "lock",
+            &prefix,
+            "--",
+            "sh",
+            "-c",
+            "echo held; sleep 2",
+        ])
+        .env("ETCDCTL_API", "3")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("run etcdctl lock")?;
+    let mut out = tokio::io::BufReader::new(holder.stdout.take().context("no stdout")?);
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line),
+    )
+    .await
+    .context("etcdctl never took the lock")??;
+    ensure!(line.trim() == "held", "etcdctl printed {line:?}");
+    ensure!(
+        client.try_lock("shared").await?.is_none(),
+        "coord took a lock etcdctl holds"
+    );
+    let c2 = client.clone();
+    let waiter = tokio::spawn(async move { c2.lock("shared").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ensure!(!waiter.is_finished(), "coord did not wait for etcdctl's lock");
+    let status = tokio::time::timeout(Duration::from_secs(10), holder.wait())
+        .await
+        .context("etcdctl hung")??;
+    ensure!(status.success(), "etcdctl lock failed: {status}");
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .context("coord never acquired")???;
+
+    // coord holds: etcdctl must wait until coord releases.
+    let mut waiting = tokio::process::Command::new("etcdctl")
+        .args(["--endpoints", &server, "lock", &prefix, "--", "echo", "got"])
+        .env("ETCDCTL_API", "3")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("run etcdctl lock")?;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    if let Some(status) = waiting.try_wait()? {
+        let keys = tokio::process::Command::new("etcdctl")
+            .args(["--endpoints", &server, "get", "--prefix", &prefix, "-w", "fields"])
+            .env("ETCDCTL_API", "3")
+            .output()
+            .await?;
+        anyhow::bail!(
+            "etcdctl finished ({status}) while coord holds the lock (token {}); keys: {}",
+            guard.token(),
+            String::from_utf8_lossy(&keys.stdout)
+        );
+    }
+    guard.release().await?;
+    let output = tokio::time::timeout(Duration::from_secs(10), waiting.wait_with_output())
+        .await
+        .context("etcdctl never got the lock after coord released it")??;
+    ensure!(
+        String::from_utf8_lossy(&output.stdout).contains("got"),
+        "etcdctl output {output:?}"
+    );
+    Ok(())
+}
+
+/// A compaction under an open config watch that had fallen behind yields `Resync`, then
+/// the right final values.
+async fn compaction_under_watch_resyncs(ctx: Ctx) -> CaseResult {
+    use anyhow::{bail, ensure};
+    use coord_conformance::util::next_event;
+    use coord_core::{ConfigEvent, ConfigStore};
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut w = ConfigStore::watch(&b, "c").await?;
+    next_event(&mut w, Duration::from_secs(10), "snapshot").await?;
+    ctx.factory().begin_watch_gap(&b).await?;
+    for i in 0..5u8 {
+        a.put("c/k", vec![i]).await?;
+    }
+    ctx.factory().end_watch_gap(&b).await?;
+    match next_event(&mut w, Duration::from_secs(15), "after compaction").await? {
+        ConfigEvent::Resync => {}
+        other => bail!("got {other:?} after compaction, expected Resync"),
+    }
+    match next_event(&mut w, Duration::from_secs(15), "snapshot after Resync").await? {
+        ConfigEvent::Snapshot(e) => ensure!(e.len() == 1 && e[0].value == [4], "snapshot {e:?}"),
+        other => bail!("got {other:?}, expected Snapshot"),
+    }
+    Ok(())
+}
+
+fn main() {
+    let factory = std::env::var("COORD_TEST_ETCD")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|endpoint| {
+            let server: SocketAddr = endpoint.parse().unwrap_or_else(|e| {
+                panic!("COORD_TEST_ETCD={endpoint:?} is not host:port of an IP address: {e}")
+            });
+            Arc::new(EtcdFactory {
+                server,
+                proxies: Mutex::new(Vec::new()),
+            }) as Arc<dyn Factory>
+        });
+    let extra = vec![
+        Case {
+            name: "etcd::etcdctl_lock_excludes",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(etcdctl_lock_excludes(ctx)),
+        },
+        Case {
+            name: "etcd::compaction_under_watch_resyncs",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(compaction_under_watch_resyncs(ctx)),
+        },
+    ];
+    coord_conformance::run_main_with(
+        "etcd",
+        factory,
+        "set COORD_TEST_ETCD=127.0.0.1:PORT (./scripts/test starts a server)",
+        extra,
+    );
+}
