@@ -186,7 +186,7 @@ impl ConfigStore for EtcdClient {
         let root = self.config_root();
         let scan = format!("{root}{prefix}");
         let prefix = prefix.to_owned();
-        Ok(watch::spawn(self.inner.clone(), scan, move |raw| match raw {
+        watch::open(self.inner.clone(), scan, move |raw| match raw {
             Raw::Snapshot(kvs) => vec![ConfigEvent::Snapshot(
                 kvs.into_iter()
                     .filter_map(|kv| entry(&root, &prefix, kv))
@@ -201,6 +201,7 @@ impl ConfigStore for EtcdClient {
                 Some(k) if key_matches_prefix(k, &prefix) => vec![ConfigEvent::Delete(k.to_owned())],
                 _ => Vec::new(),
             },
-        }))
+        })
+        .await
     }
 }

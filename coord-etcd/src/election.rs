@@ -86,7 +86,7 @@ impl Election for EtcdClient {
         let mut candidates: BTreeMap<String, (i64, Vec<u8>)> = BTreeMap::new();
         let mut shown: Option<Option<LeaderInfo>> = None;
         let d = dir.clone();
-        Ok(watch::spawn(self.inner.clone(), format!("{dir}/"), move |raw| {
+        watch::open(self.inner.clone(), format!("{dir}/"), move |raw| {
             match raw {
                 Raw::Snapshot(kvs) => {
                     candidates = kvs
@@ -116,6 +116,7 @@ impl Election for EtcdClient {
                 shown = Some(leader.clone());
                 vec![leader]
             }
-        }))
+        })
+        .await
     }
 }

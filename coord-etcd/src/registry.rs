@@ -210,32 +210,29 @@ impl Registry for EtcdClient {
         let dir = self.service_dir(service);
         let mut known: BTreeMap<String, ServiceInstance> = BTreeMap::new();
         let d = dir.clone();
-        Ok(watch::spawn(
-            self.inner.clone(),
-            format!("{dir}/"),
-            move |raw| match raw {
-                Raw::Snapshot(kvs) => {
-                    known = decode(&d, kvs);
-                    vec![RegistryEvent::Snapshot(known.values().cloned().collect())]
+        watch::open(self.inner.clone(), format!("{dir}/"), move |raw| match raw {
+            Raw::Snapshot(kvs) => {
+                known = decode(&d, kvs);
+                vec![RegistryEvent::Snapshot(known.values().cloned().collect())]
+            }
+            Raw::Resync => vec![RegistryEvent::Resync],
+            Raw::Put(kv) => {
+                let key = kv.key.clone();
+                let Some((id, instance)) = decode(&d, [kv]).into_iter().next() else {
+                    tracing::debug!(%key, "coord.etcd.registry_watch_skip");
+                    return Vec::new();
+                };
+                match known.insert(id, instance.clone()) {
+                    None => vec![RegistryEvent::Joined(instance)],
+                    Some(old) if old == instance => Vec::new(),
+                    Some(_) => vec![RegistryEvent::Updated(instance)],
                 }
-                Raw::Resync => vec![RegistryEvent::Resync],
-                Raw::Put(kv) => {
-                    let key = kv.key.clone();
-                    let Some((id, instance)) = decode(&d, [kv]).into_iter().next() else {
-                        tracing::debug!(%key, "coord.etcd.registry_watch_skip");
-                        return Vec::new();
-                    };
-                    match known.insert(id, instance.clone()) {
-                        None => vec![RegistryEvent::Joined(instance)],
-                        Some(old) if old == instance => Vec::new(),
-                        Some(_) => vec![RegistryEvent::Updated(instance)],
-                    }
-                }
-                Raw::Delete(key) => match key.strip_prefix(&format!("{d}/")).map(str::to_owned) {
-                    Some(id) if known.remove(&id).is_some() => vec![RegistryEvent::Left(id)],
-                    _ => Vec::new(),
-                },
+            }
+            Raw::Delete(key) => match key.strip_prefix(&format!("{d}/")).map(str::to_owned) {
+                Some(id) if known.remove(&id).is_some() => vec![RegistryEvent::Left(id)],
+                _ => Vec::new(),
             },
-        ))
+        })
+        .await
     }
 }

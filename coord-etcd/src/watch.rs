@@ -60,13 +60,24 @@ pub(crate) async fn range(inner: &Inner, prefix: &str) -> Result<(i64, Vec<Kv>)>
     Ok((rev, resp.kvs().iter().filter_map(Kv::from).collect()))
 }
 
-/// Spawns the watch loop over keys starting with `prefix`.
-pub(crate) fn spawn<T, F>(inner: Arc<Inner>, prefix: String, mut map: F) -> BoxStream<'static, Result<T>>
+/// Reads the snapshot now (so it reflects the state when the caller's `watch` returns,
+/// and errors surface to the caller), then spawns the watch loop over keys starting with
+/// `prefix`.
+pub(crate) async fn open<T, F>(
+    inner: Arc<Inner>,
+    prefix: String,
+    mut map: F,
+) -> Result<BoxStream<'static, Result<T>>>
 where
     T: Send + 'static,
     F: FnMut(Raw) -> Vec<T> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<T>>(256);
+    let mut initial = Some(
+        range(&inner, &prefix)
+            .await
+            .map_err(|e| e.with_operation("watch"))?,
+    );
     tokio::spawn(async move {
         let send = |items: Vec<T>, tx: &mpsc::Sender<Result<T>>| {
             let tx = tx.clone();
@@ -85,7 +96,11 @@ where
                 return;
             }
             first = false;
-            let Some((rev, kvs)) = retry(&inner, &tx, || range(&inner, &prefix)).await else {
+            let snapshot = match initial.take() {
+                Some(s) => Some(s),
+                None => retry(&inner, &tx, || range(&inner, &prefix)).await,
+            };
+            let Some((rev, kvs)) = snapshot else {
                 return;
             };
             if !send(map(Raw::Snapshot(kvs)), &tx).await {
@@ -153,7 +168,7 @@ where
             }
         }
     });
-    Box::pin(ReceiverStream::new(rx))
+    Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
 /// Runs `f` until it succeeds, backing off on retryable errors; `None` when the stream

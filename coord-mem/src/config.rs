@@ -136,7 +136,7 @@ impl ConfigStore for MemClient {
         let root = self.config_root();
         let scan = format!("{root}/{prefix}");
         let prefix = prefix.to_owned();
-        Ok(watch::spawn(self.inner.clone(), scan, move |raw| match raw {
+        watch::spawn(self.inner.clone(), scan, move |raw| match raw {
             Raw::Snapshot(entries) => vec![ConfigEvent::Snapshot(
                 entries
                     .into_iter()
@@ -162,6 +162,7 @@ impl ConfigStore for MemClient {
                 }],
                 _ => Vec::new(),
             },
-        }))
+        })
+        .map_err(|e| e.with_operation("watch"))
     }
 }

@@ -75,7 +75,7 @@ impl Election for MemClient {
             k.len() > prefix.len() && k.starts_with(&prefix) && !k[prefix.len()..].contains('/')
         };
         let watch_prefix = format!("{dir}/");
-        Ok(watch::spawn(self.inner.clone(), watch_prefix, move |raw| {
+        watch::spawn(self.inner.clone(), watch_prefix, move |raw| {
             match raw {
                 Raw::Snapshot(entries) => {
                     candidates = entries
@@ -107,6 +107,7 @@ impl Election for MemClient {
                 shown = Some(leader.clone());
                 vec![leader]
             }
-        }))
+        })
+        .map_err(|e| e.with_operation("watch"))
     }
 }

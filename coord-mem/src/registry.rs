@@ -165,7 +165,7 @@ impl Registry for MemClient {
         let dir = self.service_dir(service);
         let prefix = format!("{dir}/");
         let mut known: BTreeMap<String, ServiceInstance> = BTreeMap::new();
-        Ok(watch::spawn(self.inner.clone(), prefix, move |raw| match raw {
+        watch::spawn(self.inner.clone(), prefix, move |raw| match raw {
             Raw::Snapshot(entries) => {
                 known = decode_children(&dir, entries.into_iter().map(|(k, d)| (k, d.value)));
                 vec![RegistryEvent::Snapshot(known.values().cloned().collect())]
@@ -194,6 +194,7 @@ impl Registry for MemClient {
                     }
                 }
             }
-        }))
+        })
+        .map_err(|e| e.with_operation("watch"))
     }
 }

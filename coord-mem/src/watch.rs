@@ -23,23 +23,30 @@ pub(crate) enum Raw {
     Resync,
 }
 
-/// Spawns the watch loop over keys starting with `prefix`; `map` turns raw events into
-/// the primitive's events (zero or more each).
-pub(crate) fn spawn<T, F>(inner: Arc<Inner>, prefix: String, mut map: F) -> BoxStream<'static, Result<T>>
+/// Reads the snapshot now (so it reflects the state when the caller's `watch` returns),
+/// then spawns the watch loop over keys starting with `prefix`; `map` turns raw events
+/// into the primitive's events (zero or more each).
+pub(crate) fn spawn<T, F>(
+    inner: Arc<Inner>,
+    prefix: String,
+    mut map: F,
+) -> Result<BoxStream<'static, Result<T>>>
 where
     T: Send + 'static,
     F: FnMut(Raw) -> Vec<T> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<T>>(256);
     inner.stats.incr(Counter::WatchSet);
+    let (first_rev, first) = read_snapshot(&inner, &prefix)?;
     tokio::spawn(async move {
         let mut sink = Sink {
             tx: &tx,
             map: &mut map,
         };
-        let Some(mut after) = sink.snapshot(&inner, &prefix).await else {
+        if !sink.send(Raw::Snapshot(first)).await {
             return;
-        };
+        }
+        let mut after = first_rev;
         let mut revisions = inner.cluster.revisions();
         loop {
             tokio::select! {
@@ -79,7 +86,15 @@ where
             }
         }
     });
-    Box::pin(ReceiverStream::new(rx))
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// Every key under `prefix` and the revision of the read.
+fn read_snapshot(inner: &Inner, prefix: &str) -> Result<(u64, Vec<(String, KeyData)>)> {
+    inner.request(Counter::Read, |s| {
+        let entries: Vec<(String, KeyData)> = s.range(prefix).map(|(k, d)| (k.clone(), d.clone())).collect();
+        (s.revision(), entries)
+    })
 }
 
 struct Sink<'a, T, F> {

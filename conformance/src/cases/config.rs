@@ -281,3 +281,27 @@ pub async fn watch_resync_on_gap(ctx: Ctx) -> CaseResult {
         }
     }
 }
+
+/// The snapshot reflects the state when `watch` returns: a change made right after it
+/// returns is delivered as a change, not folded into the snapshot.
+pub async fn watch_snapshot_is_taken_at_call(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    a.put("s/old", b"1".to_vec()).await?;
+    let mut w = a.watch("s").await?;
+    a.put("s/new", b"2".to_vec()).await?;
+    match next_event(&mut w, QUICK, "snapshot").await? {
+        ConfigEvent::Snapshot(entries) => {
+            let keys: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+            ensure!(
+                keys == ["s/old"],
+                "snapshot {keys:?} includes a change made after watch returned"
+            );
+        }
+        other => bail!("first event {other:?}, expected Snapshot"),
+    }
+    match next_event(&mut w, QUICK, "change after the call").await? {
+        ConfigEvent::Put(e) => ensure!(e.key == "s/new" && e.value == b"2", "got {e:?}"),
+        other => bail!("got {other:?}, expected Put(s/new)"),
+    }
+    Ok(())
+}

@@ -180,3 +180,22 @@ pub async fn watch_sees_crash_departure(ctx: Ctx) -> CaseResult {
         }
     }
 }
+
+/// The snapshot reflects the set when `watch` returns: an instance registered right
+/// after it returns arrives as `Joined`.
+pub async fn watch_snapshot_is_taken_at_call(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let mut w = a.watch("api").await?;
+    let _r = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    match next_event(&mut w, QUICK, "snapshot").await? {
+        RegistryEvent::Snapshot(list) => {
+            ensure!(list.is_empty(), "snapshot {:?} includes a later join", ids(&list))
+        }
+        other => anyhow::bail!("first event {other:?}, expected Snapshot"),
+    }
+    match next_event(&mut w, QUICK, "join").await? {
+        RegistryEvent::Joined(i) => ensure!(i.id == "n1", "joined {i:?}"),
+        other => anyhow::bail!("got {other:?}, expected Joined(n1)"),
+    }
+    Ok(())
+}
