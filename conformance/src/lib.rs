@@ -31,4 +31,4 @@ pub mod util;
 
 pub use factory::{Factory, Faults};
 pub use harness::{Case, CaseResult, Ctx, Needs, run_main, run_main_with};
-pub use proxy::FaultProxy;
+pub use proxy::{FaultProxy, ProxyMap};

@@ -115,3 +115,62 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, mode: watch::R
         while conns.try_join_next().is_some() {}
     }
 }
+
+/// Which proxy each client goes through, for factories that give every client its own.
+#[derive(Debug, Default)]
+pub struct ProxyMap {
+    /// By the client's backend address, oldest first.
+    entries: std::sync::Mutex<Vec<(usize, std::sync::Arc<FaultProxy>)>>,
+}
+
+fn client_id(client: &coord_core::Client) -> usize {
+    std::sync::Arc::as_ptr(client.backend()) as *const () as usize
+}
+
+impl ProxyMap {
+    /// Starts a proxy to `upstream`, opens a client through it with `open(proxy address)`,
+    /// and remembers the pair.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` if the proxy cannot start; whatever `open` returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the proxy (and any client being opened through it) is dropped.
+    pub async fn open<F, Fut>(&self, upstream: SocketAddr, open: F) -> coord_core::Result<coord_core::Client>
+    where
+        F: FnOnce(SocketAddr) -> Fut,
+        Fut: std::future::Future<Output = coord_core::Result<coord_core::Client>>,
+    {
+        let proxy = FaultProxy::start(upstream).await.map_err(|e| {
+            coord_core::Error::new(coord_core::ErrorKind::Unavailable, format!("fault proxy: {e}"))
+        })?;
+        let client = open(proxy.addr()).await?;
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((client_id(&client), std::sync::Arc::new(proxy)));
+        Ok(client)
+    }
+
+    /// The proxy `client` goes through.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for a client not opened by [`ProxyMap::open`].
+    pub fn get(&self, client: &coord_core::Client) -> coord_core::Result<std::sync::Arc<FaultProxy>> {
+        let id = client_id(client);
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            // An address is reused only after its client is gone: the newest entry is live.
+            .rev()
+            .find(|(i, _)| *i == id)
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| {
+                coord_core::Error::new(coord_core::ErrorKind::NotFound, "client has no fault proxy")
+            })
+    }
+}

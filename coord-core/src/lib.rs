@@ -48,8 +48,10 @@ mod hold;
 mod local_queue;
 mod lock;
 mod name;
+mod registrations;
 mod registry;
 mod session;
+mod session_signal;
 mod stats;
 mod txn;
 mod version;
@@ -69,8 +71,10 @@ pub use name::{
     MAX_NAME_LEN, MAX_VALUE_LEN, key_matches_prefix, validate_name, validate_prefix, validate_segment_name,
     validate_value,
 };
+pub use registrations::{RegistrationBook, RegistrationEntry};
 pub use registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 pub use session::{SessionState, SessionStatus};
+pub use session_signal::SessionSignal;
 pub use stats::{Counter, Stats, StatsRecorder};
 pub use txn::{Check, MAX_TXN_OPS, Op, OpResult, Txn};
 pub use version::{Version, Versioned};

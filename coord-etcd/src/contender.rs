@@ -187,14 +187,14 @@ pub(crate) async fn acquire(
         };
         tokio::select! {
             _ = deleted => {}
-            _ = inner.session_ended(lease.generation) => return Err(session_lost()),
+            _ = inner.session.ended(lease.generation) => return Err(session_lost()),
         }
         let (rev, all) = reread(inner, &dir).await?;
         header_rev = rev;
         queue = all;
     }
     let (signal, hold) = HoldSignal::new();
-    signal.follow_session(inner.status.subscribe(), lease.generation);
+    signal.follow_session(inner.session.subscribe(), lease.generation);
     watch_own_key(
         inner.clone(),
         key.clone(),
@@ -236,7 +236,7 @@ fn watch_own_key(
     turn: Arc<Mutex<Option<LocalTurn>>>,
 ) {
     tokio::spawn(async move {
-        let ended = inner.session_ended(generation);
+        let ended = inner.session.ended(generation);
         tokio::pin!(ended);
         'outer: loop {
             let k = key.clone();

@@ -169,7 +169,7 @@ impl Backend for EtcdClient {
     }
 
     fn session(&self) -> tokio_watch::Receiver<SessionStatus> {
-        self.inner.status.subscribe()
+        self.inner.session.subscribe()
     }
 
     fn session_id(&self) -> u64 {

@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Registration, Registry, RegistryEvent, Result,
-    ServiceInstance, validate_name,
+    Counter, EphemeralHandle, Error, ErrorKind, Registration, RegistrationEntry, Registry, RegistryEvent,
+    Result, ServiceInstance, validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
 
 use crate::EtcdClient;
-use crate::session::{Inner, RegEntry};
+use crate::session::Inner;
 use crate::watch::{self, Kv, Raw};
 
 /// Creates the instance key under the current lease. Ok if it exists under our lease;
@@ -98,7 +98,7 @@ struct EtcdRegistration {
 #[async_trait]
 impl EphemeralHandle for EtcdRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
-        self.inner.update_registration(self.id, value.clone());
+        self.inner.registrations.update(self.id, value.clone());
         let Ok(lease) = self.inner.lease() else {
             return Ok(());
         };
@@ -121,12 +121,12 @@ impl EphemeralHandle for EtcdRegistration {
     }
 
     async fn remove(self: Box<Self>) -> Result<()> {
-        self.inner.remove_registration(self.id);
+        self.inner.registrations.remove(self.id);
         delete_own(&self.inner, &self.key).await
     }
 
     fn remove_in_background(self: Box<Self>) {
-        self.inner.remove_registration(self.id);
+        self.inner.registrations.remove(self.id);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = delete_own(&self.inner, &self.key).await {
@@ -174,8 +174,8 @@ impl Registry for EtcdClient {
         create_instance(&self.inner, &key, &data)
             .await
             .map_err(|e| e.with_operation("register"))?;
-        let id = self.inner.add_registration(RegEntry {
-            key: key.clone(),
+        let id = self.inner.registrations.add(RegistrationEntry {
+            path: key.clone(),
             data,
         });
         let handle = EtcdRegistration {

@@ -4,15 +4,17 @@
 //! revoked if it is still alive (its keys must not linger as zombies), a new lease is
 //! granted, and registrations are re-created.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use coord_core::{Counter, Error, ErrorKind, LocalQueue, Result, SessionState, SessionStatus, StatsRecorder};
+use coord_core::{
+    Counter, Error, ErrorKind, LocalQueue, RegistrationBook, Result, SessionSignal, SessionState,
+    SessionStatus, StatsRecorder,
+};
 use etcd_client as etcd;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::map;
@@ -25,13 +27,6 @@ pub(crate) struct Lease {
     pub generation: u64,
 }
 
-/// A registration re-created on every new lease.
-#[derive(Debug, Clone)]
-pub(crate) struct RegEntry {
-    pub key: String,
-    pub data: Vec<u8>,
-}
-
 /// Shared state of one etcd client.
 pub(crate) struct Inner {
     pub options: EtcdOptions,
@@ -39,12 +34,11 @@ pub(crate) struct Inner {
     pub prefix: String,
     client: etcd::Client,
     lease: RwLock<Option<Lease>>,
-    pub status: watch::Sender<SessionStatus>,
+    pub session: SessionSignal,
     pub stats: StatsRecorder,
     pub locks: LocalQueue,
     pub elections: LocalQueue,
-    registrations: Mutex<HashMap<u64, RegEntry>>,
-    next_registration: AtomicU64,
+    pub registrations: RegistrationBook,
     /// Ids of this client's earlier leases (their keys are ours until they expire).
     past_leases: Mutex<Vec<i64>>,
     closed: AtomicBool,
@@ -112,18 +106,21 @@ impl Inner {
         } else {
             format!("{}/", options.namespace)
         };
-        let (status, _) = watch::channel(SessionStatus::new(SessionState::Lost, 0));
+        let session = SessionSignal::new(
+            "etcd",
+            options.namespace.clone(),
+            SessionStatus::new(SessionState::Lost, 0),
+        );
         Arc::new(Inner {
             options,
             prefix,
             client,
             lease: RwLock::new(None),
-            status,
+            session,
             stats: StatsRecorder::default(),
             locks: LocalQueue::default(),
             elections: LocalQueue::default(),
-            registrations: Mutex::new(HashMap::new()),
-            next_registration: AtomicU64::new(1),
+            registrations: RegistrationBook::default(),
             past_leases: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             shutdown: Notify::new(),
@@ -189,42 +186,6 @@ impl Inner {
         }
     }
 
-    pub(crate) fn registrations(&self) -> MutexGuard<'_, HashMap<u64, RegEntry>> {
-        lock(&self.registrations)
-    }
-
-    pub(crate) fn add_registration(&self, entry: RegEntry) -> u64 {
-        let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
-        self.registrations().insert(id, entry);
-        id
-    }
-
-    /// Waits until session `generation` is over (lost, replaced or closed).
-    pub(crate) async fn session_ended(&self, generation: u64) {
-        let mut rx = self.status.subscribe();
-        let _ = rx
-            .wait_for(|s| {
-                s.generation != generation || matches!(s.state, SessionState::Lost | SessionState::Closed)
-            })
-            .await;
-    }
-
-    fn set_status(&self, state: SessionState, generation: u64) {
-        let changed = self.status.send_if_modified(|s| {
-            let next = SessionStatus::new(state, generation);
-            if *s != next && s.state != SessionState::Closed {
-                *s = next;
-                true
-            } else {
-                false
-            }
-        });
-        if changed {
-            self.stats.incr(Counter::SessionTransition);
-            tracing::info!(namespace = %self.options.namespace, %state, generation, "coord.etcd.session");
-        }
-    }
-
     /// Grants a lease of the configured TTL; returns its id and granted TTL.
     pub(crate) async fn grant(&self) -> Result<(i64, Duration)> {
         let ttl = self.options.ttl_secs();
@@ -240,7 +201,7 @@ impl Inner {
     /// Installs a freshly granted lease as session `generation`.
     pub(crate) fn install(&self, id: i64, generation: u64) {
         *self.lease.write().unwrap_or_else(|p| p.into_inner()) = Some(Lease { id, generation });
-        self.set_status(SessionState::Connected, generation);
+        self.session.set(SessionState::Connected, generation, &self.stats);
     }
 
     /// Revokes the lease (deleting its keys) and stops supervision.
@@ -248,12 +209,10 @@ impl Inner {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.registrations().clear();
+        self.registrations.clear();
         let old = self.lease.write().unwrap_or_else(|p| p.into_inner()).take();
         let generation = old.map(|l| l.generation).unwrap_or(0);
-        self.status
-            .send_replace(SessionStatus::new(SessionState::Closed, generation));
-        self.stats.incr(Counter::SessionTransition);
+        self.session.close(generation, &self.stats);
         self.shutdown.notify_waiters();
         tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
         if let Some(lease) = old {
@@ -291,7 +250,8 @@ impl Inner {
             tracing::warn!(namespace = %self.options.namespace, generation = lease.generation, reason, "coord.etcd.session_lost");
             *self.lease.write().unwrap_or_else(|p| p.into_inner()) = None;
             lock(&self.past_leases).push(lease.id);
-            self.set_status(SessionState::Lost, lease.generation);
+            self.session
+                .set(SessionState::Lost, lease.generation, &self.stats);
             // Never resume a lease we gave up on: revoke it so its keys go now.
             let inner = self.clone();
             tokio::spawn(async move {
@@ -357,7 +317,8 @@ impl Inner {
             match outcome {
                 Ok(Ok(resp)) if resp.ttl() > 0 => {
                     last_ok_sent = sent_at;
-                    self.set_status(SessionState::Connected, lease.generation);
+                    self.session
+                        .set(SessionState::Connected, lease.generation, &self.stats);
                 }
                 Ok(Ok(_)) => return Some("the server says the lease is gone"),
                 Ok(Err(e)) if e.kind() == ErrorKind::SessionLost => {
@@ -366,11 +327,13 @@ impl Inner {
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "coord.etcd.keep_alive_failed");
                     stream = None;
-                    self.set_status(SessionState::Suspended, lease.generation);
+                    self.session
+                        .set(SessionState::Suspended, lease.generation, &self.stats);
                 }
                 Err(_overdue) => {
                     stream = None;
-                    self.set_status(SessionState::Suspended, lease.generation);
+                    self.session
+                        .set(SessionState::Suspended, lease.generation, &self.stats);
                 }
             }
             // Next keep-alive at TTL/3 after this one was sent (sooner after a failure).
@@ -423,8 +386,7 @@ impl Inner {
     }
 
     fn reregister_all(self: &Arc<Self>, generation: u64) {
-        let ids: Vec<u64> = self.registrations().keys().copied().collect();
-        for id in ids {
+        for (id, _) in self.registrations.all() {
             let inner = self.clone();
             tokio::spawn(async move { inner.reregister(id, generation).await });
         }
@@ -433,37 +395,27 @@ impl Inner {
     async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
         let until = Instant::now() + self.options.lease_ttl * 3;
         loop {
-            let Some(entry) = self.registrations().get(&id).cloned() else {
+            let Some(entry) = self.registrations.get(id) else {
                 return;
             };
             let current = self.lease().map(|l| l.generation == generation).unwrap_or(false);
             if !current || Instant::now() > until {
                 return;
             }
-            match crate::registry::create_instance(&self, &entry.key, &entry.data).await {
+            match crate::registry::create_instance(&self, &entry.path, &entry.data).await {
                 Ok(()) => {
-                    tracing::info!(key = %entry.key, "coord.etcd.reregistered");
+                    tracing::info!(key = %entry.path, "coord.etcd.reregistered");
                     return;
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    tracing::warn!(key = %entry.key, "coord.etcd.reregister_conflict: another live client owns this instance id");
+                    tracing::warn!(key = %entry.path, "coord.etcd.reregister_conflict: another live client owns this instance id");
                     return;
                 }
                 Err(e) => {
-                    tracing::debug!(key = %entry.key, error = %e, "coord.etcd.reregister_retry");
+                    tracing::debug!(key = %entry.path, error = %e, "coord.etcd.reregister_retry");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
-        }
-    }
-
-    pub(crate) fn remove_registration(&self, id: u64) {
-        self.registrations().remove(&id);
-    }
-
-    pub(crate) fn update_registration(&self, id: u64, data: Vec<u8>) {
-        if let Some(e) = self.registrations().get_mut(&id) {
-            e.data = data;
         }
     }
 }

@@ -4,11 +4,11 @@
 //! gaps); sessions are killed from outside with `LeaseRevoke` from a separate client.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, FaultProxy, Faults, Needs};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_etcd::{EtcdClient, EtcdOptions};
 
@@ -16,11 +16,7 @@ const LEASE_TTL: Duration = Duration::from_secs(2);
 
 struct EtcdFactory {
     server: SocketAddr,
-    proxies: Mutex<Vec<(usize, Arc<FaultProxy>)>>,
-}
-
-fn id_of(client: &Client) -> usize {
-    Arc::as_ptr(client.backend()) as *const () as usize
+    proxies: ProxyMap,
 }
 
 fn etcd_of(client: &Client) -> Result<&EtcdClient> {
@@ -36,17 +32,8 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl EtcdFactory {
-    fn proxy(&self, client: &Client) -> Result<Arc<FaultProxy>> {
-        let id = id_of(client);
-        self.proxies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            // An address is reused only after its client is gone: the newest entry is live.
-            .rev()
-            .find(|(i, _)| *i == id)
-            .map(|(_, p)| p.clone())
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, "client has no proxy"))
+    fn proxy(&self, client: &Client) -> Result<Arc<coord_conformance::FaultProxy>> {
+        self.proxies.get(client)
     }
 
     async fn admin(&self) -> Result<etcd_client::Client> {
@@ -76,24 +63,17 @@ impl Factory for EtcdFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
-        let proxy = Arc::new(
-            FaultProxy::start(self.server)
-                .await
-                .map_err(|e| unavailable("proxy", e))?,
-        );
-        let url = format!(
-            "etcd://{}/{namespace}?lease_ttl={}s&request_timeout=3s",
-            proxy.addr(),
-            LEASE_TTL.as_secs()
-        );
-        let client = EtcdClient::connect(EtcdOptions::from_url(&url)?)
-            .await?
-            .into_client();
         self.proxies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((id_of(&client), proxy));
-        Ok(client)
+            .open(self.server, |addr| async move {
+                let url = format!(
+                    "etcd://{addr}/{namespace}?lease_ttl={}s&request_timeout=3s",
+                    LEASE_TTL.as_secs()
+                );
+                Ok(EtcdClient::connect(EtcdOptions::from_url(&url)?)
+                    .await?
+                    .into_client())
+            })
+            .await
     }
 
     fn url_base(&self) -> String {
@@ -265,7 +245,7 @@ fn main() {
             });
             Arc::new(EtcdFactory {
                 server,
-                proxies: Mutex::new(Vec::new()),
+                proxies: ProxyMap::default(),
             }) as Arc<dyn Factory>
         });
     let extra = vec![

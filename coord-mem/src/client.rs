@@ -1,15 +1,13 @@
 //! The in-memory client: one node with one session on a [`MemCluster`].
 
 use std::any::Any;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::{
-    Backend, Capabilities, Client, Counter, Error, ErrorKind, LocalQueue, Result, SessionState,
-    SessionStatus, Stats, StatsRecorder,
+    Backend, Capabilities, Client, Counter, Error, ErrorKind, LocalQueue, RegistrationBook, Result,
+    SessionSignal, SessionState, SessionStatus, Stats, StatsRecorder,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -18,43 +16,23 @@ use crate::cluster::{MemCluster, State};
 use crate::options::MemOptions;
 use crate::session::{Link, SessionSlot};
 
-/// A registration the client re-creates after session loss.
-#[derive(Debug, Clone)]
-pub(crate) struct RegEntry {
-    /// Full key.
-    pub key: String,
-    /// Latest data.
-    pub data: Vec<u8>,
-}
-
 /// Shared state of one in-memory client.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub cluster: MemCluster,
     pub options: MemOptions,
-    pub status: watch::Sender<SessionStatus>,
+    pub session: SessionSignal,
     pub link: watch::Sender<Link>,
     pub stats: StatsRecorder,
     pub locks: LocalQueue,
     pub elections: LocalQueue,
     slot: Mutex<SessionSlot>,
-    registrations: Mutex<HashMap<u64, RegEntry>>,
-    next_registration: AtomicU64,
+    pub registrations: RegistrationBook,
 }
 
 impl Inner {
     pub(crate) fn slot(&self) -> MutexGuard<'_, SessionSlot> {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn registrations(&self) -> MutexGuard<'_, HashMap<u64, RegEntry>> {
-        self.registrations.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn add_registration(&self, entry: RegEntry) -> u64 {
-        let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
-        self.registrations().insert(id, entry);
-        id
     }
 
     /// The full key for `rest` under the namespace.
@@ -92,24 +70,13 @@ impl Inner {
     pub(crate) fn live_session(&self) -> Result<(u64, u64)> {
         self.check_link()?;
         let slot = *self.slot();
-        if slot.lost || self.status.borrow().state != SessionState::Connected {
+        if slot.lost || self.session.current().state != SessionState::Connected {
             return Err(Error::new(
                 ErrorKind::SessionLost,
                 "the session was lost; a new one is being established — retry",
             ));
         }
         Ok((slot.id, slot.generation))
-    }
-
-    /// Waits until the session changes away from `generation` or is lost; used to abort
-    /// waits. Returns when the wait must end.
-    pub(crate) async fn session_ended(&self, generation: u64) {
-        let mut rx = self.status.subscribe();
-        let _ = rx
-            .wait_for(|s| {
-                s.generation != generation || matches!(s.state, SessionState::Lost | SessionState::Closed)
-            })
-            .await;
     }
 
     /// Waits until the link is up (or the client is closed).
@@ -144,11 +111,15 @@ impl MemClient {
     /// `ConfigInvalid` for invalid options.
     pub fn connect(cluster: &MemCluster, options: MemOptions) -> Result<MemClient> {
         options.validate()?;
-        let (status, _) = watch::channel(SessionStatus::new(SessionState::Connected, 0));
+        let session = SessionSignal::new(
+            "mem",
+            options.namespace.clone(),
+            SessionStatus::new(SessionState::Connected, 0),
+        );
         let inner = Arc::new(Inner {
             cluster: cluster.clone(),
             options,
-            status,
+            session,
             link: watch::channel(Link::Up).0,
             stats: StatsRecorder::default(),
             locks: LocalQueue::default(),
@@ -158,8 +129,7 @@ impl MemClient {
                 generation: 0,
                 lost: false,
             }),
-            registrations: Mutex::new(HashMap::new()),
-            next_registration: AtomicU64::new(1),
+            registrations: RegistrationBook::default(),
         });
         inner.stats.incr(Counter::SessionRequest);
         let (id, expired) = cluster.with(|s| s.grant_session(inner.options.session_ttl));
@@ -168,9 +138,7 @@ impl MemClient {
             generation: 1,
             lost: false,
         };
-        inner
-            .status
-            .send_replace(SessionStatus::new(SessionState::Connected, 1));
+        inner.session.set(SessionState::Connected, 1, &inner.stats);
         tokio::spawn(inner.clone().supervise(expired));
         Ok(MemClient { inner })
     }
@@ -254,7 +222,7 @@ impl Backend for MemClient {
     }
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
-        self.inner.status.subscribe()
+        self.inner.session.subscribe()
     }
 
     fn session_id(&self) -> u64 {
@@ -274,13 +242,10 @@ impl Backend for MemClient {
             let s = self.inner.slot();
             (s.id, s.generation)
         };
-        self.inner.registrations().clear();
+        self.inner.registrations.clear();
         self.inner.stats.incr(Counter::SessionRequest);
         self.inner.cluster.with(|s| s.end_session(id));
-        self.inner
-            .status
-            .send_replace(SessionStatus::new(SessionState::Closed, generation));
-        self.inner.stats.incr(Counter::SessionTransition);
+        self.inner.session.close(generation, &self.inner.stats);
         tracing::info!(namespace = %self.inner.options.namespace, "coord.mem.closed");
         Ok(())
     }

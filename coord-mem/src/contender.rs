@@ -123,7 +123,7 @@ pub(crate) async fn acquire(
             Err(e) if e.kind() == ErrorKind::Unavailable && wait => {
                 tokio::select! {
                     up = inner.link_up() => up?,
-                    _ = inner.session_ended(generation) => return Err(session_lost()),
+                    _ = inner.session.ended(generation) => return Err(session_lost()),
                 }
                 continue;
             }
@@ -139,13 +139,13 @@ pub(crate) async fn acquire(
             Step::Wait(rx) => {
                 tokio::select! {
                     _ = rx => inner.stats.incr(Counter::WatchEvent),
-                    _ = inner.session_ended(generation) => return Err(session_lost()),
+                    _ = inner.session.ended(generation) => return Err(session_lost()),
                 }
             }
         }
     }
     let (signal, hold) = HoldSignal::new();
-    signal.follow_session(inner.status.subscribe(), generation);
+    signal.follow_session(inner.session.subscribe(), generation);
     // A deleted key (operator action, expiry) also ends the hold.
     if let Ok(Some(rx)) = inner.request(Counter::WatchSet, |s| s.watch_delete(&contender.key)) {
         let signal = signal.clone();

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Registration, Registry, RegistryEvent, Result,
-    ServiceInstance, validate_name,
+    Counter, EphemeralHandle, Error, ErrorKind, Registration, RegistrationEntry, Registry, RegistryEvent,
+    Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 
-use crate::client::{Inner, MemClient, RegEntry};
+use crate::client::{Inner, MemClient};
 use crate::watch::{self, Raw};
 
 struct MemRegistration {
@@ -22,7 +22,7 @@ struct MemRegistration {
 
 impl MemRegistration {
     fn delete_now(&self) -> Result<()> {
-        let Some(_) = self.inner.registrations().remove(&self.id) else {
+        let Some(_) = self.inner.registrations.remove(self.id) else {
             return Ok(());
         };
         let (session, _) = (self.inner.slot().id, ());
@@ -45,9 +45,7 @@ impl MemRegistration {
 #[async_trait]
 impl EphemeralHandle for MemRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
-        if let Some(entry) = self.inner.registrations().get_mut(&self.id) {
-            entry.data = value.clone();
-        }
+        self.inner.registrations.update(self.id, value.clone());
         let session = self.inner.slot().id;
         let key = self.key.clone();
         self.inner.request(Counter::Write, move |s| {
@@ -121,8 +119,8 @@ impl Registry for MemClient {
             )
             .with_operation(op));
         }
-        let id = self.inner.add_registration(RegEntry {
-            key: key.clone(),
+        let id = self.inner.registrations.add(RegistrationEntry {
+            path: key.clone(),
             data,
         });
         let handle = MemRegistration {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use coord_core::{Counter, SessionState, SessionStatus};
+use coord_core::{Counter, SessionState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -32,22 +32,6 @@ pub(crate) struct SessionSlot {
 }
 
 impl Inner {
-    fn set_status(&self, state: SessionState, generation: u64) {
-        let changed = self.status.send_if_modified(|s| {
-            let next = SessionStatus::new(state, generation);
-            if *s != next {
-                *s = next;
-                true
-            } else {
-                false
-            }
-        });
-        if changed {
-            self.stats.incr(Counter::SessionTransition);
-            tracing::info!(namespace = %self.options.namespace, %state, generation, "coord.mem.session");
-        }
-    }
-
     /// Grants a new session, announces it, and re-creates registrations.
     fn start_session(&self) -> watch::Receiver<bool> {
         self.stats.incr(Counter::SessionRequest);
@@ -59,7 +43,7 @@ impl Inner {
             slot.lost = false;
             slot.generation
         };
-        self.set_status(SessionState::Connected, generation);
+        self.session.set(SessionState::Connected, generation, &self.stats);
         self.reregister(id);
         expired
     }
@@ -74,7 +58,7 @@ impl Inner {
             slot.lost = true;
             slot.generation
         };
-        self.set_status(SessionState::Lost, generation);
+        self.session.set(SessionState::Lost, generation, &self.stats);
     }
 
     /// The supervision loop; ends when the client is closed or crashed.
@@ -93,7 +77,7 @@ impl Inner {
                 Link::Down(until) => {
                     let generation = self.slot().generation;
                     if !self.slot().lost {
-                        self.set_status(SessionState::Suspended, generation);
+                        self.session.set(SessionState::Suspended, generation, &self.stats);
                     }
                     let local_deadline = last_ok + ttl - margin;
                     let wake = if self.slot().lost {
@@ -134,14 +118,14 @@ impl Inner {
                         last_ok = Instant::now();
                         continue;
                     }
-                    if self.status.borrow().state != SessionState::Connected {
+                    if self.session.current().state != SessionState::Connected {
                         self.stats.incr(Counter::SessionRequest);
                         if self.cluster.with(|s| {
                             s.sweep();
                             s.keep_alive(id)
                         }) {
                             last_ok = Instant::now();
-                            self.set_status(SessionState::Connected, generation);
+                            self.session.set(SessionState::Connected, generation, &self.stats);
                         } else {
                             self.declare_lost();
                             continue;
@@ -168,9 +152,10 @@ impl Inner {
     /// Re-creates every registration under the new session `id`.
     fn reregister(&self, id: u64) {
         let regs: Vec<(String, Vec<u8>)> = self
-            .registrations()
-            .values()
-            .map(|r| (r.key.clone(), r.data.clone()))
+            .registrations
+            .all()
+            .into_iter()
+            .map(|(_, r)| (r.path, r.data))
             .collect();
         for (key, data) in regs {
             self.stats.incr(Counter::Txn);

@@ -505,7 +505,7 @@ async fn follow(
         }
         loop {
             tokio::select! {
-                c = inner.connected() => if c.is_err() {
+                c = inner.session.connected() => if c.is_err() {
                     let _ = tx.send(Err(Error::closed())).await;
                     return;
                 },

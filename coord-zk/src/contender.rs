@@ -168,13 +168,13 @@ pub(crate) async fn acquire(
                             return Err(session_lost());
                         }
                     }
-                    _ = inner.session_ended(generation) => return Err(session_lost()),
+                    _ = inner.session.ended(generation) => return Err(session_lost()),
                 }
             }
         }
     }
     let (signal, hold) = HoldSignal::new();
-    signal.follow_session(inner.status.subscribe(), generation);
+    signal.follow_session(inner.session.subscribe(), generation);
     watch_own_node(
         inner.clone(),
         path.clone(),
@@ -200,7 +200,7 @@ fn watch_own_node(
     turn: Arc<Mutex<Option<LocalTurn>>>,
 ) {
     tokio::spawn(async move {
-        let ended = inner.session_ended(generation);
+        let ended = inner.session.ended(generation);
         tokio::pin!(ended);
         loop {
             let p = path.clone();
@@ -214,13 +214,13 @@ fn watch_own_node(
                 Ok(Ok((None, _))) | Ok(Err(zk::Error::NoNode)) => break,
                 Ok(Err(e)) if map(e.clone(), "watch own node", false).is_retryable() => {
                     tokio::select! {
-                        _ = inner.connected() => continue,
+                        _ = inner.session.connected() => continue,
                         _ = &mut ended => break,
                     }
                 }
                 Err(e) if e.is_retryable() && e.kind() != ErrorKind::SessionLost => {
                     tokio::select! {
-                        _ = inner.connected() => continue,
+                        _ = inner.session.connected() => continue,
                         _ = &mut ended => break,
                     }
                 }
@@ -309,7 +309,7 @@ impl Contender {
 
     /// Looks for a node of ours (by guid) after an ambiguous create.
     async fn find_own(&mut self) -> Result<Option<(String, i64)>> {
-        self.inner.connected().await?;
+        self.inner.session.connected().await?;
         let dir = self.dir.clone();
         let children = match self
             .inner

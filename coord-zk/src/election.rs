@@ -167,7 +167,7 @@ impl Election for ZkClient {
                         Err(e) => {
                             tracing::debug!(error = %e, "coord.zk.observe_retry");
                             tokio::select! {
-                                _ = inner.connected() => {}
+                                _ = inner.session.connected() => {}
                                 _ = tx.closed() => return,
                             }
                             tokio::time::sleep(std::time::Duration::from_millis(50)).await;

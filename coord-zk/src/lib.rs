@@ -175,7 +175,7 @@ impl Backend for ZkClient {
     }
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
-        self.inner.status.subscribe()
+        self.inner.session.subscribe()
     }
 
     fn session_id(&self) -> u64 {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Registration, Registry, RegistryEvent, Result,
-    ServiceInstance, validate_name,
+    Counter, EphemeralHandle, Error, ErrorKind, Registration, RegistrationEntry, Registry, RegistryEvent,
+    Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -16,7 +16,7 @@ use zookeeper_client as zk;
 
 use crate::ZkClient;
 use crate::error::map;
-use crate::session::{Inner, RegEntry, ephemeral};
+use crate::session::{Inner, ephemeral};
 
 /// Creates the instance node on the current session. Ok if it exists and is ours;
 /// `Unavailable` (retryable) if a node of one of our earlier sessions still holds it;
@@ -106,7 +106,7 @@ struct ZkRegistration {
 #[async_trait]
 impl EphemeralHandle for ZkRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
-        self.inner.update_registration(self.id, value.clone());
+        self.inner.registrations.update(self.id, value.clone());
         let p = self.path.clone();
         let stat = self
             .inner
@@ -130,12 +130,12 @@ impl EphemeralHandle for ZkRegistration {
     }
 
     async fn remove(self: Box<Self>) -> Result<()> {
-        self.inner.remove_registration(self.id);
+        self.inner.registrations.remove(self.id);
         delete_own(&self.inner, &self.path).await
     }
 
     fn remove_in_background(self: Box<Self>) {
-        self.inner.remove_registration(self.id);
+        self.inner.registrations.remove(self.id);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = delete_own(&self.inner, &self.path).await {
@@ -225,7 +225,7 @@ impl Registry for ZkClient {
         create_instance(&self.inner, &path, &data)
             .await
             .map_err(|e| e.with_operation("register"))?;
-        let id = self.inner.add_registration(RegEntry {
+        let id = self.inner.registrations.add(RegistrationEntry {
             path: path.clone(),
             data,
         });
@@ -323,7 +323,7 @@ async fn follow(
         }
         loop {
             tokio::select! {
-                c = inner.connected() => if c.is_err() {
+                c = inner.session.connected() => if c.is_err() {
                     let _ = tx.send(Err(Error::closed())).await;
                     return;
                 },

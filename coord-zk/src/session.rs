@@ -4,14 +4,16 @@
 //! its session is still alive it is closed on reconnect, deleting its nodes, never
 //! resumed), a new client is built with backoff, and registrations are re-created.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use coord_core::{Counter, Error, ErrorKind, LocalQueue, Result, SessionState, SessionStatus, StatsRecorder};
-use tokio::sync::{Notify, watch};
+use coord_core::{
+    Counter, Error, ErrorKind, LocalQueue, RegistrationBook, Result, SessionSignal, SessionState,
+    SessionStatus, StatsRecorder,
+};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -25,27 +27,17 @@ pub(crate) struct Current {
     pub generation: u64,
 }
 
-/// A registration to re-create on every new session.
-#[derive(Debug, Clone)]
-pub(crate) struct RegEntry {
-    /// Absolute path of the instance znode.
-    pub path: String,
-    /// Latest data.
-    pub data: Vec<u8>,
-}
-
 /// Shared state of one ZooKeeper client.
 pub(crate) struct Inner {
     pub options: ZkOptions,
     /// `/<namespace>`, or empty for the root.
     pub root: String,
     current: RwLock<Option<Current>>,
-    pub status: watch::Sender<SessionStatus>,
+    pub session: SessionSignal,
     pub stats: StatsRecorder,
     pub locks: LocalQueue,
     pub elections: LocalQueue,
-    registrations: Mutex<HashMap<u64, RegEntry>>,
-    next_registration: AtomicU64,
+    pub registrations: RegistrationBook,
     /// Ids of this client's earlier sessions: their ephemerals are ours, and may linger
     /// until the server expires them.
     past_sessions: Mutex<Vec<i64>>,
@@ -112,7 +104,11 @@ impl Inner {
         } else {
             format!("/{}", options.namespace)
         };
-        let (status, _) = watch::channel(SessionStatus::new(SessionState::Connected, 1));
+        let session = SessionSignal::new(
+            "zk",
+            options.namespace.clone(),
+            SessionStatus::new(SessionState::Connected, 1),
+        );
         Arc::new(Inner {
             options,
             root,
@@ -120,12 +116,11 @@ impl Inner {
                 zk: first,
                 generation: 1,
             })),
-            status,
+            session,
             stats: StatsRecorder::default(),
             locks: LocalQueue::default(),
             elections: LocalQueue::default(),
-            registrations: Mutex::new(HashMap::new()),
-            next_registration: AtomicU64::new(1),
+            registrations: RegistrationBook::default(),
             past_sessions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             shutdown: Notify::new(),
@@ -227,67 +222,16 @@ impl Inner {
         .await
     }
 
-    pub(crate) fn registrations(&self) -> MutexGuard<'_, HashMap<u64, RegEntry>> {
-        lock(&self.registrations)
-    }
-
-    pub(crate) fn add_registration(&self, entry: RegEntry) -> u64 {
-        let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
-        self.registrations().insert(id, entry);
-        id
-    }
-
-    /// Waits until session `generation` is over (lost, replaced or closed).
-    pub(crate) async fn session_ended(&self, generation: u64) {
-        let mut rx = self.status.subscribe();
-        let _ = rx
-            .wait_for(|s| {
-                s.generation != generation || matches!(s.state, SessionState::Lost | SessionState::Closed)
-            })
-            .await;
-    }
-
-    /// Waits until a session is connected; returns its generation.
-    pub(crate) async fn connected(&self) -> Result<u64> {
-        let mut rx = self.status.subscribe();
-        let s = *rx
-            .wait_for(|s| matches!(s.state, SessionState::Connected | SessionState::Closed))
-            .await
-            .map_err(|_| Error::closed())?;
-        match s.state {
-            SessionState::Closed => Err(Error::closed()),
-            _ => Ok(s.generation),
-        }
-    }
-
-    fn set_status(&self, state: SessionState, generation: u64) {
-        let changed = self.status.send_if_modified(|s| {
-            let next = SessionStatus::new(state, generation);
-            if *s != next && s.state != SessionState::Closed {
-                *s = next;
-                true
-            } else {
-                false
-            }
-        });
-        if changed {
-            self.stats.incr(Counter::SessionTransition);
-            tracing::info!(namespace = %self.options.namespace, %state, generation, "coord.zk.session");
-        }
-    }
-
     /// Marks the client closed and drops the ZooKeeper client (which closes the session).
     pub(crate) fn close(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.registrations().clear();
+        self.registrations.clear();
         let old = self.current.write().unwrap_or_else(|p| p.into_inner()).take();
         let generation = old.as_ref().map(|c| c.generation).unwrap_or(0);
         drop(old);
-        self.status
-            .send_replace(SessionStatus::new(SessionState::Closed, generation));
-        self.stats.incr(Counter::SessionTransition);
+        self.session.close(generation, &self.stats);
         self.shutdown.notify_waiters();
         tracing::info!(namespace = %self.options.namespace, "coord.zk.closed");
     }
@@ -319,11 +263,11 @@ impl Inner {
                 match state {
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                         suspended_since = None;
-                        self.set_status(SessionState::Connected, generation);
+                        self.session.set(SessionState::Connected, generation, &self.stats);
                     }
                     zk::SessionState::Disconnected => {
                         suspended_since.get_or_insert_with(Instant::now);
-                        self.set_status(SessionState::Suspended, generation);
+                        self.session.set(SessionState::Suspended, generation, &self.stats);
                     }
                     zk::SessionState::Expired => break "expired",
                     zk::SessionState::AuthFailed => break "authentication failed",
@@ -346,7 +290,7 @@ impl Inner {
             }
             drop(old);
             tracing::warn!(namespace = %self.options.namespace, generation, reason = lost_reason, "coord.zk.session_lost");
-            self.set_status(SessionState::Lost, generation);
+            self.session.set(SessionState::Lost, generation, &self.stats);
             if !Box::pin(self.reopen(generation + 1)).await {
                 return;
             }
@@ -368,7 +312,7 @@ impl Inner {
                     }
                     *self.current.write().unwrap_or_else(|p| p.into_inner()) =
                         Some(Current { zk, generation });
-                    self.set_status(SessionState::Connected, generation);
+                    self.session.set(SessionState::Connected, generation, &self.stats);
                     self.reregister_all(generation);
                     return true;
                 }
@@ -387,8 +331,7 @@ impl Inner {
     /// Re-creates every registration on session `generation`, each in its own task
     /// (an instance may have to wait for a zombie of our old session to expire).
     fn reregister_all(self: &Arc<Self>, generation: u64) {
-        let ids: Vec<u64> = self.registrations().keys().copied().collect();
-        for id in ids {
+        for (id, _) in self.registrations.all() {
             let inner = self.clone();
             tokio::spawn(async move { inner.reregister(id, generation).await });
         }
@@ -397,7 +340,7 @@ impl Inner {
     async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
         let until = Instant::now() + self.options.session_timeout * 3;
         loop {
-            let Some(entry) = self.registrations().get(&id).cloned() else {
+            let Some(entry) = self.registrations.get(id) else {
                 return;
             };
             let still_current = self
@@ -421,18 +364,6 @@ impl Inner {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
-        }
-    }
-
-    /// Removes the registration entry `id` (no more re-registration).
-    pub(crate) fn remove_registration(&self, id: u64) -> Option<RegEntry> {
-        self.registrations().remove(&id)
-    }
-
-    /// Updates the data of registration `id`.
-    pub(crate) fn update_registration(&self, id: u64, data: Vec<u8>) {
-        if let Some(e) = self.registrations().get_mut(&id) {
-            e.data = data;
         }
     }
 }

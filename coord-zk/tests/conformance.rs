@@ -6,11 +6,11 @@
 //! session's id and password and closing it — a real server-side expiry.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, FaultProxy, Faults, Needs};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_zk::{ZkClient, ZkOptions};
 
@@ -18,12 +18,7 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct ZkFactory {
     server: SocketAddr,
-    /// Each client's proxy, by the client's address in memory, oldest first.
-    proxies: Mutex<Vec<(usize, Arc<FaultProxy>)>>,
-}
-
-fn id_of(client: &Client) -> usize {
-    Arc::as_ptr(client.backend()) as *const () as usize
+    proxies: ProxyMap,
 }
 
 fn zk(client: &Client) -> Result<&ZkClient> {
@@ -35,17 +30,8 @@ fn zk(client: &Client) -> Result<&ZkClient> {
 }
 
 impl ZkFactory {
-    fn proxy(&self, client: &Client) -> Result<Arc<FaultProxy>> {
-        let id = id_of(client);
-        self.proxies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            // An address is reused only after its client is gone: the newest entry is live.
-            .rev()
-            .find(|(i, _)| *i == id)
-            .map(|(_, p)| p.clone())
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, "client has no proxy"))
+    fn proxy(&self, client: &Client) -> Result<Arc<coord_conformance::FaultProxy>> {
+        self.proxies.get(client)
     }
 
     /// Expires `client`'s session on the server: attach with its id and password, then
@@ -54,11 +40,25 @@ impl ZkFactory {
         let info = zk(client)?
             .session_info()
             .ok_or_else(|| Error::new(ErrorKind::SessionLost, "client has no session to kill"))?;
-        let attached = zookeeper_client::Client::connector()
-            .with_session(info)
-            .with_session_timeout(SESSION_TIMEOUT)
-            .connect(&self.server.to_string())
-            .await;
+        // A generous deadline and a few attempts: a cold or busy server must not make
+        // the fault itself flaky. (Reattaching renegotiates the timeout; we close at once.)
+        let mut attempts = 0;
+        let attached = loop {
+            attempts += 1;
+            let r = zookeeper_client::Client::connector()
+                .with_session(info.clone())
+                .with_session_timeout(Duration::from_secs(6))
+                .connect(&self.server.to_string())
+                .await;
+            match r {
+                Err(zookeeper_client::Error::Timeout | zookeeper_client::Error::ConnectionLoss)
+                    if attempts < 3 =>
+                {
+                    continue;
+                }
+                other => break other,
+            }
+        };
         match attached {
             Ok(other) => {
                 // Dropping the only handle sends CloseSession; the state turns Closed once
@@ -102,22 +102,15 @@ impl Factory for ZkFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
-        let proxy = Arc::new(
-            FaultProxy::start(self.server)
-                .await
-                .map_err(|e| Error::new(ErrorKind::Unavailable, format!("proxy: {e}")))?,
-        );
-        let url = format!(
-            "zk://{}/{namespace}?session_timeout={}ms&connect_timeout=10s",
-            proxy.addr(),
-            SESSION_TIMEOUT.as_millis()
-        );
-        let client = ZkClient::connect(ZkOptions::from_url(&url)?).await?.into_client();
         self.proxies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((id_of(&client), proxy));
-        Ok(client)
+            .open(self.server, |addr| async move {
+                let url = format!(
+                    "zk://{addr}/{namespace}?session_timeout={}ms&connect_timeout=10s",
+                    SESSION_TIMEOUT.as_millis()
+                );
+                Ok(ZkClient::connect(ZkOptions::from_url(&url)?).await?.into_client())
+            })
+            .await
     }
 
     fn url_base(&self) -> String {
@@ -225,7 +218,7 @@ fn main() {
             });
             Arc::new(ZkFactory {
                 server,
-                proxies: Mutex::new(Vec::new()),
+                proxies: ProxyMap::default(),
             }) as Arc<dyn Factory>
         });
     let extra = vec![Case {
