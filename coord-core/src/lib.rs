@@ -53,6 +53,7 @@ mod registry;
 mod session;
 mod session_signal;
 mod stats;
+mod trackers;
 mod txn;
 mod version;
 
@@ -76,6 +77,7 @@ pub use registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 pub use session::{SessionState, SessionStatus};
 pub use session_signal::SessionSignal;
 pub use stats::{Counter, Stats, StatsRecorder};
+pub use trackers::{InstanceTracker, LeaderTracker};
 pub use txn::{Check, MAX_TXN_OPS, Op, OpResult, Txn};
 pub use version::{Version, Versioned};
 

@@ -1,12 +1,10 @@
 //! Elections: `<ns>/elections/<name>/<lease id hex>` holding the leader value, the
 //! layout of etcd's `concurrency.Election` (`etcdctl elect <ns>/elections/<name>`).
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use coord_core::{
-    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, Leadership, Result, validate_name,
-    validate_value,
+    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, LeaderTracker, Leadership, Result,
+    validate_name, validate_value,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
@@ -83,39 +81,22 @@ impl Election for EtcdClient {
     async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<Option<LeaderInfo>>>> {
         validate_name("election name", name).map_err(|e| e.with_operation("observe"))?;
         let dir = self.election_prefix(name);
-        let mut candidates: BTreeMap<String, (i64, Vec<u8>)> = BTreeMap::new();
-        let mut shown: Option<Option<LeaderInfo>> = None;
+        let mut tracker = LeaderTracker::default();
         let d = dir.clone();
         watch::open(self.inner.clone(), format!("{dir}/"), move |raw| {
             match raw {
-                Raw::Snapshot(kvs) => {
-                    candidates = kvs
-                        .into_iter()
+                Raw::Snapshot(kvs) => tracker.reset(
+                    kvs.into_iter()
                         .filter(|kv| is_candidate(&d, &kv.key))
-                        .map(|kv| (kv.key, (kv.create_rev, kv.value)))
-                        .collect();
-                }
+                        .map(|kv| (kv.key, FencingToken(kv.create_rev as u64), kv.value)),
+                ),
                 Raw::Put(kv) if is_candidate(&d, &kv.key) => {
-                    candidates.insert(kv.key, (kv.create_rev, kv.value));
+                    tracker.put(kv.key, FencingToken(kv.create_rev as u64), kv.value)
                 }
-                Raw::Delete(key) if is_candidate(&d, &key) => {
-                    candidates.remove(&key);
-                }
+                Raw::Delete(key) if is_candidate(&d, &key) => tracker.remove(&key),
                 Raw::Put(_) | Raw::Delete(_) | Raw::Resync => return Vec::new(),
             }
-            let leader = candidates
-                .values()
-                .min_by_key(|(rev, _)| *rev)
-                .map(|(rev, value)| LeaderInfo {
-                    token: FencingToken(*rev as u64),
-                    value: value.clone(),
-                });
-            if shown.as_ref() == Some(&leader) {
-                Vec::new()
-            } else {
-                shown = Some(leader.clone());
-                vec![leader]
-            }
+            tracker.changed().into_iter().collect()
         })
         .await
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Registration, RegistrationEntry, Registry, RegistryEvent,
-    Result, ServiceInstance, validate_name,
+    Counter, EphemeralHandle, Error, ErrorKind, InstanceTracker, Registration, RegistrationEntry, Registry,
+    RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
@@ -208,13 +208,10 @@ impl Registry for EtcdClient {
     async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
         validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
         let dir = self.service_dir(service);
-        let mut known: BTreeMap<String, ServiceInstance> = BTreeMap::new();
+        let mut known = InstanceTracker::default();
         let d = dir.clone();
         watch::open(self.inner.clone(), format!("{dir}/"), move |raw| match raw {
-            Raw::Snapshot(kvs) => {
-                known = decode(&d, kvs);
-                vec![RegistryEvent::Snapshot(known.values().cloned().collect())]
-            }
+            Raw::Snapshot(kvs) => vec![known.snapshot(decode(&d, kvs))],
             Raw::Resync => vec![RegistryEvent::Resync],
             Raw::Put(kv) => {
                 let key = kv.key.clone();
@@ -222,15 +219,11 @@ impl Registry for EtcdClient {
                     tracing::debug!(%key, "coord.etcd.registry_watch_skip");
                     return Vec::new();
                 };
-                match known.insert(id, instance.clone()) {
-                    None => vec![RegistryEvent::Joined(instance)],
-                    Some(old) if old == instance => Vec::new(),
-                    Some(_) => vec![RegistryEvent::Updated(instance)],
-                }
+                known.put(id, instance).into_iter().collect()
             }
-            Raw::Delete(key) => match key.strip_prefix(&format!("{d}/")).map(str::to_owned) {
-                Some(id) if known.remove(&id).is_some() => vec![RegistryEvent::Left(id)],
-                _ => Vec::new(),
+            Raw::Delete(key) => match key.strip_prefix(&format!("{d}/")) {
+                Some(id) => known.remove(id).into_iter().collect(),
+                None => Vec::new(),
             },
         })
         .await

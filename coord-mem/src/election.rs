@@ -1,12 +1,10 @@
 //! Elections on the in-memory cluster: candidates `<ns>/elections/<name>/<session hex>`
 //! holding the leader value; the lowest creation revision leads.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use coord_core::{
-    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, Leadership, Result, validate_name,
-    validate_value,
+    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, LeaderTracker, Leadership, Result,
+    validate_name, validate_value,
 };
 use futures::stream::BoxStream;
 use tracing::Instrument;
@@ -69,44 +67,26 @@ impl Election for MemClient {
         validate_name("election name", name).map_err(|e| e.with_operation("observe"))?;
         let dir = self.election_dir(name);
         let prefix = format!("{dir}/");
-        let mut candidates: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
-        let mut shown: Option<Option<LeaderInfo>> = None;
+        let mut tracker = LeaderTracker::default();
         let is_child = move |k: &str| {
             k.len() > prefix.len() && k.starts_with(&prefix) && !k[prefix.len()..].contains('/')
         };
         let watch_prefix = format!("{dir}/");
         watch::spawn(self.inner.clone(), watch_prefix, move |raw| {
             match raw {
-                Raw::Snapshot(entries) => {
-                    candidates = entries
+                Raw::Snapshot(entries) => tracker.reset(
+                    entries
                         .into_iter()
                         .filter(|(k, _)| is_child(k))
-                        .map(|(k, d)| (k, (d.create_rev, d.value)))
-                        .collect();
-                }
+                        .map(|(k, d)| (k, FencingToken(d.create_rev), d.value)),
+                ),
                 Raw::Event(e) if is_child(&e.key) => match e.data {
-                    Some(d) => {
-                        candidates.insert(e.key, (d.create_rev, d.value));
-                    }
-                    None => {
-                        candidates.remove(&e.key);
-                    }
+                    Some(d) => tracker.put(e.key, FencingToken(d.create_rev), d.value),
+                    None => tracker.remove(&e.key),
                 },
                 Raw::Event(_) | Raw::Resync => return Vec::new(),
             }
-            let leader = candidates
-                .values()
-                .min_by_key(|(rev, _)| *rev)
-                .map(|(rev, value)| LeaderInfo {
-                    token: FencingToken(*rev),
-                    value: value.clone(),
-                });
-            if shown.as_ref() == Some(&leader) {
-                Vec::new()
-            } else {
-                shown = Some(leader.clone());
-                vec![leader]
-            }
+            tracker.changed().into_iter().collect()
         })
         .map_err(|e| e.with_operation("watch"))
     }

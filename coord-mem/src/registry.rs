@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Registration, RegistrationEntry, Registry, RegistryEvent,
-    Result, ServiceInstance, validate_name,
+    Counter, EphemeralHandle, Error, ErrorKind, InstanceTracker, Registration, RegistrationEntry, Registry,
+    RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 
@@ -162,35 +162,27 @@ impl Registry for MemClient {
         validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
         let dir = self.service_dir(service);
         let prefix = format!("{dir}/");
-        let mut known: BTreeMap<String, ServiceInstance> = BTreeMap::new();
+        let mut known = InstanceTracker::default();
         watch::spawn(self.inner.clone(), prefix, move |raw| match raw {
             Raw::Snapshot(entries) => {
-                known = decode_children(&dir, entries.into_iter().map(|(k, d)| (k, d.value)));
-                vec![RegistryEvent::Snapshot(known.values().cloned().collect())]
+                vec![known.snapshot(decode_children(
+                    &dir,
+                    entries.into_iter().map(|(k, d)| (k, d.value)),
+                ))]
             }
             Raw::Resync => vec![RegistryEvent::Resync],
             Raw::Event(e) => {
-                let value = e.data.map(|d| d.value);
                 let id = match e.key.get(dir.len() + 1..) {
                     Some(id) if !id.contains('/') => id.to_owned(),
                     _ => return Vec::new(),
                 };
-                match value {
-                    None => match known.remove(&id) {
-                        Some(_) => vec![RegistryEvent::Left(id)],
-                        None => Vec::new(),
-                    },
-                    Some(bytes) => {
-                        match decode_children(&dir, std::iter::once((e.key.clone(), bytes))).remove(&id) {
-                            None => Vec::new(),
-                            Some(instance) => match known.insert(id, instance.clone()) {
-                                None => vec![RegistryEvent::Joined(instance)],
-                                Some(old) if old == instance => Vec::new(),
-                                Some(_) => vec![RegistryEvent::Updated(instance)],
-                            },
-                        }
-                    }
-                }
+                let event = match e.data {
+                    None => known.remove(&id),
+                    Some(d) => decode_children(&dir, std::iter::once((e.key.clone(), d.value)))
+                        .remove(&id)
+                        .and_then(|instance| known.put(id, instance)),
+                };
+                event.into_iter().collect()
             }
         })
         .map_err(|e| e.with_operation("watch"))

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Registration, RegistrationEntry, Registry, RegistryEvent,
-    Result, ServiceInstance, validate_name,
+    Counter, EphemeralHandle, Error, ErrorKind, InstanceTracker, Registration, RegistrationEntry, Registry,
+    RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -195,25 +195,6 @@ async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, Ser
     Ok(out)
 }
 
-/// The events that turn `old` into `new`.
-fn diff(
-    old: &BTreeMap<String, ServiceInstance>,
-    new: &BTreeMap<String, ServiceInstance>,
-) -> Vec<RegistryEvent> {
-    let mut out = Vec::new();
-    for id in old.keys().filter(|id| !new.contains_key(*id)) {
-        out.push(RegistryEvent::Left(id.clone()));
-    }
-    for (id, inst) in new {
-        match old.get(id) {
-            None => out.push(RegistryEvent::Joined(inst.clone())),
-            Some(o) if o != inst => out.push(RegistryEvent::Updated(inst.clone())),
-            Some(_) => {}
-        }
-    }
-    out
-}
-
 #[async_trait]
 impl Registry for ZkClient {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
@@ -275,14 +256,11 @@ async fn follow(
     inner: Arc<Inner>,
     dir: String,
     mut watcher: zk::PersistentWatcher,
-    mut known: BTreeMap<String, ServiceInstance>,
+    initial: BTreeMap<String, ServiceInstance>,
     tx: mpsc::Sender<Result<RegistryEvent>>,
 ) {
-    if tx
-        .send(Ok(RegistryEvent::Snapshot(known.values().cloned().collect())))
-        .await
-        .is_err()
-    {
+    let mut known = InstanceTracker::default();
+    if tx.send(Ok(known.snapshot(initial))).await.is_err() {
         return;
     }
     loop {
@@ -303,12 +281,11 @@ async fn follow(
             }
             match read_instances(&inner, &dir).await {
                 Ok(now) => {
-                    for ev in diff(&known, &now) {
+                    for ev in known.diff_to(now) {
                         if tx.send(Ok(ev)).await.is_err() {
                             return;
                         }
                     }
-                    known = now;
                 }
                 Err(e) if e.kind() == ErrorKind::Closed => {
                     let _ = tx.send(Err(e)).await;
@@ -344,12 +321,7 @@ async fn follow(
             };
             match read {
                 Ok(now) => {
-                    known = now;
-                    if tx
-                        .send(Ok(RegistryEvent::Snapshot(known.values().cloned().collect())))
-                        .await
-                        .is_err()
-                    {
+                    if tx.send(Ok(known.snapshot(now))).await.is_err() {
                         return;
                     }
                     break;

@@ -1,0 +1,133 @@
+//! Watcher-side state shared by backends: the candidates of an observed election, and
+//! the instances of a watched service, turned into the events the API promises.
+
+use std::collections::BTreeMap;
+
+use crate::election::LeaderInfo;
+use crate::fencing::FencingToken;
+use crate::registry::{RegistryEvent, ServiceInstance};
+
+/// An observer's view of an election's candidates; reports each change of leader
+/// (lowest token), including "no leader", once.
+#[derive(Debug, Default)]
+pub struct LeaderTracker {
+    candidates: BTreeMap<String, (FencingToken, Vec<u8>)>,
+    shown: Option<Option<LeaderInfo>>,
+}
+
+impl LeaderTracker {
+    /// Replaces every candidate (after a snapshot).
+    pub fn reset(&mut self, candidates: impl IntoIterator<Item = (String, FencingToken, Vec<u8>)>) {
+        self.candidates = candidates.into_iter().map(|(k, t, v)| (k, (t, v))).collect();
+    }
+
+    /// A candidate was created or changed its value.
+    pub fn put(&mut self, key: String, token: FencingToken, value: Vec<u8>) {
+        self.candidates.insert(key, (token, value));
+    }
+
+    /// A candidate left.
+    pub fn remove(&mut self, key: &str) {
+        self.candidates.remove(key);
+    }
+
+    /// The current leader, if it differs from the last one reported (which it becomes).
+    pub fn changed(&mut self) -> Option<Option<LeaderInfo>> {
+        let leader = self
+            .candidates
+            .values()
+            .min_by_key(|(t, _)| *t)
+            .map(|(t, v)| LeaderInfo {
+                token: *t,
+                value: v.clone(),
+            });
+        if self.shown.as_ref() == Some(&leader) {
+            None
+        } else {
+            self.shown = Some(leader.clone());
+            Some(leader)
+        }
+    }
+}
+
+/// A watcher's view of a service's instances, by id; turns updates into
+/// [`RegistryEvent`]s.
+#[derive(Debug, Default)]
+pub struct InstanceTracker {
+    known: BTreeMap<String, ServiceInstance>,
+}
+
+impl InstanceTracker {
+    /// Replaces the view and returns the `Snapshot` event.
+    pub fn snapshot(&mut self, instances: BTreeMap<String, ServiceInstance>) -> RegistryEvent {
+        self.known = instances;
+        RegistryEvent::Snapshot(self.known.values().cloned().collect())
+    }
+
+    /// An instance was written: `Joined`, `Updated`, or nothing if unchanged.
+    pub fn put(&mut self, id: String, instance: ServiceInstance) -> Option<RegistryEvent> {
+        match self.known.insert(id, instance.clone()) {
+            None => Some(RegistryEvent::Joined(instance)),
+            Some(old) if old == instance => None,
+            Some(_) => Some(RegistryEvent::Updated(instance)),
+        }
+    }
+
+    /// An instance was deleted: `Left`, or nothing if it was unknown.
+    pub fn remove(&mut self, id: &str) -> Option<RegistryEvent> {
+        self.known.remove(id).map(|_| RegistryEvent::Left(id.to_owned()))
+    }
+
+    /// The events that bring the view to `now` (for backends that re-read).
+    pub fn diff_to(&mut self, now: BTreeMap<String, ServiceInstance>) -> Vec<RegistryEvent> {
+        let mut out: Vec<RegistryEvent> = self
+            .known
+            .keys()
+            .filter(|id| !now.contains_key(*id))
+            .map(|id| RegistryEvent::Left(id.clone()))
+            .collect();
+        for (id, inst) in &now {
+            match self.known.get(id) {
+                None => out.push(RegistryEvent::Joined(inst.clone())),
+                Some(o) if o != inst => out.push(RegistryEvent::Updated(inst.clone())),
+                Some(_) => {}
+            }
+        }
+        self.known = now;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_changes_reported_once() {
+        let mut t = LeaderTracker::default();
+        assert_eq!(t.changed(), Some(None));
+        assert_eq!(t.changed(), None);
+        t.put("b".into(), FencingToken(5), b"b".to_vec());
+        t.put("a".into(), FencingToken(3), b"a".to_vec());
+        assert_eq!(t.changed().flatten().map(|l| l.token), Some(FencingToken(3)));
+        t.put("b".into(), FencingToken(5), b"b2".to_vec());
+        assert_eq!(t.changed(), None, "a non-leader's change is not a leader change");
+        t.remove("a");
+        assert_eq!(t.changed().flatten().map(|l| l.value), Some(b"b2".to_vec()));
+    }
+
+    #[test]
+    fn instances_diff() {
+        let mut t = InstanceTracker::default();
+        let a = ServiceInstance::new("a", "h:1");
+        t.snapshot([("a".to_owned(), a.clone())].into());
+        assert_eq!(t.put("a".into(), a.clone()), None);
+        let b = ServiceInstance::new("b", "h:2");
+        assert_eq!(
+            t.diff_to([("b".to_owned(), b.clone())].into()),
+            vec![RegistryEvent::Left("a".into()), RegistryEvent::Joined(b)]
+        );
+        assert_eq!(t.remove("b"), Some(RegistryEvent::Left("b".into())));
+        assert_eq!(t.remove("b"), None);
+    }
+}
