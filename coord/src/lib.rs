@@ -35,8 +35,10 @@
 //! ```
 
 mod driver;
+mod options;
 
 pub use coord_core::*;
+pub use options::{Options, connect_with};
 
 /// The in-memory backend, for its fault-injection hooks in tests.
 pub use coord_mem as mem;
@@ -150,3 +152,8 @@ mod tests {
         c.close().await.expect("close");
     }
 }
+
+/// The README's code blocks, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

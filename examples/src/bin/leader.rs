@@ -1,60 +1,126 @@
-//! Three in-process candidates elect a leader; the leader's session is killed and the
-//! failover is printed with fencing tokens.
+//! A worker that campaigns for leadership, does leader-only work with fenced writes while
+//! it leads, steps down cleanly on Ctrl-C, and prints every leadership change it sees.
+//! Run two or three in separate terminals and kill one; another takes over with a larger
+//! token.
+//!
+//! `--demo` runs three candidates in one process, kills the leader's session, and prints
+//! the failover.
 //!
 //! ```text
-//! cargo run -p coord-examples --bin leader
+//! cargo run -p coord-examples --bin leader -- --name a      # terminal 1
+//! cargo run -p coord-examples --bin leader -- --name b      # terminal 2
+//! cargo run -p coord-examples --bin leader -- --demo
 //! ```
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use clap::Parser;
 use coord::prelude::*;
 use coord::{ErrorKind, Txn};
 use futures::StreamExt;
 
-/// One candidate: campaign, do leader-only work with fenced writes until leadership is
-/// lost, then campaign again.
-async fn run(client: coord::Client, node: String) -> anyhow::Result<()> {
+#[derive(Parser)]
+#[command(about = "Campaign for leadership and do fenced leader-only work")]
+struct Args {
+    /// This worker's name (the leader value others see).
+    #[arg(long)]
+    name: Option<String>,
+    /// Run the in-process three-candidate failover demo instead.
+    #[arg(long)]
+    demo: bool,
+}
+
+const ELECTION: &str = "demo-leader";
+
+/// Campaigns, works while leading (fenced writes), and resigns when `stop` resolves.
+async fn run(client: coord::Client, name: String, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+    tokio::pin!(stop);
     loop {
-        let leadership = match client.campaign("demo-leader", node.clone().into_bytes()).await {
-            Ok(l) => l,
-            Err(e) if e.is_retryable() => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            Err(e) if e.kind() == ErrorKind::Closed => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let leadership = tokio::select! {
+            _ = &mut stop => return Ok(()),
+            r = client.campaign(ELECTION, name.clone().into_bytes()) => match r {
+                Ok(l) => l,
+                Err(e) if e.is_retryable() => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::Closed => return Ok(()),
+                Err(e) => return Err(e.into()),
+            },
         };
-        println!("{node}: I lead (token {})", leadership.token());
+        println!("{name}: I lead (token {})", leadership.token());
+        let mut beat = 0u64;
         loop {
+            beat += 1;
+            // Leader-only work: lands only while this leadership holds.
             let write = Txn::new().fenced_by(leadership.fence()).put(
-                "demo-leader-state",
-                format!("{node} at token {}", leadership.token()).into_bytes(),
+                "demo-leader/state",
+                format!("{name} beat {beat} token {}", leadership.token()),
             );
             tokio::select! {
-                _ = leadership.lost() => break,
+                _ = &mut stop => {
+                    leadership.resign().await?;
+                    println!("{name}: resigned");
+                    return Ok(());
+                }
+                _ = leadership.lost() => {
+                    println!("{name}: leadership lost");
+                    break;
+                }
                 r = client.commit(write) => if let Err(e) = r {
-                    println!("{node}: leader write refused ({}), stepping down", e.kind());
+                    println!("{name}: leader write refused ({}), stepping down", e.kind());
                     break;
                 },
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        println!("{node}: leadership lost");
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    coord_examples::init_logging();
-    let observer = coord::connect_from_env().await?;
+/// Prints every leadership change of the election.
+async fn watch_leaders(client: coord::Client) -> anyhow::Result<()> {
+    let mut changes = client.observe(ELECTION).await?;
+    while let Some(change) = changes.next().await {
+        match change? {
+            Some(l) => println!(
+                "observer: {} leads (token {})",
+                String::from_utf8_lossy(&l.value),
+                l.token
+            ),
+            None => println!("observer: no leader"),
+        }
+    }
+    Ok(())
+}
+
+async fn worker(name: String) -> anyhow::Result<()> {
+    let client = coord_examples::connect().await?;
+    println!("{name}: campaigning on {} (Ctrl-C to step down)", client.kind());
+    let observer = tokio::spawn(watch_leaders(client.clone()));
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    run(client.clone(), name, stop).await?;
+    observer.abort();
+    client.close().await?;
+    Ok(())
+}
+
+async fn demo() -> anyhow::Result<()> {
+    let observer = coord_examples::connect().await?;
     let mut clients = Vec::new();
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     for i in 1..=3 {
-        let client = coord::connect_from_env().await?;
-        tokio::spawn(run(client.clone(), format!("node-{i}")));
+        let client = coord_examples::connect().await?;
+        let mut stop = stop_tx.subscribe();
+        tokio::spawn(run(client.clone(), format!("node-{i}"), async move {
+            let _ = stop.recv().await;
+        }));
         clients.push(client);
     }
-    let mut changes = observer.observe("demo-leader").await?;
+    let mut changes = observer.observe(ELECTION).await?;
     let first = loop {
         if let Some(info) = changes.next().await.context("observe ended")?? {
             break info;
@@ -92,9 +158,26 @@ async fn main() -> anyhow::Result<()> {
         first.token
     );
     anyhow::ensure!(next.token > first.token, "token did not increase across failover");
+    let _ = stop_tx.send(());
+    tokio::time::sleep(Duration::from_millis(200)).await;
     for c in &clients {
         c.close().await?;
     }
     observer.close().await?;
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    coord_examples::init_logging();
+    let args = Args::parse();
+    if args.demo {
+        demo().await
+    } else {
+        worker(
+            args.name
+                .unwrap_or_else(|| format!("node-{}", std::process::id())),
+        )
+        .await
+    }
 }

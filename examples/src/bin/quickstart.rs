@@ -116,6 +116,6 @@ async fn run(client: coord::Client) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     coord_examples::init_logging();
-    let client = coord::connect_from_env().await?;
+    let client = coord_examples::connect().await?;
     tokio::time::timeout(Duration::from_secs(30), run(client)).await?
 }
