@@ -3,13 +3,16 @@
 //!
 //! # Connection string
 //!
-//! `zk://[user:password@]h1[:2181][,h2[:2181]…][/namespace][?key=value&…]`
+//! `zk://[user:password@]h1[:2181][,h2[:2181]…][/namespace][?key=value&…]`, or
+//! `zk+tls://…` for TLS (feature `tls`).
 //!
 //! | key | default | meaning |
 //! |---|---|---|
 //! | `session_timeout` | `10s` | session timeout asked of the server (it clamps it to `[2, 20] × tickTime`) |
 //! | `connect_timeout` | `15s` | how long `connect` waits for the first session |
 //! | `request_timeout` | the session timeout | deadline of each request; a write that hits it has an unknown outcome |
+//! | `tls_ca` | — (required for `zk+tls://`) | PEM file of the CA certificates that sign the servers' certificates |
+//! | `tls_cert`, `tls_key` | — | PEM certificate and key of this client, for mutual TLS |
 //!
 //! `user:password` adds `digest` credentials. Unknown keys are errors.
 //!

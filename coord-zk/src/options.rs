@@ -22,6 +22,18 @@ pub struct ZkOptions {
     pub request_timeout: Option<Duration>,
     /// Digest credentials (`user:password@` in the connection string).
     pub digest: Option<(String, String)>,
+    /// TLS (`zk+tls://`; needs the `tls` feature).
+    pub tls: Option<ZkTls>,
+}
+
+/// TLS settings of a `zk+tls://` connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkTls {
+    /// PEM file of the CA certificates that sign the servers' certificates (`tls_ca`).
+    pub ca_file: std::path::PathBuf,
+    /// PEM certificate and key files of this client, for mutual TLS (`tls_cert`,
+    /// `tls_key`).
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for ZkOptions {
@@ -36,6 +48,7 @@ impl Default for ZkOptions {
             connect_timeout: Duration::from_secs(15),
             request_timeout: None,
             digest: None,
+            tls: None,
         }
     }
 }
@@ -49,6 +62,7 @@ impl std::fmt::Debug for ZkOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -57,10 +71,18 @@ impl std::fmt::Debug for ZkOptions {
 pub const DEFAULT_PORT: u16 = 2181;
 
 /// The option keys `zk://` accepts.
-pub const KNOWN_OPTIONS: &[&str] = &["session_timeout", "connect_timeout", "request_timeout"];
+pub const KNOWN_OPTIONS: &[&str] = &[
+    "session_timeout",
+    "connect_timeout",
+    "request_timeout",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
 
 impl ZkOptions {
-    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…]`.
+    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…]`,
+    /// or `zk+tls://…?tls_ca=<ca.pem>[&tls_cert=<cert.pem>&tls_key=<key.pem>]`.
     ///
     /// # Errors
     ///
@@ -68,13 +90,47 @@ impl ZkOptions {
     /// namespace, an unknown option, a session timeout under 200 ms.
     pub fn from_url(url: &str) -> Result<Self> {
         let cs = ConnectionString::parse(url)?;
-        if cs.scheme() != "zk" {
-            return Err(Error::config_invalid(format!(
-                "expected a zk:// connection string, got {}://",
-                cs.scheme()
-            )));
-        }
+        let tls = match cs.scheme() {
+            "zk" => false,
+            "zk+tls" => true,
+            other => {
+                return Err(Error::config_invalid(format!(
+                    "expected a zk:// or zk+tls:// connection string, got {other}://"
+                )));
+            }
+        };
         let mut opts = cs.options();
+        let (ca, cert, key) = (
+            opts.string("tls_ca"),
+            opts.string("tls_cert"),
+            opts.string("tls_key"),
+        );
+        let tls = match (tls, ca, cert, key) {
+            (false, None, None, None) => None,
+            (false, ..) => {
+                return Err(Error::config_invalid(
+                    "tls_ca, tls_cert and tls_key need a zk+tls:// connection string",
+                ));
+            }
+            (true, None, ..) => {
+                return Err(Error::config_invalid(
+                    "zk+tls:// needs tls_ca=<PEM file of the CA that signs the servers' certificates>",
+                ));
+            }
+            (true, Some(ca), None, None) => Some(ZkTls {
+                ca_file: ca.into(),
+                identity: None,
+            }),
+            (true, Some(ca), Some(cert), Some(key)) => Some(ZkTls {
+                ca_file: ca.into(),
+                identity: Some((cert.into(), key.into())),
+            }),
+            (true, Some(_), ..) => {
+                return Err(Error::config_invalid(
+                    "tls_cert and tls_key go together (mutual TLS)",
+                ));
+            }
+        };
         let defaults = ZkOptions::default();
         let o = ZkOptions {
             hosts: cs.hosts(DEFAULT_PORT)?,
@@ -95,6 +151,7 @@ impl ZkOptions {
                 }
                 _ => None,
             },
+            tls,
         };
         opts.finish(KNOWN_OPTIONS)?;
         o.validate()?;
@@ -153,6 +210,11 @@ mod tests {
         assert_eq!(o.request_deadline(), Duration::from_millis(500));
         assert_eq!(o.digest, Some(("u".into(), "p".into())));
         assert!(!format!("{o:?}").contains("\"p\""));
+        let t =
+            ZkOptions::from_url("zk+tls://h:2281/ns?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
+        let tls = t.tls.expect("tls");
+        assert_eq!(tls.ca_file, std::path::PathBuf::from("/ca.pem"));
+        assert!(tls.identity.is_some());
     }
 
     #[test]
@@ -165,6 +227,9 @@ mod tests {
             "zk://u@h/ns",
             "etcd://h/ns",
             "zk://h/a//b",
+            "zk://h/ns?tls_ca=/ca.pem",
+            "zk+tls://h/ns",
+            "zk+tls://h/ns?tls_ca=/ca.pem&tls_cert=/c.pem",
         ] {
             assert_eq!(
                 ZkOptions::from_url(bad).unwrap_err().kind(),

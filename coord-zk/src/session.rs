@@ -73,10 +73,25 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     let hosts = options.connect_string();
+    let secure = options.tls.is_some();
+    if let Some(tls) = &options.tls {
+        connector = with_tls(connector, tls)?;
+    }
     let started = Instant::now();
     let mut backoff = Duration::from_millis(50);
     loop {
-        let attempt = tokio::time::timeout(deadline, Box::pin(connector.clone().connect(&hosts))).await;
+        let connecting = connector.clone();
+        let attempt = tokio::time::timeout(
+            deadline,
+            Box::pin(async {
+                if secure {
+                    secure_connect(connecting, &hosts).await
+                } else {
+                    connecting.connect(&hosts).await
+                }
+            }),
+        )
+        .await;
         let err = match attempt {
             Ok(Ok(client)) => return Ok(client),
             Ok(Err(e)) => map(e, "connect", false),
@@ -95,6 +110,48 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Adds the TLS settings (CA, optional client identity) read from their PEM files.
+#[cfg(feature = "tls")]
+fn with_tls(connector: zk::Connector, tls: &crate::options::ZkTls) -> Result<zk::Connector> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            Error::config_invalid(format!("cannot read TLS file {}: {e}", path.display()))
+                .with_operation("connect")
+        })
+    };
+    let bad =
+        |e: zk::Error| Error::config_invalid(format!("invalid TLS material: {e}")).with_operation("connect");
+    let mut options = zk::TlsOptions::new()
+        .with_pem_ca(&read(&tls.ca_file)?)
+        .map_err(bad)?;
+    if let Some((cert, key)) = &tls.identity {
+        options = options
+            .with_pem_identity(&read(cert)?, &read(key)?)
+            .map_err(bad)?;
+    }
+    Ok(connector.with_tls(options))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(_: zk::Connector, _: &crate::options::ZkTls) -> Result<zk::Connector> {
+    Err(Error::new(
+        ErrorKind::Unsupported,
+        "zk+tls:// needs the `tls` feature of coord-zk (or of coord)",
+    )
+    .with_operation("connect"))
+}
+
+#[cfg(feature = "tls")]
+async fn secure_connect(connector: zk::Connector, hosts: &str) -> std::result::Result<zk::Client, zk::Error> {
+    connector.secure_connect(hosts).await
+}
+
+#[cfg(not(feature = "tls"))]
+async fn secure_connect(connector: zk::Connector, hosts: &str) -> std::result::Result<zk::Client, zk::Error> {
+    // Unreachable: `with_tls` refuses TLS options without the feature.
+    connector.connect(hosts).await
 }
 
 impl Inner {
@@ -364,6 +421,24 @@ impl Inner {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tls_problems_are_typed_errors() {
+        let o = ZkOptions::from_url("zk+tls://127.0.0.1:1/x?tls_ca=/nonexistent/ca.pem").unwrap();
+        let e = open_session(&o, Duration::from_secs(1)).await.unwrap_err();
+        if cfg!(feature = "tls") {
+            assert_eq!(e.kind(), ErrorKind::ConfigInvalid, "{e}");
+            assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        } else {
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert!(e.to_string().contains("`tls` feature"), "{e}");
         }
     }
 }

@@ -27,7 +27,7 @@ pub(crate) static DRIVERS: &[Driver] = &[
         connect: Some(|url| Box::pin(async move { coord_mem::connect(url) })),
     },
     Driver {
-        schemes: &["zk"],
+        schemes: &["zk", "zk+tls"],
         backend: "the ZooKeeper backend",
         feature: Some("zk"),
         #[cfg(feature = "zk")]
