@@ -27,6 +27,9 @@ pub struct Needs {
     pub every_watch_event: bool,
     /// `observe` reports every leader.
     pub every_leader_change: bool,
+    /// The case disturbs the whole cluster (e.g. compacts etcd's history, which every
+    /// namespace shares): it runs alone, never overlapping another case.
+    pub exclusive: bool,
 }
 
 impl Needs {
@@ -40,6 +43,7 @@ impl Needs {
         },
         every_watch_event: false,
         every_leader_change: false,
+        exclusive: false,
     };
 
     /// What `faults` and `caps` lack of these needs, as words; empty when satisfied.
@@ -274,7 +278,16 @@ pub fn namespace_for(case: &str) -> String {
     )
 }
 
+/// Exclusive cases hold this for writing, every other case for reading.
+static CLUSTER_WIDE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
+    let (_shared, _alone);
+    if case.needs.exclusive {
+        _alone = CLUSTER_WIDE.write().unwrap_or_else(|p| p.into_inner());
+    } else {
+        _shared = CLUSTER_WIDE.read().unwrap_or_else(|p| p.into_inner());
+    }
     let rt = runtime().map_err(|e| Failed::from(format!("cannot build a runtime: {e}")))?;
     let ctx = Ctx::new(factory, namespace_for(case.name));
     let result = rt.block_on(async {

@@ -256,7 +256,11 @@ fn main() {
         },
         Case {
             name: "etcd::compaction_under_watch_resyncs",
-            needs: Needs::NONE,
+            // Compaction is cluster-wide: run alone.
+            needs: Needs {
+                exclusive: true,
+                ..Needs::NONE
+            },
             run: |ctx| Box::pin(compaction_under_watch_resyncs(ctx)),
         },
     ];

@@ -35,11 +35,14 @@ const SUSPEND: Needs = Needs {
     },
     ..Needs::NONE
 };
+/// A watch gap may be made by compacting the cluster's history, which every namespace
+/// shares: such cases run alone.
 const GAP: Needs = Needs {
     faults: Faults {
         watch_gap: true,
         ..Needs::NONE.faults
     },
+    exclusive: true,
     ..Needs::NONE
 };
 const EVERY_WATCH_EVENT: Needs = Needs {
