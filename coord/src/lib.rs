@@ -94,7 +94,9 @@ mod tests {
     async fn unknown_scheme_is_config_invalid() {
         let e = connect("redis://h/ns").await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConfigInvalid);
-        assert!(e.to_string().contains("mem, zk, etcd"), "{e}");
+        for scheme in ["mem", "zk", "zk+tls", "etcd", "etcd+https"] {
+            assert!(e.to_string().contains(scheme), "{e} does not name {scheme}");
+        }
     }
 
     #[tokio::test]
