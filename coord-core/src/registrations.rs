@@ -1,8 +1,12 @@
 //! The registrations a client re-creates on every new session.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{ErrorKind, Result};
 
 /// One registration: the backend path of its node or key and its latest data.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,5 +61,48 @@ impl RegistrationBook {
     /// Every id and entry now.
     pub fn all(&self) -> Vec<(u64, RegistrationEntry)> {
         self.lock().iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    /// Re-creates registration `id` on a new session with `create`, retrying every
+    /// 200 ms (e.g. while a node of the previous session has not expired yet) until it
+    /// succeeds, the registration is removed, `still_current()` turns false (the session
+    /// ended again), another client turns out to own the id (`AlreadyExists`, logged), or
+    /// `patience` runs out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future stops retrying; a create already sent may land.
+    pub async fn reregister<F, Fut>(
+        &self,
+        id: u64,
+        patience: Duration,
+        still_current: impl Fn() -> bool,
+        mut create: F,
+    ) where
+        F: FnMut(RegistrationEntry) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let until = tokio::time::Instant::now() + patience;
+        loop {
+            let Some(entry) = self.get(id) else { return };
+            if !still_current() || tokio::time::Instant::now() > until {
+                return;
+            }
+            let path = entry.path.clone();
+            match create(entry).await {
+                Ok(()) => {
+                    tracing::info!(%path, "coord.reregistered");
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    tracing::warn!(%path, "coord.reregister_conflict: another live client owns this instance id");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "coord.reregister_retry");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
     }
 }

@@ -393,29 +393,13 @@ impl Inner {
     }
 
     async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
-        let until = Instant::now() + self.options.lease_ttl * 3;
-        loop {
-            let Some(entry) = self.registrations.get(id) else {
-                return;
-            };
-            let current = self.lease().map(|l| l.generation == generation).unwrap_or(false);
-            if !current || Instant::now() > until {
-                return;
-            }
-            match crate::registry::create_instance(&self, &entry.path, &entry.data).await {
-                Ok(()) => {
-                    tracing::info!(key = %entry.path, "coord.etcd.reregistered");
-                    return;
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    tracing::warn!(key = %entry.path, "coord.etcd.reregister_conflict: another live client owns this instance id");
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(key = %entry.path, error = %e, "coord.etcd.reregister_retry");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
+        let still_current = || self.lease().map(|l| l.generation == generation).unwrap_or(false);
+        let create = |entry: coord_core::RegistrationEntry| {
+            let inner = self.clone();
+            async move { crate::registry::create_instance(&inner, &entry.path, &entry.data).await }
+        };
+        self.registrations
+            .reregister(id, self.options.lease_ttl * 3, still_current, create)
+            .await;
     }
 }

@@ -395,33 +395,18 @@ impl Inner {
     }
 
     async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
-        let until = Instant::now() + self.options.session_timeout * 3;
-        loop {
-            let Some(entry) = self.registrations.get(id) else {
-                return;
-            };
-            let still_current = self
-                .current()
+        let still_current = || {
+            self.current()
                 .map(|c| c.generation == generation)
-                .unwrap_or(false);
-            if !still_current || Instant::now() > until {
-                return;
-            }
-            match Box::pin(crate::registry::create_instance(&self, &entry.path, &entry.data)).await {
-                Ok(()) => {
-                    tracing::info!(path = %entry.path, "coord.zk.reregistered");
-                    return;
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    tracing::warn!(path = %entry.path, "coord.zk.reregister_conflict: another live session owns this instance id");
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(path = %entry.path, error = %e, "coord.zk.reregister_retry");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
+                .unwrap_or(false)
+        };
+        let create = |entry: coord_core::RegistrationEntry| {
+            let inner = self.clone();
+            async move { Box::pin(crate::registry::create_instance(&inner, &entry.path, &entry.data)).await }
+        };
+        self.registrations
+            .reregister(id, self.options.session_timeout * 3, still_current, create)
+            .await;
     }
 }
 
