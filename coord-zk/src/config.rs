@@ -73,46 +73,26 @@ async fn stats(inner: &Inner, paths: &[String]) -> Result<Vec<Option<zk::Stat>>>
 /// Reads every key under `prefix` (segment-wise), sorted by key.
 async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
     let dir = config_dir(inner);
-    let d = dir.clone();
-    let children = match inner
-        .call(Counter::Read, "list", false, |zk| async move {
-            zk.list_children(&d).await
-        })
+    let mut keys: Vec<String> = crate::reads::children(inner, &dir, "list")
         .await?
-    {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => return Ok(Vec::new()),
-        Err(e) => return Err(map(e, "list", false)),
-    };
-    let mut keys: Vec<String> = children
         .iter()
         .map(|c| key_of(c))
         .filter(|k| key_matches_prefix(k, prefix))
         .collect();
     keys.sort();
-    let mut out = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(64) {
-        let paths: Vec<String> = chunk.iter().map(|k| format!("{dir}/{}", node_name(k))).collect();
-        let results = inner
-            .call_mapped(Counter::Txn, "list", false, |zk| async move {
-                let mut reader = zk.new_multi_reader();
-                for p in &paths {
-                    reader.add_get_data(p)?;
-                }
-                reader.commit().await
+    let paths: Vec<String> = keys.iter().map(|k| format!("{dir}/{}", node_name(k))).collect();
+    let data = crate::reads::data_of(inner, &paths, "list").await?;
+    Ok(keys
+        .into_iter()
+        .zip(data)
+        .filter_map(|(key, d)| {
+            d.map(|(value, stat)| Entry {
+                key,
+                value,
+                version: version(&stat),
             })
-            .await?;
-        for (key, result) in chunk.iter().zip(results) {
-            if let zk::MultiReadResult::Data { data, stat } = result {
-                out.push(Entry {
-                    key: key.clone(),
-                    value: data,
-                    version: version(&stat),
-                });
-            }
-        }
-    }
-    Ok(out)
+        })
+        .collect())
 }
 
 /// One attempt at a commit; `Ok(None)` means "raced with a concurrent change, retry".

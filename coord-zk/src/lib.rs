@@ -76,6 +76,7 @@ mod election;
 mod error;
 mod lock;
 mod options;
+mod reads;
 mod registry;
 mod session;
 

@@ -154,42 +154,20 @@ impl ZkClient {
 
 /// Reads every instance under `dir` (ids are the child names).
 async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, ServiceInstance>> {
-    let d = dir.to_owned();
-    let children = match inner
-        .call(Counter::Read, "instances", false, |zk| async move {
-            zk.list_children(&d).await
-        })
-        .await?
-    {
-        Ok(c) => c,
-        Err(zk::Error::NoNode) => return Ok(BTreeMap::new()),
-        Err(e) => return Err(map(e, "instances", false)),
-    };
-    if children.is_empty() {
-        return Ok(BTreeMap::new());
-    }
+    let children = crate::reads::children(inner, dir, "instances").await?;
     let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
-    let results = inner
-        .call_mapped(Counter::Txn, "instances", false, |zk| async move {
-            let mut reader = zk.new_multi_reader();
-            for p in &paths {
-                reader.add_get_data(p)?;
-            }
-            reader.commit().await
-        })
-        .await?;
+    let data = crate::reads::data_of(inner, &paths, "instances").await?;
     let mut out = BTreeMap::new();
-    for (id, result) in children.into_iter().zip(results) {
-        if let zk::MultiReadResult::Data { data, stat } = result {
-            if stat.ephemeral_owner == 0 {
-                continue; // a nested service's directory, not an instance
+    for (id, d) in children.into_iter().zip(data) {
+        let Some((bytes, stat)) = d else { continue };
+        if stat.ephemeral_owner == 0 {
+            continue; // a nested service's directory, not an instance
+        }
+        match ServiceInstance::decode(&bytes) {
+            Ok(i) => {
+                out.insert(id, i);
             }
-            match ServiceInstance::decode(&data) {
-                Ok(i) => {
-                    out.insert(id, i);
-                }
-                Err(e) => tracing::warn!(%id, error = %e, "coord.zk.undecodable_instance"),
-            }
+            Err(e) => tracing::warn!(%id, error = %e, "coord.zk.undecodable_instance"),
         }
     }
     Ok(out)
