@@ -208,6 +208,36 @@ async fn curator_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// The zombie rule: a session coord declared lost while cut off (past half the timeout,
+/// but before the server expires it) is closed when the old connection comes back, never
+/// resumed. Were it resumed, its lock node would stay and the waiter would wait forever.
+async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
+    use anyhow::{Context as _, ensure};
+    use coord_core::Lock;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let held = a.lock("res").await?;
+    let old_session = a.session_id();
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    ensure!(!waiter.is_finished(), "waiter got the lock while it was held");
+    // 3/5 of the timeout: past coord's local Lost point (1/2 after noticing) and short
+    // enough that the client library's reconnect backoff brings the old connection back
+    // before the server expires the session — the moment a resumed zombie would appear.
+    ctx.factory().suspend(&a, SESSION_TIMEOUT * 3 / 5).await?;
+    tokio::time::timeout(SESSION_TIMEOUT, held.lost())
+        .await
+        .context("the guard did not report Lost once the session may be gone")?;
+    let next = tokio::time::timeout(ctx.expiry_wait(), waiter)
+        .await
+        .context("the waiter never got the lock: the old session lingers as a zombie")???;
+    ensure!(next.token() > held.token());
+    ensure!(
+        a.session_id() != old_session,
+        "the client resumed the session it had declared lost"
+    );
+    Ok(())
+}
+
 fn main() {
     let factory = std::env::var("COORD_TEST_ZK")
         .ok()
@@ -221,11 +251,18 @@ fn main() {
                 proxies: ProxyMap::default(),
             }) as Arc<dyn Factory>
         });
-    let extra = vec![Case {
-        name: "zk::curator_lock_nodes_exclude",
-        needs: Needs::NONE,
-        run: |ctx| Box::pin(curator_lock_nodes_exclude(ctx)),
-    }];
+    let extra = vec![
+        Case {
+            name: "zk::curator_lock_nodes_exclude",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(curator_lock_nodes_exclude(ctx)),
+        },
+        Case {
+            name: "zk::locally_lost_session_is_closed_not_resumed",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(locally_lost_session_is_closed_not_resumed(ctx)),
+        },
+    ];
     coord_conformance::run_main_with(
         "zk",
         factory,
