@@ -191,8 +191,7 @@ impl Backend for ZkClient {
     }
 
     async fn close(&self) -> Result<()> {
-        self.inner.close();
-        Ok(())
+        self.inner.close().await
     }
 
     fn as_any(&self) -> &dyn Any {

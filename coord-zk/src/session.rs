@@ -279,18 +279,44 @@ impl Inner {
         .await
     }
 
-    /// Marks the client closed and drops the ZooKeeper client (which closes the session).
-    pub(crate) fn close(&self) {
+    /// Marks the client closed, drops the ZooKeeper client (which sends CloseSession)
+    /// and waits until the library reports the session ended, so that the session's
+    /// nodes are gone when this returns.
+    ///
+    /// # Errors
+    ///
+    /// `Timeout` if the session did not end within the request timeout (the server then
+    /// expires it after the session timeout).
+    pub(crate) async fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
-            return;
+            return Ok(());
         }
         self.registrations.clear();
         let old = self.current.write().unwrap_or_else(|p| p.into_inner()).take();
         let generation = old.as_ref().map(|c| c.generation).unwrap_or(0);
+        let states = old.as_ref().map(|c| c.zk.state_watcher());
         drop(old);
         self.session.close(generation, &self.stats);
         self.shutdown.notify_waiters();
         tracing::info!(namespace = %self.options.namespace, "coord.zk.closed");
+        let Some(mut states) = states else { return Ok(()) };
+        // In-flight calls hold clones of the client for at most a request timeout; the
+        // close goes out when the last clone is dropped.
+        let wait = self.options.request_deadline();
+        let ended = tokio::time::timeout(wait, async {
+            while !states.peek_state().is_terminated() {
+                states.changed().await;
+            }
+        })
+        .await;
+        ended.map_err(|_| {
+            Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "closing the session took longer than {wait:?}; the server expires it after the session timeout"
+                ),
+            )
+        })
     }
 
     /// The supervision loop. Ends when the client is closed.

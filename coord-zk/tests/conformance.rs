@@ -35,50 +35,48 @@ impl ZkFactory {
     }
 
     /// Expires `client`'s session on the server: attach with its id and password, then
-    /// close that second connection.
+    /// close that second connection. Returns only once the server confirms the session
+    /// is gone (a fresh attach is refused as expired).
+    ///
+    /// Attaching moves the session to the new connection, and the victim's own client
+    /// moves it back when it reconnects; a close sent while the two race can be lost, and
+    /// the library then reports the attaching handle closed although the session lives
+    /// on. So the kill is repeated until an attach is refused.
     async fn expire(&self, client: &Client) -> Result<()> {
         let info = zk(client)?
             .session_info()
             .ok_or_else(|| Error::new(ErrorKind::SessionLost, "client has no session to kill"))?;
-        // A generous deadline and a few attempts: a cold or busy server must not make
-        // the fault itself flaky. (Reattaching renegotiates the timeout; we close at once.)
-        let mut attempts = 0;
-        let attached = loop {
-            attempts += 1;
-            let r = zookeeper_client::Client::connector()
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut last = String::from("no attempt");
+        while tokio::time::Instant::now() < deadline {
+            // (Reattaching renegotiates the timeout; the close follows at once.)
+            let attached = zookeeper_client::Client::connector()
                 .with_session(info.clone())
                 .with_session_timeout(Duration::from_secs(6))
                 .connect(&self.server.to_string())
                 .await;
-            match r {
-                Err(zookeeper_client::Error::Timeout | zookeeper_client::Error::ConnectionLoss)
-                    if attempts < 3 =>
-                {
-                    continue;
+            match attached {
+                // The server no longer knows the session: it and its ephemerals are gone.
+                Err(zookeeper_client::Error::SessionExpired) => return Ok(()),
+                Ok(other) => {
+                    // Dropping the only handle sends CloseSession; the state turns
+                    // terminal once the server answered or the library gave up.
+                    let mut state = other.state_watcher();
+                    drop(other);
+                    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+                        while !state.changed().await.is_terminated() {}
+                    })
+                    .await;
+                    last = "attached and closed, but the session still exists".into();
                 }
-                other => break other,
+                Err(e) => last = format!("attach: {e}"),
             }
-        };
-        match attached {
-            Ok(other) => {
-                // Dropping the only handle sends CloseSession; the state turns Closed once
-                // the server has answered, i.e. the session and its ephemerals are gone.
-                let mut state = other.state_watcher();
-                drop(other);
-                tokio::time::timeout(Duration::from_secs(10), async {
-                    while !state.changed().await.is_terminated() {}
-                })
-                .await
-                .map_err(|_| Error::new(ErrorKind::Timeout, "the killed session did not close"))?;
-                Ok(())
-            }
-            // Already expired: nothing to do.
-            Err(zookeeper_client::Error::SessionExpired) => Ok(()),
-            Err(e) => Err(Error::new(
-                ErrorKind::Unavailable,
-                format!("attach to kill session: {e}"),
-            )),
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        Err(Error::new(
+            ErrorKind::Timeout,
+            format!("could not kill the session within 30s ({last})"),
+        ))
     }
 }
 
