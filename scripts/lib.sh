@@ -59,7 +59,8 @@ zk_mode() {
 }
 
 # start_zk NAME PORT : a standalone ZooKeeper 3.8 on 127.0.0.1:PORT (tickTime 100 ms, so
-# session timeouts of 200 ms .. 2 s are allowed). Prints nothing; PID in NAME.pid.
+# session timeouts of 200 ms .. 2 s are allowed) with a fresh data directory. Prints
+# nothing; PID in NAME.pid.
 start_zk() {
   local name=$1 port=$2 dir="$COORD_SERVERS_DIR/$1"
   apt_install zookeeper
@@ -76,11 +77,20 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,cons,wchs
 forceSync=no
 CFG
+  echo "zk $port" > "$dir/endpoint"
+  launch_zk "$name"
+}
+
+# launch_zk NAME : runs the ZooKeeper configured in NAME/zoo.cfg, keeping its data, and
+# waits until it answers.
+launch_zk() {
+  local name=$1 dir="$COORD_SERVERS_DIR/$1" port
+  read -r _ port < "$dir/endpoint"
   local cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
   nohup java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$cp" \
-    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/server.log" 2>&1 &
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >>"$dir/server.log" 2>&1 &
   echo $! > "$dir.pid"
-  for _ in $(seq 150); do
+  for _ in $(seq 300); do
     [ -n "$(zk_mode "$port")" ] && return 0
     alive "$(cat "$dir.pid")" || break
     sleep 0.1
@@ -95,20 +105,29 @@ etcd_healthy() {
 }
 
 # start_etcd NAME CLIENT_PORT PEER_PORT : a single-node etcd 3.4 on 127.0.0.1 with short
-# heartbeat/election timeouts (so 1-2 s leases work) and no fsync (tests only). PID in
-# NAME.pid.
+# heartbeat/election timeouts (so 1-2 s leases work), no fsync (tests only) and a fresh
+# data directory. PID in NAME.pid.
 start_etcd() {
   local name=$1 port=$2 peer=$3 dir="$COORD_SERVERS_DIR/$1"
   apt_install etcd-server etcd-client
   rm -rf "$dir" && mkdir -p "$dir"
+  echo "etcd $port $peer" > "$dir/endpoint"
+  launch_etcd "$name"
+}
+
+# launch_etcd NAME : runs the etcd described by NAME/endpoint on its data directory
+# (kept) and waits until it is healthy.
+launch_etcd() {
+  local name=$1 dir="$COORD_SERVERS_DIR/$1" port peer
+  read -r _ port peer < "$dir/endpoint"
   nohup etcd --name "$name" --data-dir "$dir/data" \
     --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
     --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
     --initial-cluster "$name=http://127.0.0.1:$peer" \
     --heartbeat-interval 50 --election-timeout 250 --unsafe-no-fsync --logger zap --log-level error \
-    >"$dir/server.log" 2>&1 &
+    >>"$dir/server.log" 2>&1 &
   echo $! > "$dir.pid"
-  for _ in $(seq 100); do
+  for _ in $(seq 200); do
     etcd_healthy "$port" && return 0
     alive "$(cat "$dir.pid")" || break
     sleep 0.1
@@ -116,6 +135,18 @@ start_etcd() {
   log "etcd did not come up on port $port; log: $dir/server.log"
   tail -20 "$dir/server.log" >&2
   return 1
+}
+
+# restart_server NAME : kills the server NAME with SIGKILL (a crash: no clean shutdown)
+# and starts it again on the same port and data directory.
+restart_server() {
+  local name=$1 dir="$COORD_SERVERS_DIR/$1" kind pid
+  read -r kind _ < "$dir/endpoint"
+  pid=$(cat "$dir.pid")
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do alive "$pid" || break; sleep 0.05; done
+  "launch_$kind" "$name"
 }
 
 # ensure_protoc : etcd-client's build script needs protoc.

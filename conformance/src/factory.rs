@@ -19,6 +19,11 @@ pub struct Faults {
     /// [`Factory::begin_watch_gap`]/[`Factory::end_watch_gap`]: make a client's open
     /// watches miss history they cannot recover.
     pub watch_gap: bool,
+    /// [`Factory::pause_server`]: stop the server process (SIGSTOP) for a while.
+    pub server_pause: bool,
+    /// [`Factory::restart_server`]: kill the server process (SIGKILL) and start it again
+    /// on its data.
+    pub server_restart: bool,
 }
 
 /// A backend under test.
@@ -81,6 +86,20 @@ pub trait Factory: Send + Sync + 'static {
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {
         let _ = client;
         Err(unsupported("end_watch_gap"))
+    }
+
+    /// Stops the server process (every client's connection goes silent) now, and lets
+    /// it continue `duration` later. Returns at once; the resume happens even if the
+    /// case ends first.
+    async fn pause_server(&self, duration: Duration) -> Result<()> {
+        let _ = duration;
+        Err(unsupported("pause_server"))
+    }
+
+    /// Kills the server process without a clean shutdown and starts it again on the same
+    /// address and data; returns once it answers.
+    async fn restart_server(&self) -> Result<()> {
+        Err(unsupported("restart_server"))
     }
 }
 

@@ -40,6 +40,8 @@ impl Needs {
             crash: false,
             suspend: false,
             watch_gap: false,
+            server_pause: false,
+            server_restart: false,
         },
         every_watch_event: false,
         every_leader_change: false,
@@ -55,6 +57,8 @@ impl Needs {
             (n.crash && !faults.crash, "fault crash"),
             (n.suspend && !faults.suspend, "fault suspend"),
             (n.watch_gap && !faults.watch_gap, "fault watch_gap"),
+            (n.server_pause && !faults.server_pause, "fault server_pause"),
+            (n.server_restart && !faults.server_restart, "fault server_restart"),
             (
                 self.every_watch_event && !caps.every_watch_event,
                 "capability every_watch_event",
@@ -199,10 +203,12 @@ pub fn run_main_with(
         .with_test_writer()
         .try_init();
     let args = Arguments::from_args();
-    let required = std::env::var("COORD_TEST_REQUIRE")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend);
+    let require = std::env::var("COORD_TEST_REQUIRE").unwrap_or_default();
+    let require: Vec<&str> = require.split(',').map(str::trim).collect();
+    let required = Required {
+        backend: require.contains(&backend),
+        server_faults: require.contains(&"server-faults"),
+    };
     let trials = crate::cases::all()
         .into_iter()
         .chain(extra)
@@ -211,16 +217,25 @@ pub fn run_main_with(
     libtest_mimic::run(&args, trials).exit()
 }
 
+/// What `COORD_TEST_REQUIRE` turns from ignored into failed.
+#[derive(Debug, Clone, Copy)]
+struct Required {
+    /// The backend names itself: it must be configured.
+    backend: bool,
+    /// `server-faults`: cases must not be skipped for lack of server-side faults.
+    server_faults: bool,
+}
+
 fn trial(
     backend: &str,
     factory: Option<Arc<dyn Factory>>,
     case: Case,
-    required: bool,
+    required: Required,
     why_missing: &str,
 ) -> Trial {
     let name = case.name;
     match factory {
-        None if required => {
+        None if required.backend => {
             let msg = format!("COORD_TEST_REQUIRE names {backend}, but it is not configured: {why_missing}");
             Trial::test(name, move || Err(Failed::from(msg))).with_kind(backend)
         }
@@ -231,6 +246,16 @@ fn trial(
             let faults = factory.faults();
             let caps = capabilities_of(&*factory);
             let missing = case.needs.missing(faults, caps);
+            if required.server_faults && missing.iter().any(|m| m.starts_with("fault server_")) {
+                let msg = format!(
+                    "COORD_TEST_REQUIRE names server-faults, but the {backend} factory cannot inject {}: \
+                     run against a server started by coord's scripts (./scripts/test sets \
+                     COORD_TEST_{}_SERVER)",
+                    missing.join(", "),
+                    backend.to_uppercase()
+                );
+                return Trial::test(name, move || Err(Failed::from(msg))).with_kind(backend);
+            }
             let ignored = !missing.is_empty();
             Trial::test(name, move || run_case(factory, case))
                 .with_kind(backend)

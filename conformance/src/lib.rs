@@ -27,8 +27,10 @@ pub mod cases;
 pub mod factory;
 pub mod harness;
 pub mod proxy;
+pub mod server_ctl;
 pub mod util;
 
 pub use factory::{Factory, Faults};
 pub use harness::{Case, CaseResult, Ctx, Needs, run_main, run_main_with};
 pub use proxy::{FaultProxy, ProxyMap};
+pub use server_ctl::ServerCtl;

@@ -35,6 +35,9 @@ impl Factory for MemFactory {
             crash: true,
             suspend: true,
             watch_gap: true,
+            // No server process: the in-memory cluster lives in the test process.
+            server_pause: false,
+            server_restart: false,
         }
     }
 

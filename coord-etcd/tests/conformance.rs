@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap, ServerCtl};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_etcd::{EtcdClient, EtcdOptions};
 
@@ -17,6 +17,9 @@ const LEASE_TTL: Duration = Duration::from_secs(2);
 struct EtcdFactory {
     server: SocketAddr,
     proxies: ProxyMap,
+    /// Set when the server was started by coord's scripts (`COORD_TEST_ETCD_SERVER`): enables the
+    /// server-side faults.
+    ctl: Option<ServerCtl>,
 }
 
 fn etcd_of(client: &Client) -> Result<&EtcdClient> {
@@ -32,6 +35,15 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl EtcdFactory {
+    fn server_ctl(&self) -> Result<&ServerCtl> {
+        self.ctl.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "set COORD_TEST_ETCD_SERVER to the name of a server started by coord's scripts",
+            )
+        })
+    }
+
     fn proxy(&self, client: &Client) -> Result<Arc<coord_conformance::FaultProxy>> {
         self.proxies.get(client)
     }
@@ -55,6 +67,8 @@ impl Factory for EtcdFactory {
             crash: true,
             suspend: true,
             watch_gap: true,
+            server_pause: self.ctl.is_some(),
+            server_restart: self.ctl.is_some(),
         }
     }
 
@@ -125,6 +139,14 @@ impl Factory for EtcdFactory {
             .map_err(|e| unavailable("compact", e))?;
         self.proxy(client)?.pass();
         Ok(())
+    }
+
+    async fn pause_server(&self, duration: Duration) -> Result<()> {
+        self.server_ctl()?.pause(duration).await
+    }
+
+    async fn restart_server(&self) -> Result<()> {
+        self.server_ctl()?.restart().await
     }
 }
 
@@ -246,9 +268,11 @@ fn main() {
             Arc::new(EtcdFactory {
                 server,
                 proxies: ProxyMap::default(),
+                ctl: ServerCtl::from_env("COORD_TEST_ETCD_SERVER"),
             }) as Arc<dyn Factory>
         });
-    let extra = vec![
+    let mut extra = coord_conformance::cases::server::all();
+    extra.extend([
         Case {
             name: "etcd::etcdctl_lock_excludes",
             needs: Needs::NONE,
@@ -263,7 +287,7 @@ fn main() {
             },
             run: |ctx| Box::pin(compaction_under_watch_resyncs(ctx)),
         },
-    ];
+    ]);
     coord_conformance::run_main_with(
         "etcd",
         factory,

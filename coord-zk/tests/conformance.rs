@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap, ServerCtl};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_zk::{ZkClient, ZkOptions};
 
@@ -19,6 +19,9 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 struct ZkFactory {
     server: SocketAddr,
     proxies: ProxyMap,
+    /// Set when the server was started by coord's scripts (`COORD_TEST_ZK_SERVER`): enables the
+    /// server-side faults.
+    ctl: Option<ServerCtl>,
 }
 
 fn zk(client: &Client) -> Result<&ZkClient> {
@@ -30,6 +33,15 @@ fn zk(client: &Client) -> Result<&ZkClient> {
 }
 
 impl ZkFactory {
+    fn server_ctl(&self) -> Result<&ServerCtl> {
+        self.ctl.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "set COORD_TEST_ZK_SERVER to the name of a server started by coord's scripts",
+            )
+        })
+    }
+
     fn proxy(&self, client: &Client) -> Result<Arc<coord_conformance::FaultProxy>> {
         self.proxies.get(client)
     }
@@ -92,6 +104,8 @@ impl Factory for ZkFactory {
             crash: true,
             suspend: true,
             watch_gap: true,
+            server_pause: self.ctl.is_some(),
+            server_restart: self.ctl.is_some(),
         }
     }
 
@@ -145,6 +159,14 @@ impl Factory for ZkFactory {
         self.expire(client).await?;
         self.proxy(client)?.pass();
         Ok(())
+    }
+
+    async fn pause_server(&self, duration: Duration) -> Result<()> {
+        self.server_ctl()?.pause(duration).await
+    }
+
+    async fn restart_server(&self) -> Result<()> {
+        self.server_ctl()?.restart().await
     }
 }
 
@@ -247,9 +269,11 @@ fn main() {
             Arc::new(ZkFactory {
                 server,
                 proxies: ProxyMap::default(),
+                ctl: ServerCtl::from_env("COORD_TEST_ZK_SERVER"),
             }) as Arc<dyn Factory>
         });
-    let extra = vec![
+    let mut extra = coord_conformance::cases::server::all();
+    extra.extend([
         Case {
             name: "zk::curator_lock_nodes_exclude",
             needs: Needs::NONE,
@@ -260,7 +284,7 @@ fn main() {
             needs: Needs::NONE,
             run: |ctx| Box::pin(locally_lost_session_is_closed_not_resumed(ctx)),
         },
-    ];
+    ]);
     coord_conformance::run_main_with(
         "zk",
         factory,

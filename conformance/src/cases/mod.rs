@@ -9,6 +9,7 @@ pub mod fencing;
 pub mod input;
 pub mod lock;
 pub mod registry;
+pub mod server;
 pub mod session;
 
 use crate::factory::Faults;

@@ -1,0 +1,191 @@
+//! Server-side faults: the server process paused (SIGSTOP) past the session timeout, and
+//! killed (SIGKILL) and started again on its data.
+//!
+//! Only a factory whose server it may stop offers these faults (servers started by
+//! coord's scripts; see [`crate::ServerCtl`]), so they are not in [`super::all`]: real
+//! backends add [`all`] to their extras. Each runs alone, since every client of the
+//! server is affected.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use coord_core::{
+    Client, ConfigStore, ErrorKind, Fence, HoldState, Lock, LockGuard, Registry, ServiceInstance,
+    SessionState, Txn,
+};
+
+use crate::factory::Faults;
+use crate::harness::{Case, CaseResult, Ctx, Needs};
+use crate::util::{eventually, within};
+
+/// The server-fault cases, for backends whose factory can inject them.
+pub fn all() -> Vec<Case> {
+    const PAUSE: Needs = Needs {
+        faults: Faults {
+            server_pause: true,
+            ..Needs::NONE.faults
+        },
+        exclusive: true,
+        ..Needs::NONE
+    };
+    const RESTART: Needs = Needs {
+        faults: Faults {
+            server_restart: true,
+            ..Needs::NONE.faults
+        },
+        exclusive: true,
+        ..Needs::NONE
+    };
+    vec![
+        Case {
+            name: "server::paused_server_holder_lost_before_handover",
+            needs: PAUSE,
+            run: |ctx| Box::pin(paused_server_holder_lost_before_handover(ctx)),
+        },
+        Case {
+            name: "server::restarted_server_keeps_data_and_tokens_rising",
+            needs: RESTART,
+            run: |ctx| Box::pin(restarted_server_keeps_data_and_tokens_rising(ctx)),
+        },
+    ]
+}
+
+/// Retries `op` while it fails with a retryable error (the client is reconnecting or
+/// opening a new session), every 100 ms.
+async fn retrying<T, F, Fut>(mut op: F) -> coord_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = coord_core::Result<T>>,
+{
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => return other,
+        }
+    }
+}
+
+async fn lock_retrying(client: &Client, name: &str) -> coord_core::Result<LockGuard> {
+    retrying(|| client.lock(name)).await
+}
+
+/// A write fenced by `fence` from `client` must fail with `Fenced` and change nothing.
+async fn stale_write_is_fenced(client: &Client, fence: Fence, expect: &[u8]) -> CaseResult {
+    let stale =
+        retrying(|| client.commit(Txn::new().fenced_by(fence.clone()).put("data", b"stale".to_vec()))).await;
+    let err = match stale {
+        Ok(_) => anyhow::bail!("a stale holder's guarded write succeeded"),
+        Err(e) => e,
+    };
+    ensure!(
+        err.kind() == ErrorKind::Fenced,
+        "stale write failed with {err}, expected Fenced"
+    );
+    let now = retrying(|| client.get("data")).await?.context("data missing")?;
+    ensure!(now.value == expect, "a fenced write changed data");
+    Ok(())
+}
+
+/// The server stops (SIGSTOP) for three session timeouts while `a` holds a lock: `a`'s
+/// guard reports `Lost` while the server is still stopped — so before the server could
+/// hand the lock to anyone. After the server continues, `b` gets the lock with a higher
+/// token, `a`'s guarded write is `Fenced`, and `a` gets a new session.
+pub async fn paused_server_holder_lost_before_handover(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let ga = a.lock("res").await?;
+    let fence_a = ga.fence();
+    a.commit(Txn::new().fenced_by(ga.fence()).put("data", b"a".to_vec()))
+        .await?;
+    let pause = ctx.session_timeout() * 3;
+    // The server stops after this instant and continues no earlier than `pause` later.
+    let before = tokio::time::Instant::now();
+    ctx.factory().pause_server(pause).await?;
+    let left = pause.saturating_sub(before.elapsed());
+    within(
+        left,
+        "a's guard reports Lost while the server is stopped",
+        ga.lost(),
+    )
+    .await?;
+    ensure!(ga.state() == HoldState::Lost);
+    // Let the server continue; b may have lost its session too and retries.
+    tokio::time::sleep(pause.saturating_sub(before.elapsed())).await;
+    let gb = within(
+        ctx.expiry_wait() * 2,
+        "b acquires after the server continued",
+        lock_retrying(&b, "res"),
+    )
+    .await??;
+    ensure!(
+        gb.token() > ga.token(),
+        "token {:?} after the pause is not above {:?}",
+        gb.token(),
+        ga.token()
+    );
+    retrying(|| b.commit(Txn::new().fenced_by(gb.fence()).put("data", b"b".to_vec()))).await?;
+    stale_write_is_fenced(&a, fence_a, b"b").await?;
+    eventually(ctx.expiry_wait(), "a has a session again", || async {
+        Ok(a.session_state() == SessionState::Connected)
+    })
+    .await?;
+    let tb = gb.token();
+    gb.release().await?;
+    let ga2 = within(ctx.expiry_wait(), "a locks again", lock_retrying(&a, "res")).await??;
+    ensure!(ga2.token() > tb, "a's new token is not above b's");
+    Ok(())
+}
+
+/// The server is killed (SIGKILL) and started again on its data while `a` holds a lock
+/// and a registration: committed data survives; both clients get back in (on their old
+/// session or a new one); the registration is there again; `a`'s guard either still
+/// holds or reports `Lost`, never alongside another holder; and tokens keep rising
+/// across the restart.
+pub async fn restarted_server_keeps_data_and_tokens_rising(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    a.put("cfg", b"v1".to_vec()).await?;
+    let _reg = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    let ga = a.lock("res").await?;
+    let fence_a = ga.fence();
+    a.commit(Txn::new().fenced_by(ga.fence()).put("data", b"a".to_vec()))
+        .await?;
+    ctx.factory().restart_server().await?;
+    eventually(ctx.expiry_wait() * 2, "both clients are back", || async {
+        Ok(a.session_state() == SessionState::Connected && b.session_state() == SessionState::Connected)
+    })
+    .await?;
+    let cfg = within(ctx.expiry_wait(), "read cfg", retrying(|| b.get("cfg")))
+        .await??
+        .context("cfg lost in the restart")?;
+    ensure!(cfg.value == b"v1", "cfg changed in the restart");
+    eventually(ctx.expiry_wait(), "a's instance is registered", || async {
+        Ok(b.instances("api").await?.iter().any(|i| i.id == "n1"))
+    })
+    .await?;
+    // While a's guard is not Lost, b must not get the lock.
+    if ga.state() != HoldState::Lost {
+        let quick = b.try_lock("res").await;
+        if let Ok(Some(_)) = quick {
+            ensure!(
+                ga.state() == HoldState::Lost,
+                "b got the lock while a's guard still holds"
+            );
+        }
+    }
+    ga.release().await?;
+    let gb = within(
+        ctx.expiry_wait() * 2,
+        "b acquires after the restart",
+        lock_retrying(&b, "res"),
+    )
+    .await??;
+    ensure!(
+        gb.token() > fence_a.token(),
+        "token {:?} after the restart is not above {:?}",
+        gb.token(),
+        fence_a.token()
+    );
+    retrying(|| b.commit(Txn::new().fenced_by(gb.fence()).put("data", b"b".to_vec()))).await?;
+    stale_write_is_fenced(&a, fence_a, b"b").await?;
+    Ok(())
+}
