@@ -102,3 +102,66 @@ where
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(250)).await;
 }
+
+/// Runs `op` again every 100 ms while it fails with a retryable error (the client is
+/// reconnecting or opening a new session); returns its first other outcome.
+///
+/// # Errors
+///
+/// The first error that is not retryable.
+///
+/// # Cancel safety
+///
+/// Cancel-safe if `op`'s futures are.
+pub async fn retrying<T, F, Fut>(mut op: F) -> coord_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = coord_core::Result<T>>,
+{
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => return other,
+        }
+    }
+}
+
+/// Checks that a write to `key` fenced by a stale `fence` fails with `Fenced` (retrying
+/// while the client reconnects) and that `key` still holds `expect`.
+///
+/// # Errors
+///
+/// When the write succeeds, fails otherwise, or `key` changed.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a dropped check may leave a write in flight, which is fenced anyway.
+pub async fn expect_fenced_write(
+    client: &coord_core::Client,
+    fence: coord_core::Fence,
+    key: &str,
+    expect: &[u8],
+) -> anyhow::Result<()> {
+    use coord_core::ConfigStore as _;
+    let stale = retrying(|| {
+        client.commit(
+            coord_core::Txn::new()
+                .fenced_by(fence.clone())
+                .put(key, b"stale".to_vec()),
+        )
+    })
+    .await;
+    let err = match stale {
+        Ok(_) => bail!("a stale holder's guarded write succeeded"),
+        Err(e) => e,
+    };
+    anyhow::ensure!(
+        err.kind() == coord_core::ErrorKind::Fenced,
+        "stale write failed with {err}, expected Fenced"
+    );
+    let now = retrying(|| client.get(key))
+        .await?
+        .context("fenced key missing")?;
+    anyhow::ensure!(now.value == expect, "a fenced write changed {key}");
+    Ok(())
+}

@@ -72,21 +72,13 @@ impl Worker {
                         return Ok(v);
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(format!(
-                        "{}: {what}: not within {limit:?}; it printed:\n{}",
-                        self.name,
-                        self.seen.join("\n")
-                    )
-                    .into());
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(format!(
-                        "{}: {what}: the process ended; it printed:\n{}",
-                        self.name,
-                        self.seen.join("\n")
-                    )
-                    .into());
+                Err(e) => {
+                    let why = match e {
+                        RecvTimeoutError::Timeout => format!("not within {limit:?}"),
+                        RecvTimeoutError::Disconnected => "the process ended".to_owned(),
+                    };
+                    let seen = self.seen.join("\n");
+                    return Err(format!("{}: {what}: {why}; it printed:\n{seen}", self.name).into());
                 }
             }
         }

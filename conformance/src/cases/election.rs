@@ -7,7 +7,7 @@ use coord_core::{Election, HoldState, LeaderInfo};
 use futures::StreamExt;
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, next_event, settle, stays_pending, within};
+use crate::util::{eventually, next_event, retrying, settle, stays_pending, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -223,15 +223,11 @@ pub async fn tokens_increase_across_session_loss(ctx: Ctx) -> CaseResult {
     let t1 = l1.token();
     ctx.factory().kill_session(&a).await?;
     within(ctx.expiry_wait(), "leadership reports Lost", l1.lost()).await?;
-    let l2 = within(ctx.expiry_wait(), "campaign on the new session", async {
-        loop {
-            match a.campaign("svc", b"a".to_vec()).await {
-                Ok(l) => return Ok(l),
-                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
-                Err(e) => return Err(e),
-            }
-        }
-    })
+    let l2 = within(
+        ctx.expiry_wait(),
+        "campaign on the new session",
+        retrying(|| a.campaign("svc", b"a".to_vec())),
+    )
     .await??;
     ensure!(l2.token() > t1, "token {} not above {t1}", l2.token());
     Ok(())

@@ -6,7 +6,7 @@ use anyhow::{Context as _, ensure};
 use coord_core::{ConfigStore, Election, ErrorKind, Lock, Txn};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::within;
+use crate::util::{expect_fenced_write, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -39,34 +39,12 @@ pub async fn stale_lock_holder_is_fenced(ctx: Ctx) -> CaseResult {
     b.commit(Txn::new().fenced_by(gb.fence()).put("data", b"b".to_vec()))
         .await?;
     // The stale holder tries to write, as a paused process would on waking up.
-    let stale = within(ctx.expiry_wait(), "stale write answered", async {
-        loop {
-            match a
-                .commit(
-                    Txn::new()
-                        .fenced_by(fence_a.clone())
-                        .put("data", b"stale".to_vec()),
-                )
-                .await
-            {
-                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
-                other => return other,
-            }
-        }
-    })
-    .await?;
-    let err = match stale {
-        Ok(_) => anyhow::bail!("a stale holder's guarded write succeeded"),
-        Err(e) => e,
-    };
-    ensure!(
-        err.kind() == ErrorKind::Fenced,
-        "stale write failed with {err}, expected Fenced"
-    );
-    ensure!(
-        b.get("data").await?.context("data missing")?.value == b"b",
-        "stale write changed data"
-    );
+    within(
+        ctx.expiry_wait(),
+        "stale write answered",
+        expect_fenced_write(&a, fence_a, "data", b"b"),
+    )
+    .await??;
     Ok(())
 }
 

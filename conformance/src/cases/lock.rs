@@ -9,7 +9,7 @@ use coord_core::{HoldState, Lock};
 use tokio::sync::Mutex;
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{settle, stays_pending, within};
+use crate::util::{retrying, settle, stays_pending, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -279,15 +279,11 @@ pub async fn tokens_increase_across_session_loss(ctx: Ctx) -> CaseResult {
     ctx.factory().kill_session(&a).await?;
     within(ctx.expiry_wait(), "guard reports Lost", g1.lost()).await?;
     // g1 stays alive: a lost guard must not block a new attempt on the same client.
-    let g2 = within(ctx.expiry_wait(), "re-acquire on the new session", async {
-        loop {
-            match a.lock("res").await {
-                Ok(g) => return Ok(g),
-                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
-                Err(e) => return Err(e),
-            }
-        }
-    })
+    let g2 = within(
+        ctx.expiry_wait(),
+        "re-acquire on the new session",
+        retrying(|| a.lock("res")),
+    )
     .await??;
     ensure!(
         g2.token() > t1,

@@ -6,18 +6,14 @@
 //! backends add [`all`] to their extras. Each runs alone, since every client of the
 //! server is affected.
 
-use std::future::Future;
-use std::time::Duration;
-
 use anyhow::{Context as _, ensure};
 use coord_core::{
-    Client, ConfigStore, ErrorKind, Fence, HoldState, Lock, LockGuard, Registry, ServiceInstance,
-    SessionState, Txn,
+    Client, ConfigStore, Fence, HoldState, Lock, LockGuard, Registry, ServiceInstance, SessionState, Txn,
 };
 
 use crate::factory::Faults;
 use crate::harness::{Case, CaseResult, Ctx, Needs};
-use crate::util::{eventually, within};
+use crate::util::{eventually, expect_fenced_write, retrying, within};
 
 /// The server-fault cases, for backends whose factory can inject them.
 pub fn all() -> Vec<Case> {
@@ -51,40 +47,34 @@ pub fn all() -> Vec<Case> {
     ]
 }
 
-/// Retries `op` while it fails with a retryable error (the client is reconnecting or
-/// opening a new session), every 100 ms.
-async fn retrying<T, F, Fut>(mut op: F) -> coord_core::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = coord_core::Result<T>>,
-{
-    loop {
-        match op().await {
-            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
-            other => return other,
-        }
-    }
-}
-
 async fn lock_retrying(client: &Client, name: &str) -> coord_core::Result<LockGuard> {
     retrying(|| client.lock(name)).await
 }
 
-/// A write fenced by `fence` from `client` must fail with `Fenced` and change nothing.
-async fn stale_write_is_fenced(client: &Client, fence: Fence, expect: &[u8]) -> CaseResult {
-    let stale =
-        retrying(|| client.commit(Txn::new().fenced_by(fence.clone()).put("data", b"stale".to_vec()))).await;
-    let err = match stale {
-        Ok(_) => anyhow::bail!("a stale holder's guarded write succeeded"),
-        Err(e) => e,
-    };
+/// After `fault`, `b` acquires `res` with a token above `stale`'s and writes `data`
+/// under it; then `a`'s write with the `stale` fence is `Fenced` and changes nothing.
+async fn take_over(
+    ctx: &Ctx,
+    b: &Client,
+    a: &Client,
+    stale: Fence,
+    fault: &str,
+) -> anyhow::Result<LockGuard> {
+    let gb = within(
+        ctx.expiry_wait() * 2,
+        &format!("b acquires after {fault}"),
+        lock_retrying(b, "res"),
+    )
+    .await??;
     ensure!(
-        err.kind() == ErrorKind::Fenced,
-        "stale write failed with {err}, expected Fenced"
+        gb.token() > stale.token(),
+        "token {:?} after {fault} is not above {:?}",
+        gb.token(),
+        stale.token()
     );
-    let now = retrying(|| client.get("data")).await?.context("data missing")?;
-    ensure!(now.value == expect, "a fenced write changed data");
-    Ok(())
+    retrying(|| b.commit(Txn::new().fenced_by(gb.fence()).put("data", b"b".to_vec()))).await?;
+    expect_fenced_write(a, stale, "data", b"b").await?;
+    Ok(gb)
 }
 
 /// The server stops (SIGSTOP) for three session timeouts while `a` holds a lock: `a`'s
@@ -111,20 +101,7 @@ pub async fn paused_server_holder_lost_before_handover(ctx: Ctx) -> CaseResult {
     ensure!(ga.state() == HoldState::Lost);
     // Let the server continue; b may have lost its session too and retries.
     tokio::time::sleep(pause.saturating_sub(before.elapsed())).await;
-    let gb = within(
-        ctx.expiry_wait() * 2,
-        "b acquires after the server continued",
-        lock_retrying(&b, "res"),
-    )
-    .await??;
-    ensure!(
-        gb.token() > ga.token(),
-        "token {:?} after the pause is not above {:?}",
-        gb.token(),
-        ga.token()
-    );
-    retrying(|| b.commit(Txn::new().fenced_by(gb.fence()).put("data", b"b".to_vec()))).await?;
-    stale_write_is_fenced(&a, fence_a, b"b").await?;
+    let gb = take_over(&ctx, &b, &a, fence_a, "the pause").await?;
     eventually(ctx.expiry_wait(), "a has a session again", || async {
         Ok(a.session_state() == SessionState::Connected)
     })
@@ -173,19 +150,7 @@ pub async fn restarted_server_keeps_data_and_tokens_rising(ctx: Ctx) -> CaseResu
         }
     }
     ga.release().await?;
-    let gb = within(
-        ctx.expiry_wait() * 2,
-        "b acquires after the restart",
-        lock_retrying(&b, "res"),
-    )
-    .await??;
-    ensure!(
-        gb.token() > fence_a.token(),
-        "token {:?} after the restart is not above {:?}",
-        gb.token(),
-        fence_a.token()
-    );
-    retrying(|| b.commit(Txn::new().fenced_by(gb.fence()).put("data", b"b".to_vec()))).await?;
-    stale_write_is_fenced(&a, fence_a, b"b").await?;
+    let gb = take_over(&ctx, &b, &a, fence_a, "the restart").await?;
+    gb.release().await?;
     Ok(())
 }
