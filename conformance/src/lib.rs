@@ -21,6 +21,12 @@
 //! need a fault or capability the backend lacks (see [`Faults`],
 //! [`coord_core::Capabilities`]) are reported *ignored*, never passed.
 //!
+//! Server-side faults — the server process paused with SIGSTOP, or killed with SIGKILL
+//! and started again on its data — are in [`cases::server`]. A backend whose factory can
+//! inject them ([`Faults::server_pause`], [`Faults::server_restart`], typically through
+//! [`ServerCtl`] for servers started by coord's scripts) adds them to its extras;
+//! `COORD_TEST_REQUIRE=…,server-faults` makes their absence a failure.
+//!
 //! Set `COORD_TEST_LOG=debug` to see the backend's tracing output.
 
 pub mod cases;
