@@ -43,6 +43,7 @@ mod connstr;
 mod election;
 mod error;
 mod fencing;
+pub mod grant;
 mod handle;
 mod hold;
 mod local_queue;

@@ -9,9 +9,10 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use coord_core::grant::Grant;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Fence, FencingToken, HoldSignal, HoldState, HoldWatch,
-    LocalQueue, LocalTurn, Result,
+    Counter, EphemeralHandle, Error, ErrorKind, Fence, FencingToken, HoldSignal, HoldState, LocalQueue,
+    LocalTurn, Result,
 };
 use etcd_client as etcd;
 
@@ -46,13 +47,6 @@ pub(crate) struct Contender {
     removed: bool,
 }
 
-/// A granted contender.
-pub(crate) struct Granted {
-    pub fence: Fence,
-    pub hold: HoldWatch,
-    pub contender: Contender,
-}
-
 fn session_lost() -> Error {
     Error::new(
         ErrorKind::SessionLost,
@@ -68,7 +62,7 @@ pub(crate) async fn acquire(
     dir: String,
     value: Vec<u8>,
     wait: bool,
-) -> Result<Option<Granted>> {
+) -> Result<Option<Grant>> {
     let turn = if wait {
         queue_of.turn(name).await
     } else {
@@ -203,10 +197,10 @@ pub(crate) async fn acquire(
         signal,
         contender.turn.clone(),
     );
-    Ok(Some(Granted {
+    Ok(Some(Grant {
         fence: Fence::new(key, FencingToken(contender.create_rev as u64)),
         hold,
-        contender,
+        handle: Box::new(contender),
     }))
 }
 

@@ -2,13 +2,12 @@
 //! layout of etcd's `concurrency.Election` (`etcdctl elect <ns>/elections/<name>`).
 
 use async_trait::async_trait;
+use coord_core::grant;
 use coord_core::{
-    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, LeaderTracker, Leadership, Result,
-    validate_name, validate_value,
+    Counter, Election, FencingToken, LeaderInfo, LeaderTracker, Leadership, Result, validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
-use tracing::Instrument;
 
 use crate::EtcdClient;
 use crate::contender::acquire;
@@ -30,28 +29,11 @@ fn is_candidate(dir: &str, key: &str) -> bool {
 #[async_trait]
 impl Election for EtcdClient {
     async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
-        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
-        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
-        let span = tracing::debug_span!("coord.campaign", backend = "etcd", name);
-        let g = acquire(
-            &self.inner,
-            &self.inner.elections,
-            name,
-            self.election_prefix(name),
-            value.clone(),
-            true,
-        )
-        .instrument(span)
+        grant::campaign("etcd", name, value, |value| {
+            let prefix = self.election_prefix(name);
+            acquire(&self.inner, &self.inner.elections, name, prefix, value, true)
+        })
         .await
-        .map_err(|e| e.with_operation("campaign"))?
-        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a campaign returned without a grant"))?;
-        Ok(Leadership::new(
-            name,
-            g.fence,
-            value,
-            g.hold,
-            Box::new(g.contender),
-        ))
     }
 
     #[tracing::instrument(level = "debug", name = "coord.leader", skip(self), fields(backend = "etcd"))]

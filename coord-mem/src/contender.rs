@@ -5,9 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use coord_core::grant::Grant;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Fence, FencingToken, HoldSignal, HoldState, HoldWatch,
-    LocalQueue, LocalTurn, Result,
+    Counter, EphemeralHandle, Error, ErrorKind, Fence, FencingToken, HoldSignal, HoldState, LocalQueue,
+    LocalTurn, Result,
 };
 
 use crate::client::Inner;
@@ -25,13 +26,6 @@ pub(crate) struct Contender {
     /// finds our key and a lost guard never blocks a new attempt.
     turn: Arc<Mutex<Option<LocalTurn>>>,
     removed: bool,
-}
-
-/// A granted contender: what a `LockGuard` or `Leadership` is built from.
-pub(crate) struct Granted {
-    pub fence: Fence,
-    pub hold: HoldWatch,
-    pub contender: Contender,
 }
 
 /// The immediate children of `dir` (one segment below).
@@ -63,7 +57,7 @@ pub(crate) async fn acquire(
     dir: String,
     value: Vec<u8>,
     wait: bool,
-) -> Result<Option<Granted>> {
+) -> Result<Option<Grant>> {
     let turn = if wait {
         queue.turn(name).await
     } else {
@@ -158,10 +152,10 @@ pub(crate) async fn acquire(
     } else {
         signal.set(HoldState::Lost);
     }
-    Ok(Some(Granted {
+    Ok(Some(Grant {
         fence: Fence::new(contender.key.clone(), FencingToken(contender.create_rev)),
         hold,
-        contender,
+        handle: Box::new(contender),
     }))
 }
 

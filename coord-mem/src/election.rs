@@ -2,12 +2,11 @@
 //! holding the leader value; the lowest creation revision leads.
 
 use async_trait::async_trait;
+use coord_core::grant;
 use coord_core::{
-    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, LeaderTracker, Leadership, Result,
-    validate_name, validate_value,
+    Counter, Election, FencingToken, LeaderInfo, LeaderTracker, Leadership, Result, validate_name,
 };
 use futures::stream::BoxStream;
-use tracing::Instrument;
 
 use crate::client::MemClient;
 use crate::contender::{acquire, children};
@@ -22,28 +21,17 @@ impl MemClient {
 #[async_trait]
 impl Election for MemClient {
     async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
-        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
-        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
-        let span = tracing::debug_span!("coord.campaign", backend = "mem", name);
-        let granted = acquire(
-            &self.inner,
-            &self.inner.elections,
-            name,
-            self.election_dir(name),
-            value.clone(),
-            true,
-        )
-        .instrument(span)
+        grant::campaign("mem", name, value, |value| {
+            acquire(
+                &self.inner,
+                &self.inner.elections,
+                name,
+                self.election_dir(name),
+                value,
+                true,
+            )
+        })
         .await
-        .map_err(|e| e.with_operation("campaign"))?
-        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a campaign returned without a grant"))?;
-        Ok(Leadership::new(
-            name,
-            granted.fence,
-            value,
-            granted.hold,
-            Box::new(granted.contender),
-        ))
     }
 
     #[tracing::instrument(level = "debug", name = "coord.leader", skip(self), fields(backend = "mem"))]

@@ -7,9 +7,10 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use coord_core::grant::Grant;
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, Fence, FencingToken, HoldSignal, HoldState, HoldWatch,
-    LocalQueue, LocalTurn, Result,
+    Counter, EphemeralHandle, Error, ErrorKind, Fence, FencingToken, HoldSignal, HoldState, LocalQueue,
+    LocalTurn, Result,
 };
 use zookeeper_client as zk;
 
@@ -73,13 +74,6 @@ pub(crate) struct Contender {
     removed: bool,
 }
 
-/// A granted contender.
-pub(crate) struct Granted {
-    pub fence: Fence,
-    pub hold: HoldWatch,
-    pub contender: Contender,
-}
-
 enum Step {
     Granted,
     Busy,
@@ -96,7 +90,7 @@ pub(crate) async fn acquire(
     kind: Kind,
     value: Vec<u8>,
     wait: bool,
-) -> Result<Option<Granted>> {
+) -> Result<Option<Grant>> {
     let turn = if wait {
         queue_of.turn(name).await
     } else {
@@ -182,10 +176,10 @@ pub(crate) async fn acquire(
         signal,
         contender.turn.clone(),
     );
-    Ok(Some(Granted {
+    Ok(Some(Grant {
         fence: Fence::new(path, FencingToken(czxid as u64)),
         hold,
-        contender,
+        handle: Box::new(contender),
     }))
 }
 

@@ -2,14 +2,11 @@
 //! holding the leader value; the lowest sequence leads.
 
 use async_trait::async_trait;
-use coord_core::{
-    Counter, Election, Error, ErrorKind, FencingToken, LeaderInfo, Leadership, Result, validate_name,
-    validate_value,
-};
+use coord_core::grant;
+use coord_core::{Counter, Election, ErrorKind, FencingToken, LeaderInfo, Leadership, Result, validate_name};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::Instrument;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -95,30 +92,19 @@ async fn read_leader(
 #[async_trait]
 impl Election for ZkClient {
     async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
-        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
-        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
-        let span = tracing::debug_span!("coord.campaign", backend = "zk", name);
-        let dir = self.election_path(name);
-        let granted = acquire(
-            &self.inner,
-            &self.inner.elections,
-            name,
-            dir,
-            Kind::Latch,
-            value.clone(),
-            true,
-        )
-        .instrument(span)
+        grant::campaign("zk", name, value, |value| {
+            let dir = self.election_path(name);
+            acquire(
+                &self.inner,
+                &self.inner.elections,
+                name,
+                dir,
+                Kind::Latch,
+                value,
+                true,
+            )
+        })
         .await
-        .map_err(|e| e.with_operation("campaign"))?
-        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a campaign returned without a grant"))?;
-        Ok(Leadership::new(
-            name,
-            granted.fence,
-            value,
-            granted.hold,
-            Box::new(granted.contender),
-        ))
     }
 
     #[tracing::instrument(level = "debug", name = "coord.leader", skip(self), fields(backend = "zk"))]
