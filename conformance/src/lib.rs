@@ -33,10 +33,12 @@ pub mod cases;
 pub mod factory;
 pub mod harness;
 pub mod proxy;
+pub mod real_server;
 pub mod server_ctl;
 pub mod util;
 
 pub use factory::{Factory, Faults};
 pub use harness::{Case, CaseResult, Ctx, Needs, run_main, run_main_with};
 pub use proxy::{FaultProxy, ProxyMap};
+pub use real_server::RealServer;
 pub use server_ctl::ServerCtl;

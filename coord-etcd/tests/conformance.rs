@@ -3,23 +3,18 @@
 //! Every client reaches the server through its own fault proxy (suspend, crash, watch
 //! gaps); sessions are killed from outside with `LeaseRevoke` from a separate client.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap, ServerCtl};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, RealServer};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_etcd::{EtcdClient, EtcdOptions};
 
 const LEASE_TTL: Duration = Duration::from_secs(2);
 
 struct EtcdFactory {
-    server: SocketAddr,
-    proxies: ProxyMap,
-    /// Set when the server was started by coord's scripts (`COORD_TEST_ETCD_SERVER`): enables the
-    /// server-side faults.
-    ctl: Option<ServerCtl>,
+    server: RealServer,
 }
 
 fn etcd_of(client: &Client) -> Result<&EtcdClient> {
@@ -35,21 +30,8 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl EtcdFactory {
-    fn server_ctl(&self) -> Result<&ServerCtl> {
-        self.ctl.as_ref().ok_or_else(|| {
-            Error::new(
-                ErrorKind::Unsupported,
-                "set COORD_TEST_ETCD_SERVER to the name of a server started by coord's scripts",
-            )
-        })
-    }
-
-    fn proxy(&self, client: &Client) -> Result<Arc<coord_conformance::FaultProxy>> {
-        self.proxies.get(client)
-    }
-
     async fn admin(&self) -> Result<etcd_client::Client> {
-        etcd_client::Client::connect([format!("http://{}", self.server)], None)
+        etcd_client::Client::connect([format!("http://{}", self.server.addr())], None)
             .await
             .map_err(|e| unavailable("admin connect", e))
     }
@@ -62,14 +44,7 @@ impl Factory for EtcdFactory {
     }
 
     fn faults(&self) -> Faults {
-        Faults {
-            kill_session: true,
-            crash: true,
-            suspend: true,
-            watch_gap: true,
-            server_pause: self.ctl.is_some(),
-            server_restart: self.ctl.is_some(),
-        }
+        self.server.faults(true)
     }
 
     fn session_timeout(&self) -> Duration {
@@ -77,8 +52,8 @@ impl Factory for EtcdFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
-        self.proxies
-            .open(self.server, |addr| async move {
+        self.server
+            .open(|addr| async move {
                 let url = format!(
                     "etcd://{addr}/{namespace}?lease_ttl={}s&request_timeout=3s",
                     LEASE_TTL.as_secs()
@@ -91,7 +66,7 @@ impl Factory for EtcdFactory {
     }
 
     fn url_base(&self) -> String {
-        format!("etcd://{}", self.server)
+        format!("etcd://{}", self.server.addr())
     }
 
     async fn connect_url(&self, url: &str) -> Result<Client> {
@@ -109,18 +84,15 @@ impl Factory for EtcdFactory {
     }
 
     async fn crash(&self, client: &Client) -> Result<()> {
-        self.proxy(client)?.refuse();
-        Ok(())
+        self.server.cut_off(client)
     }
 
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
-        self.proxy(client)?.refuse_for(duration);
-        Ok(())
+        self.server.suspend(client, duration)
     }
 
     async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
-        self.proxy(client)?.refuse();
-        Ok(())
+        self.server.cut_off(client)
     }
 
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {
@@ -137,16 +109,16 @@ impl Factory for EtcdFactory {
             .compact(rev, None)
             .await
             .map_err(|e| unavailable("compact", e))?;
-        self.proxy(client)?.pass();
+        self.server.reconnect(client)?;
         Ok(())
     }
 
     async fn pause_server(&self, duration: Duration) -> Result<()> {
-        self.server_ctl()?.pause(duration).await
+        self.server.pause(duration).await
     }
 
     async fn restart_server(&self) -> Result<()> {
-        self.server_ctl()?.restart().await
+        self.server.restart().await
     }
 }
 
@@ -258,19 +230,9 @@ async fn compaction_under_watch_resyncs(ctx: Ctx) -> CaseResult {
 }
 
 fn main() {
-    let factory = std::env::var("COORD_TEST_ETCD")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .map(|endpoint| {
-            let server: SocketAddr = endpoint.parse().unwrap_or_else(|e| {
-                panic!("COORD_TEST_ETCD={endpoint:?} is not host:port of an IP address: {e}")
-            });
-            Arc::new(EtcdFactory {
-                server,
-                proxies: ProxyMap::default(),
-                ctl: ServerCtl::from_env("COORD_TEST_ETCD_SERVER"),
-            }) as Arc<dyn Factory>
-        });
+    let factory = RealServer::from_env("etcd")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|server| Arc::new(EtcdFactory { server }) as Arc<dyn Factory>);
     let mut extra = coord_conformance::cases::server::all();
     extra.extend([
         Case {

@@ -5,23 +5,18 @@
 //! watches; sessions are expired from outside by attaching a second connection with the
 //! session's id and password and closing it — a real server-side expiry.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, ProxyMap, ServerCtl};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, RealServer};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_zk::{ZkClient, ZkOptions};
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct ZkFactory {
-    server: SocketAddr,
-    proxies: ProxyMap,
-    /// Set when the server was started by coord's scripts (`COORD_TEST_ZK_SERVER`): enables the
-    /// server-side faults.
-    ctl: Option<ServerCtl>,
+    server: RealServer,
 }
 
 fn zk(client: &Client) -> Result<&ZkClient> {
@@ -33,19 +28,6 @@ fn zk(client: &Client) -> Result<&ZkClient> {
 }
 
 impl ZkFactory {
-    fn server_ctl(&self) -> Result<&ServerCtl> {
-        self.ctl.as_ref().ok_or_else(|| {
-            Error::new(
-                ErrorKind::Unsupported,
-                "set COORD_TEST_ZK_SERVER to the name of a server started by coord's scripts",
-            )
-        })
-    }
-
-    fn proxy(&self, client: &Client) -> Result<Arc<coord_conformance::FaultProxy>> {
-        self.proxies.get(client)
-    }
-
     /// Expires `client`'s session on the server: attach with its id and password, then
     /// close that second connection. Returns only once the server confirms the session
     /// is gone (a fresh attach is refused as expired).
@@ -65,7 +47,7 @@ impl ZkFactory {
             let attached = zookeeper_client::Client::connector()
                 .with_session(info.clone())
                 .with_session_timeout(Duration::from_secs(6))
-                .connect(&self.server.to_string())
+                .connect(&self.server.addr().to_string())
                 .await;
             match attached {
                 // The server no longer knows the session: it and its ephemerals are gone.
@@ -99,14 +81,7 @@ impl Factory for ZkFactory {
     }
 
     fn faults(&self) -> Faults {
-        Faults {
-            kill_session: true,
-            crash: true,
-            suspend: true,
-            watch_gap: true,
-            server_pause: self.ctl.is_some(),
-            server_restart: self.ctl.is_some(),
-        }
+        self.server.faults(true)
     }
 
     fn session_timeout(&self) -> Duration {
@@ -114,8 +89,8 @@ impl Factory for ZkFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
-        self.proxies
-            .open(self.server, |addr| async move {
+        self.server
+            .open(|addr| async move {
                 let url = format!(
                     "zk://{addr}/{namespace}?session_timeout={}ms&connect_timeout=10s",
                     SESSION_TIMEOUT.as_millis()
@@ -126,7 +101,7 @@ impl Factory for ZkFactory {
     }
 
     fn url_base(&self) -> String {
-        format!("zk://{}", self.server)
+        format!("zk://{}", self.server.addr())
     }
 
     async fn connect_url(&self, url: &str) -> Result<Client> {
@@ -139,34 +114,31 @@ impl Factory for ZkFactory {
 
     async fn crash(&self, client: &Client) -> Result<()> {
         // The process is gone: its connections die and nothing it would send arrives.
-        self.proxy(client)?.refuse();
-        Ok(())
+        self.server.cut_off(client)
     }
 
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
-        self.proxy(client)?.refuse_for(duration);
-        Ok(())
+        self.server.suspend(client, duration)
     }
 
     async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
-        self.proxy(client)?.refuse();
-        Ok(())
+        self.server.cut_off(client)
     }
 
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {
         // ZooKeeper replays watch events across a reconnect; only a lost session leaves a
         // gap, so expire the session while the client is cut off.
         self.expire(client).await?;
-        self.proxy(client)?.pass();
+        self.server.reconnect(client)?;
         Ok(())
     }
 
     async fn pause_server(&self, duration: Duration) -> Result<()> {
-        self.server_ctl()?.pause(duration).await
+        self.server.pause(duration).await
     }
 
     async fn restart_server(&self) -> Result<()> {
-        self.server_ctl()?.restart().await
+        self.server.restart().await
     }
 }
 
@@ -259,19 +231,9 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
 }
 
 fn main() {
-    let factory = std::env::var("COORD_TEST_ZK")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .map(|endpoint| {
-            let server: SocketAddr = endpoint.parse().unwrap_or_else(|e| {
-                panic!("COORD_TEST_ZK={endpoint:?} is not host:port of an IP address: {e}")
-            });
-            Arc::new(ZkFactory {
-                server,
-                proxies: ProxyMap::default(),
-                ctl: ServerCtl::from_env("COORD_TEST_ZK_SERVER"),
-            }) as Arc<dyn Factory>
-        });
+    let factory = RealServer::from_env("zk")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|server| Arc::new(ZkFactory { server }) as Arc<dyn Factory>);
     let mut extra = coord_conformance::cases::server::all();
     extra.extend([
         Case {
