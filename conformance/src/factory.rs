@@ -6,6 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_core::{Client, Error, ErrorKind, Result};
 
+use crate::real_server::RealServer;
+
 /// Faults a factory can inject. A case that needs a missing one is reported ignored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
@@ -63,22 +65,32 @@ pub trait Factory: Send + Sync + 'static {
         Err(unsupported("kill_session"))
     }
 
+    /// The real server behind this factory, if any. The default `crash`, `suspend`,
+    /// `begin_watch_gap`, `pause_server` and `restart_server` use its fault proxies and
+    /// process control; without one they fail with `Unsupported`.
+    fn real_server(&self) -> Option<&RealServer> {
+        None
+    }
+
     /// Makes `client` stop as a crashed process would: no more requests, no cleanup.
     async fn crash(&self, client: &Client) -> Result<()> {
-        let _ = client;
-        Err(unsupported("crash"))
+        self.real_server()
+            .ok_or_else(|| unsupported("crash"))?
+            .cut_off(client)
     }
 
     /// Cuts `client` off from the server for `duration`.
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
-        let _ = (client, duration);
-        Err(unsupported("suspend"))
+        self.real_server()
+            .ok_or_else(|| unsupported("suspend"))?
+            .suspend(client, duration)
     }
 
     /// Stops `client`'s watches from receiving anything until [`Factory::end_watch_gap`].
     async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
-        let _ = client;
-        Err(unsupported("begin_watch_gap"))
+        self.real_server()
+            .ok_or_else(|| unsupported("begin_watch_gap"))?
+            .cut_off(client)
     }
 
     /// Makes the history since [`Factory::begin_watch_gap`] unrecoverable (compaction,
@@ -92,14 +104,19 @@ pub trait Factory: Send + Sync + 'static {
     /// it continue `duration` later. Returns at once; the resume happens even if the
     /// case ends first.
     async fn pause_server(&self, duration: Duration) -> Result<()> {
-        let _ = duration;
-        Err(unsupported("pause_server"))
+        self.real_server()
+            .ok_or_else(|| unsupported("pause_server"))?
+            .pause(duration)
+            .await
     }
 
     /// Kills the server process without a clean shutdown and starts it again on the same
     /// address and data; returns once it answers.
     async fn restart_server(&self) -> Result<()> {
-        Err(unsupported("restart_server"))
+        self.real_server()
+            .ok_or_else(|| unsupported("restart_server"))?
+            .restart()
+            .await
     }
 }
 

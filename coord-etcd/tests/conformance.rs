@@ -47,6 +47,10 @@ impl Factory for EtcdFactory {
         self.server.faults(true)
     }
 
+    fn real_server(&self) -> Option<&RealServer> {
+        Some(&self.server)
+    }
+
     fn session_timeout(&self) -> Duration {
         LEASE_TTL
     }
@@ -83,18 +87,6 @@ impl Factory for EtcdFactory {
         Ok(())
     }
 
-    async fn crash(&self, client: &Client) -> Result<()> {
-        self.server.cut_off(client)
-    }
-
-    async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
-        self.server.suspend(client, duration)
-    }
-
-    async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
-        self.server.cut_off(client)
-    }
-
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {
         // Compact away the history the cut-off watch still needs, then let it reconnect.
         let mut admin = self.admin().await?;
@@ -111,14 +103,6 @@ impl Factory for EtcdFactory {
             .map_err(|e| unavailable("compact", e))?;
         self.server.reconnect(client)?;
         Ok(())
-    }
-
-    async fn pause_server(&self, duration: Duration) -> Result<()> {
-        self.server.pause(duration).await
-    }
-
-    async fn restart_server(&self) -> Result<()> {
-        self.server.restart().await
     }
 }
 

@@ -84,6 +84,10 @@ impl Factory for ZkFactory {
         self.server.faults(true)
     }
 
+    fn real_server(&self) -> Option<&RealServer> {
+        Some(&self.server)
+    }
+
     fn session_timeout(&self) -> Duration {
         SESSION_TIMEOUT
     }
@@ -112,33 +116,12 @@ impl Factory for ZkFactory {
         self.expire(client).await
     }
 
-    async fn crash(&self, client: &Client) -> Result<()> {
-        // The process is gone: its connections die and nothing it would send arrives.
-        self.server.cut_off(client)
-    }
-
-    async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
-        self.server.suspend(client, duration)
-    }
-
-    async fn begin_watch_gap(&self, client: &Client) -> Result<()> {
-        self.server.cut_off(client)
-    }
-
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {
         // ZooKeeper replays watch events across a reconnect; only a lost session leaves a
         // gap, so expire the session while the client is cut off.
         self.expire(client).await?;
         self.server.reconnect(client)?;
         Ok(())
-    }
-
-    async fn pause_server(&self, duration: Duration) -> Result<()> {
-        self.server.pause(duration).await
-    }
-
-    async fn restart_server(&self) -> Result<()> {
-        self.server.restart().await
     }
 }
 
