@@ -9,7 +9,6 @@
 //! would go unnoticed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use coord_core::{
@@ -22,6 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
+use crate::dir_watch::{self, DirFollower};
 use crate::error::map;
 use crate::session::{Inner, persistent};
 
@@ -397,119 +397,66 @@ impl ConfigStore for ZkClient {
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
         validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
         let inner = self.inner.clone();
-        let watcher = arm(&inner).await?;
+        let dir = config_dir(&inner);
+        // Arm the watch before the snapshot so no change after the snapshot is missed.
+        let watcher = dir_watch::arm(&inner, &dir).await?;
         let entries = read_entries(&inner, prefix).await?;
+        let follower = ConfigFollower {
+            prefix: prefix.to_owned(),
+            dir: dir.clone(),
+            known: entries.iter().map(|e| (e.key.clone(), e.version)).collect(),
+        };
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(follow(inner, prefix.to_owned(), watcher, entries, tx));
+        tokio::spawn(dir_watch::follow(
+            inner,
+            dir,
+            watcher,
+            ConfigEvent::Snapshot(entries),
+            follower,
+            tx,
+        ));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
 
-async fn arm(inner: &Inner) -> Result<zk::PersistentWatcher> {
-    let dir = config_dir(inner);
-    inner
-        .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
-            zk.watch(&dir, zk::AddWatchMode::PersistentRecursive).await
-        })
-        .await
+/// What a config watch on one prefix has reported: each key's version.
+struct ConfigFollower {
+    prefix: String,
+    /// The config directory.
+    dir: String,
+    known: BTreeMap<String, Version>,
 }
 
-/// Follows the config directory across reconnects and session loss.
-async fn follow(
-    inner: Arc<Inner>,
-    prefix: String,
-    mut watcher: zk::PersistentWatcher,
-    entries: Vec<Entry>,
-    tx: mpsc::Sender<Result<ConfigEvent>>,
-) {
-    let dir = config_dir(&inner);
-    let mut known: BTreeMap<String, Version> = entries.iter().map(|e| (e.key.clone(), e.version)).collect();
-    if tx.send(Ok(ConfigEvent::Snapshot(entries))).await.is_err() {
-        return;
+impl DirFollower for ConfigFollower {
+    type Event = ConfigEvent;
+
+    async fn changed(&mut self, inner: &Inner, event: Option<&zk::WatchedEvent>) -> Result<Vec<ConfigEvent>> {
+        let Some(event) = event else {
+            // Reconnected: changes during the outage may not be replayed; re-read, diff.
+            return Ok(diff(&mut self.known, read_entries(inner, &self.prefix).await?));
+        };
+        let Some(name) = event
+            .path
+            .strip_prefix(&self.dir)
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            return Ok(Vec::new());
+        };
+        let key = key_of(name);
+        if name.contains('/') || !key_matches_prefix(&key, &self.prefix) {
+            return Ok(Vec::new());
+        }
+        Ok(reread(inner, &key, &mut self.known).await?.into_iter().collect())
     }
-    loop {
-        loop {
-            let event = tokio::select! {
-                e = watcher.changed() => e,
-                _ = tx.closed() => return,
-            };
-            inner.stats.incr(Counter::WatchEvent);
-            let events = match event.event_type {
-                zk::EventType::Session => match event.session_state {
-                    zk::SessionState::Disconnected => continue,
-                    // Changes during the outage may not be replayed: re-read and diff.
-                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                        match read_entries(&inner, &prefix).await {
-                            Ok(now) => diff(&mut known, now),
-                            Err(e) => {
-                                tracing::debug!(error = %e, "coord.zk.config_watch_reread_failed");
-                                continue;
-                            }
-                        }
-                    }
-                    _ => break,
-                },
-                _ => {
-                    let Some(name) = event.path.strip_prefix(&dir).and_then(|r| r.strip_prefix('/')) else {
-                        continue;
-                    };
-                    if name.contains('/') {
-                        continue;
-                    }
-                    let key = key_of(name);
-                    if !key_matches_prefix(&key, &prefix) {
-                        continue;
-                    }
-                    match reread(&inner, &key, &mut known).await {
-                        Ok(ev) => ev.into_iter().collect(),
-                        Err(e) if e.kind() == ErrorKind::Closed => {
-                            let _ = tx.send(Err(e)).await;
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "coord.zk.config_watch_read_failed");
-                            continue;
-                        }
-                    }
-                }
-            };
-            for ev in events {
-                if tx.send(Ok(ev)).await.is_err() {
-                    return;
-                }
-            }
-        }
-        // The session is gone and with it the watch: report the gap, re-arm, resnapshot.
-        if tx.send(Ok(ConfigEvent::Resync)).await.is_err() {
-            return;
-        }
-        loop {
-            tokio::select! {
-                c = inner.session.connected() => if c.is_err() {
-                    let _ = tx.send(Err(Error::closed())).await;
-                    return;
-                },
-                _ = tx.closed() => return,
-            }
-            let again = match arm(&inner).await {
-                Ok(w) => read_entries(&inner, &prefix).await.map(|e| (w, e)),
-                Err(e) => Err(e),
-            };
-            match again {
-                Ok((w, entries)) => {
-                    watcher = w;
-                    known = entries.iter().map(|e| (e.key.clone(), e.version)).collect();
-                    if tx.send(Ok(ConfigEvent::Snapshot(entries))).await.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "coord.zk.config_rewatch_failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            }
-        }
+
+    async fn resnapshot(&mut self, inner: &Inner) -> Result<ConfigEvent> {
+        let entries = read_entries(inner, &self.prefix).await?;
+        self.known = entries.iter().map(|e| (e.key.clone(), e.version)).collect();
+        Ok(ConfigEvent::Snapshot(entries))
+    }
+
+    fn resync() -> ConfigEvent {
+        ConfigEvent::Resync
     }
 }
 

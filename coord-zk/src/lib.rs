@@ -72,6 +72,7 @@
 
 mod config;
 mod contender;
+mod dir_watch;
 mod election;
 mod error;
 mod lock;

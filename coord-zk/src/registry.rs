@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
+use crate::dir_watch::{self, DirFollower};
 use crate::error::map;
 use crate::session::{Inner, ephemeral};
 
@@ -215,100 +216,43 @@ impl Registry for ZkClient {
         validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
         let dir = self.service_dir(service);
         let inner = self.inner.clone();
-        let (tx, rx) = mpsc::channel(256);
         // Arm the watch before the snapshot so no change after the snapshot is missed.
-        let d = dir.clone();
-        let watcher = inner
-            .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
-                zk.watch(&d, zk::AddWatchMode::PersistentRecursive).await
-            })
-            .await?;
-        let known = read_instances(&inner, &dir).await?;
-        tokio::spawn(follow(inner, dir, watcher, known, tx));
+        let watcher = dir_watch::arm(&inner, &dir).await?;
+        let mut known = InstanceTracker::default();
+        let first = known.snapshot(read_instances(&inner, &dir).await?);
+        let follower = RegistryFollower {
+            dir: dir.clone(),
+            known,
+        };
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(dir_watch::follow(inner, dir, watcher, first, follower, tx));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
 
-/// Follows one service directory across reconnects and session loss.
-async fn follow(
-    inner: Arc<Inner>,
+/// What a watch on one service has reported: its instances.
+struct RegistryFollower {
     dir: String,
-    mut watcher: zk::PersistentWatcher,
-    initial: BTreeMap<String, ServiceInstance>,
-    tx: mpsc::Sender<Result<RegistryEvent>>,
-) {
-    let mut known = InstanceTracker::default();
-    if tx.send(Ok(known.snapshot(initial))).await.is_err() {
-        return;
+    known: InstanceTracker,
+}
+
+impl DirFollower for RegistryFollower {
+    type Event = RegistryEvent;
+
+    /// Any change under the service, or a reconnect: re-read the instances and diff.
+    async fn changed(
+        &mut self,
+        inner: &Inner,
+        _event: Option<&zk::WatchedEvent>,
+    ) -> Result<Vec<RegistryEvent>> {
+        Ok(self.known.diff_to(read_instances(inner, &self.dir).await?))
     }
-    loop {
-        // Follow this session until it ends.
-        loop {
-            let event = tokio::select! {
-                e = watcher.changed() => e,
-                _ = tx.closed() => return,
-            };
-            inner.stats.incr(Counter::WatchEvent);
-            if event.event_type == zk::EventType::Session {
-                match event.session_state {
-                    // Changes during the outage may not be replayed: re-read and diff.
-                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {}
-                    zk::SessionState::Disconnected => continue,
-                    _ => break, // terminal: the watcher must not be polled again
-                }
-            }
-            match read_instances(&inner, &dir).await {
-                Ok(now) => {
-                    for ev in known.diff_to(now) {
-                        if tx.send(Ok(ev)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Closed => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-                Err(e) => tracing::debug!(error = %e, "coord.zk.registry_watch_read_failed"),
-            }
-        }
-        // The session is gone: report the gap, then re-arm on the next session.
-        if tx.send(Ok(RegistryEvent::Resync)).await.is_err() {
-            return;
-        }
-        loop {
-            tokio::select! {
-                c = inner.session.connected() => if c.is_err() {
-                    let _ = tx.send(Err(Error::closed())).await;
-                    return;
-                },
-                _ = tx.closed() => return,
-            }
-            let d = dir.clone();
-            let armed = inner
-                .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
-                    zk.watch(&d, zk::AddWatchMode::PersistentRecursive).await
-                })
-                .await;
-            let read = match armed {
-                Ok(w) => {
-                    watcher = w;
-                    read_instances(&inner, &dir).await
-                }
-                Err(e) => Err(e),
-            };
-            match read {
-                Ok(now) => {
-                    if tx.send(Ok(known.snapshot(now))).await.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "coord.zk.registry_rewatch_failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            }
-        }
+
+    async fn resnapshot(&mut self, inner: &Inner) -> Result<RegistryEvent> {
+        Ok(self.known.snapshot(read_instances(inner, &self.dir).await?))
+    }
+
+    fn resync() -> RegistryEvent {
+        RegistryEvent::Resync
     }
 }

@@ -1,0 +1,130 @@
+//! One persistent recursive watch on a directory, followed across reconnects and
+//! session loss — the loop the config and registry watches share. What a change means
+//! (and what a snapshot is) is the [`DirFollower`]'s business.
+//!
+//! - A node event or a reconnect (changes during the outage may not be replayed) asks
+//!   the follower for the events since what it has reported.
+//! - A terminal session state ends the watch with the session: the stream gets the
+//!   follower's `Resync`, and once a new session is up the watch is armed again and the
+//!   follower's fresh snapshot follows.
+//! - A closed client ends the stream with `Closed`; a dropped stream ends the task.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::{Counter, Error, ErrorKind, Result};
+use tokio::sync::mpsc;
+use zookeeper_client as zk;
+
+use crate::session::Inner;
+
+/// What a directory watch reports.
+pub(crate) trait DirFollower: Send + 'static {
+    /// The stream's item.
+    type Event: Send + 'static;
+
+    /// The events since the last report: after `event` (a node event under the
+    /// directory), or after a reconnect (`None`).
+    fn changed(
+        &mut self,
+        inner: &Inner,
+        event: Option<&zk::WatchedEvent>,
+    ) -> impl Future<Output = Result<Vec<Self::Event>>> + Send;
+
+    /// A fresh snapshot after session loss; the follower's state restarts from it.
+    fn resnapshot(&mut self, inner: &Inner) -> impl Future<Output = Result<Self::Event>> + Send;
+
+    /// The event that reports a gap.
+    fn resync() -> Self::Event;
+}
+
+/// Arms a persistent recursive watch on `dir` on the current session.
+pub(crate) async fn arm(inner: &Inner, dir: &str) -> Result<zk::PersistentWatcher> {
+    let dir = dir.to_owned();
+    inner
+        .call_mapped(Counter::WatchSet, "watch", false, |zk| async move {
+            zk.watch(&dir, zk::AddWatchMode::PersistentRecursive).await
+        })
+        .await
+}
+
+/// Sends `first`, then follows `watcher` (armed on `dir` before `first` was read) with
+/// `follower` until the stream is dropped or the client closed.
+pub(crate) async fn follow<F: DirFollower>(
+    inner: Arc<Inner>,
+    dir: String,
+    mut watcher: zk::PersistentWatcher,
+    first: F::Event,
+    mut follower: F,
+    tx: mpsc::Sender<Result<F::Event>>,
+) {
+    if tx.send(Ok(first)).await.is_err() {
+        return;
+    }
+    loop {
+        // This session's watch, until the session ends.
+        loop {
+            let event = tokio::select! {
+                e = watcher.changed() => e,
+                _ = tx.closed() => return,
+            };
+            inner.stats.incr(Counter::WatchEvent);
+            let node_event = match (event.event_type, event.session_state) {
+                (zk::EventType::Session, zk::SessionState::Disconnected) => continue,
+                (
+                    zk::EventType::Session,
+                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly,
+                ) => None,
+                // Terminal: the watcher must not be polled again.
+                (zk::EventType::Session, _) => break,
+                _ => Some(&event),
+            };
+            match follower.changed(&inner, node_event).await {
+                Ok(events) => {
+                    for ev in events {
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Closed => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+                // The next event or reconnect reads again.
+                Err(e) => tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_watch_read_failed"),
+            }
+        }
+        if tx.send(Ok(F::resync())).await.is_err() {
+            return;
+        }
+        // Re-arm on the next session, then report a fresh snapshot.
+        loop {
+            tokio::select! {
+                c = inner.session.connected() => if c.is_err() {
+                    let _ = tx.send(Err(Error::closed())).await;
+                    return;
+                },
+                _ = tx.closed() => return,
+            }
+            let again = match arm(&inner, &dir).await {
+                Ok(w) => follower.resnapshot(&inner).await.map(|snap| (w, snap)),
+                Err(e) => Err(e),
+            };
+            match again {
+                Ok((w, snapshot)) => {
+                    watcher = w;
+                    if tx.send(Ok(snapshot)).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_rewatch_failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
