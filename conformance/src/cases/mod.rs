@@ -113,6 +113,7 @@ pub fn all() -> Vec<Case> {
         case!(registry::watch_snapshot_then_changes),
         case!(registry::watch_sees_crash_departure, CRASH),
         case!(registry::watch_snapshot_is_taken_at_call),
+        case!(registry::watch_resync_on_gap, GAP),
         case!(config::put_get_delete),
         case!(config::cas_rejects_stale_version),
         case!(config::cas_create_if_absent),

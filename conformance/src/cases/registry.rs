@@ -199,3 +199,36 @@ pub async fn watch_snapshot_is_taken_at_call(ctx: Ctx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A watch that misses history it cannot recover (compaction, session loss) reports
+/// `Resync`, then a snapshot of the current set — never the missed changes as if
+/// nothing was lost.
+pub async fn watch_resync_on_gap(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut keep = a.register("api", ServiceInstance::new("keep", "h:1")).await?;
+    let gone = a.register("api", ServiceInstance::new("gone", "h:2")).await?;
+    let mut w = b.watch("api").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    ctx.factory().begin_watch_gap(&b).await?;
+    keep.update(ServiceInstance::new("keep", "h:11")).await?;
+    gone.deregister().await?;
+    let _new = a.register("api", ServiceInstance::new("new", "h:3")).await?;
+    ctx.factory().end_watch_gap(&b).await?;
+    let mut saw_resync = false;
+    loop {
+        match next_event(&mut w, ctx.expiry_wait(), "events after the gap").await? {
+            RegistryEvent::Resync => saw_resync = true,
+            RegistryEvent::Snapshot(list) => {
+                ensure!(saw_resync, "snapshot after a gap without a preceding Resync");
+                let view: Vec<(&str, &str)> =
+                    list.iter().map(|i| (i.id.as_str(), i.address.as_str())).collect();
+                let want = [("keep", "h:11"), ("new", "h:3")];
+                ensure!(view == want, "snapshot after Resync {view:?}, expected {want:?}");
+                return Ok(());
+            }
+            other => anyhow::bail!(
+                "event {other:?} across an unrecoverable gap: changes were delivered as if nothing was missed"
+            ),
+        }
+    }
+}
