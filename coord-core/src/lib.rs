@@ -38,6 +38,7 @@
 
 mod capabilities;
 mod client;
+mod client_state;
 mod config;
 mod connstr;
 mod election;
@@ -60,6 +61,7 @@ mod version;
 
 pub use capabilities::Capabilities;
 pub use client::{Backend, Client};
+pub use client_state::ClientState;
 pub use config::{ConfigEvent, ConfigStore, Entry};
 pub use connstr::{ConnectionString, HostPort, Options};
 pub use election::{Election, LeaderInfo, Leadership};

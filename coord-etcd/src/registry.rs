@@ -55,7 +55,7 @@ pub(crate) async fn create_instance(inner: &Inner, key: &str, data: &[u8]) -> Re
         .unwrap_or(0);
     if owner == lease.id {
         Ok(())
-    } else if inner.is_past_lease(owner) {
+    } else if inner.is_past_session(owner) {
         Err(Error::new(
             ErrorKind::Unavailable,
             "the instance key of this client's previous lease is not gone yet",

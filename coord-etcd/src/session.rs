@@ -5,16 +5,11 @@
 //! granted, and registrations are re-created.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use coord_core::{
-    Counter, Error, ErrorKind, LocalQueue, RegistrationBook, Result, SessionSignal, SessionState,
-    SessionStatus, StatsRecorder,
-};
+use coord_core::{ClientState, Counter, Error, ErrorKind, Result, SessionState, SessionStatus};
 use etcd_client as etcd;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::map;
@@ -34,19 +29,16 @@ pub(crate) struct Inner {
     pub prefix: String,
     client: etcd::Client,
     lease: RwLock<Option<Lease>>,
-    pub session: SessionSignal,
-    pub stats: StatsRecorder,
-    pub locks: LocalQueue,
-    pub elections: LocalQueue,
-    pub registrations: RegistrationBook,
-    /// Ids of this client's earlier leases (their keys are ours until they expire).
-    past_leases: Mutex<Vec<i64>>,
-    closed: AtomicBool,
-    shutdown: Notify,
+    /// Session status, counters, local queues, registrations, closed flag.
+    state: ClientState,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+impl std::ops::Deref for Inner {
+    type Target = ClientState;
+
+    fn deref(&self) -> &ClientState {
+        &self.state
+    }
 }
 
 /// Opens the gRPC client (no global request timeout: it would cut blocking waits).
@@ -106,7 +98,7 @@ impl Inner {
         } else {
             format!("{}/", options.namespace)
         };
-        let session = SessionSignal::new(
+        let state = ClientState::new(
             "etcd",
             options.namespace.clone(),
             SessionStatus::new(SessionState::Lost, 0),
@@ -116,24 +108,13 @@ impl Inner {
             prefix,
             client,
             lease: RwLock::new(None),
-            session,
-            stats: StatsRecorder::default(),
-            locks: LocalQueue::default(),
-            elections: LocalQueue::default(),
-            registrations: RegistrationBook::default(),
-            past_leases: Mutex::new(Vec::new()),
-            closed: AtomicBool::new(false),
-            shutdown: Notify::new(),
+            state,
         })
     }
 
     /// `<namespace>/<rel>`.
     pub(crate) fn key(&self, rel: &str) -> String {
         format!("{}{rel}", self.prefix)
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
     }
 
     /// The current lease, or why there is none.
@@ -151,10 +132,6 @@ impl Inner {
 
     pub(crate) fn lease_id(&self) -> i64 {
         self.lease().map(|l| l.id).unwrap_or(0)
-    }
-
-    pub(crate) fn is_past_lease(&self, id: i64) -> bool {
-        lock(&self.past_leases).contains(&id)
     }
 
     /// One request with the request deadline and error mapping.
@@ -206,14 +183,13 @@ impl Inner {
 
     /// Revokes the lease (deleting its keys) and stops supervision.
     pub(crate) async fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if !self.mark_closed() {
             return Ok(());
         }
         self.registrations.clear();
         let old = self.lease.write().unwrap_or_else(|p| p.into_inner()).take();
         let generation = old.map(|l| l.generation).unwrap_or(0);
         self.session.close(generation, &self.stats);
-        self.shutdown.notify_waiters();
         tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
         if let Some(lease) = old {
             self.stats.incr(Counter::SessionRequest);
@@ -249,7 +225,7 @@ impl Inner {
             }
             tracing::warn!(namespace = %self.options.namespace, generation = lease.generation, reason, "coord.etcd.session_lost");
             *self.lease.write().unwrap_or_else(|p| p.into_inner()) = None;
-            lock(&self.past_leases).push(lease.id);
+            self.remember_past_session(lease.id);
             self.session
                 .set(SessionState::Lost, lease.generation, &self.stats);
             // Never resume a lease we gave up on: revoke it so its keys go now.

@@ -5,15 +5,10 @@
 //! resumed), a new client is built with backoff, and registrations are re-created.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use coord_core::{
-    Counter, Error, ErrorKind, LocalQueue, RegistrationBook, Result, SessionSignal, SessionState,
-    SessionStatus, StatsRecorder,
-};
-use tokio::sync::Notify;
+use coord_core::{ClientState, Counter, Error, ErrorKind, Result, SessionState, SessionStatus};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -33,16 +28,16 @@ pub(crate) struct Inner {
     /// `/<namespace>`, or empty for the root.
     pub root: String,
     current: RwLock<Option<Current>>,
-    pub session: SessionSignal,
-    pub stats: StatsRecorder,
-    pub locks: LocalQueue,
-    pub elections: LocalQueue,
-    pub registrations: RegistrationBook,
-    /// Ids of this client's earlier sessions: their ephemerals are ours, and may linger
-    /// until the server expires them.
-    past_sessions: Mutex<Vec<i64>>,
-    closed: AtomicBool,
-    shutdown: Notify,
+    /// Session status, counters, local queues, registrations, closed flag.
+    state: ClientState,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = ClientState;
+
+    fn deref(&self) -> &ClientState {
+        &self.state
+    }
 }
 
 /// Open ACL, persistent.
@@ -58,10 +53,6 @@ pub(crate) fn ephemeral() -> zk::CreateOptions<'static> {
 /// Open ACL, ephemeral sequential.
 pub(crate) fn ephemeral_sequential() -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Opens one ZooKeeper session, failing after `deadline`.
@@ -161,7 +152,7 @@ impl Inner {
         } else {
             format!("/{}", options.namespace)
         };
-        let session = SessionSignal::new(
+        let state = ClientState::new(
             "zk",
             options.namespace.clone(),
             SessionStatus::new(SessionState::Connected, 1),
@@ -173,24 +164,13 @@ impl Inner {
                 zk: first,
                 generation: 1,
             })),
-            session,
-            stats: StatsRecorder::default(),
-            locks: LocalQueue::default(),
-            elections: LocalQueue::default(),
-            registrations: RegistrationBook::default(),
-            past_sessions: Mutex::new(Vec::new()),
-            closed: AtomicBool::new(false),
-            shutdown: Notify::new(),
+            state,
         })
     }
 
     /// `root + "/" + rel`.
     pub(crate) fn path(&self, rel: &str) -> String {
         format!("{}/{rel}", self.root)
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
     }
 
     /// The current client, or why there is none.
@@ -218,10 +198,6 @@ impl Inner {
     /// The current session info (id and password), for attaching from outside.
     pub(crate) fn session_info(&self) -> Option<zk::SessionInfo> {
         self.current().ok().map(|c| c.zk.session().clone())
-    }
-
-    pub(crate) fn is_past_session(&self, id: i64) -> bool {
-        lock(&self.past_sessions).contains(&id)
     }
 
     /// Sends one request on the current session with the request deadline. The outer
@@ -288,7 +264,7 @@ impl Inner {
     /// `Timeout` if the session did not end within the request timeout (the server then
     /// expires it after the session timeout).
     pub(crate) async fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if !self.mark_closed() {
             return Ok(());
         }
         self.registrations.clear();
@@ -297,7 +273,6 @@ impl Inner {
         let states = old.as_ref().map(|c| c.zk.state_watcher());
         drop(old);
         self.session.close(generation, &self.stats);
-        self.shutdown.notify_waiters();
         tracing::info!(namespace = %self.options.namespace, "coord.zk.closed");
         let Some(mut states) = states else { return Ok(()) };
         // In-flight calls hold clones of the client for at most a request timeout; the
@@ -369,7 +344,7 @@ impl Inner {
             // it reconnects, so its ephemerals do not linger as zombies.
             let old = self.current.write().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(old) = &old {
-                lock(&self.past_sessions).push(old.zk.session_id().0);
+                self.remember_past_session(old.zk.session_id().0);
             }
             drop(old);
             tracing::warn!(namespace = %self.options.namespace, generation, reason = lost_reason, "coord.zk.session_lost");
