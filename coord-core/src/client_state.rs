@@ -2,12 +2,15 @@
 //! session status, counters, local queues, registrations, earlier session ids, and the
 //! closed flag with its shutdown notice.
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use std::time::Duration;
+
 use tokio::sync::Notify;
 
-use crate::{LocalQueue, RegistrationBook, SessionSignal, SessionStatus, StatsRecorder};
+use crate::{LocalQueue, RegistrationBook, Result, SessionSignal, SessionStatus, StatsRecorder};
 
 /// What a backend client keeps besides its connection. Backends embed it and usually
 /// `Deref` to it.
@@ -61,6 +64,36 @@ impl ClientState {
         first
     }
 
+    /// Runs `attempt` until it succeeds, backing off from 100 ms to 2 s between failures
+    /// (each logged at debug level as `what`); `None` once the client is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe if `attempt`'s futures are.
+    pub async fn retry_until_closed<T, F, Fut>(&self, what: &'static str, mut attempt: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if self.is_closed() {
+                return None;
+            }
+            match attempt().await {
+                Ok(v) => return Some(v),
+                Err(e) => {
+                    tracing::debug!(error = %e, what, "coord.session.retry");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.shutdown.notified() => return None,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
     /// Remembers `id` as one of this client's ended sessions.
     pub fn remember_past_session(&self, id: i64) {
         self.past_sessions
@@ -103,6 +136,35 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
             .await
             .expect("shutdown waiter woken");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_until_success_or_close() {
+        let state = ClientState::new(
+            "test",
+            String::new(),
+            SessionStatus::new(SessionState::Connected, 1),
+        );
+        let mut attempts = 0;
+        let got = state
+            .retry_until_closed("test", || {
+                attempts += 1;
+                let n = attempts;
+                async move {
+                    if n < 3 {
+                        Err(crate::Error::new(crate::ErrorKind::Unavailable, "down"))
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(got, Some(3));
+        state.mark_closed();
+        let never = state
+            .retry_until_closed("test", || async { Ok::<_, crate::Error>(1) })
+            .await;
+        assert_eq!(never, None, "a closed client must not retry");
     }
 
     #[test]

@@ -327,38 +327,21 @@ impl Inner {
 
     /// Grants the next lease with backoff; its TTL, or `None` if closed meanwhile.
     async fn regrant(self: &Arc<Self>, generation: u64) -> Option<Duration> {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            if self.is_closed() {
-                return None;
-            }
-            match self.grant().await {
-                Ok((id, ttl)) => {
-                    if self.is_closed() {
-                        let _ = self
-                            .call(
-                                Counter::SessionRequest,
-                                "lease revoke",
-                                true,
-                                |mut c| async move { c.lease_revoke(id).await },
-                            )
-                            .await;
-                        return None;
-                    }
-                    self.install(id, generation);
-                    self.reregister_all(generation);
-                    return Some(ttl);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "coord.etcd.regrant_failed");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.shutdown.notified() => return None,
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
+        let (id, ttl) = self.retry_until_closed("lease grant", || self.grant()).await?;
+        if self.is_closed() {
+            let _ = self
+                .call(
+                    Counter::SessionRequest,
+                    "lease revoke",
+                    true,
+                    |mut c| async move { c.lease_revoke(id).await },
+                )
+                .await;
+            return None;
         }
+        self.install(id, generation);
+        self.reregister_all(generation);
+        Some(ttl)
     }
 
     fn reregister_all(self: &Arc<Self>, generation: u64) {

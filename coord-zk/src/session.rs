@@ -357,33 +357,20 @@ impl Inner {
 
     /// Opens the next session with backoff; false if the client was closed meanwhile.
     async fn reopen(self: &Arc<Self>, generation: u64) -> bool {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            if self.is_closed() {
-                return false;
-            }
-            self.stats.incr(Counter::SessionRequest);
-            match Box::pin(open_session(&self.options, self.options.session_timeout)).await {
-                Ok(zk) => {
-                    if self.is_closed() {
-                        return false;
-                    }
-                    *self.current.write().unwrap_or_else(|p| p.into_inner()) =
-                        Some(Current { zk, generation });
-                    self.session.set(SessionState::Connected, generation, &self.stats);
-                    self.reregister_all(generation);
-                    return true;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "coord.zk.reconnect_failed");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.shutdown.notified() => return false,
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
+        let opened = self
+            .retry_until_closed("reconnect", || {
+                self.stats.incr(Counter::SessionRequest);
+                Box::pin(open_session(&self.options, self.options.session_timeout))
+            })
+            .await;
+        let Some(zk) = opened else { return false };
+        if self.is_closed() {
+            return false;
         }
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Current { zk, generation });
+        self.session.set(SessionState::Connected, generation, &self.stats);
+        self.reregister_all(generation);
+        true
     }
 
     /// Re-creates every registration on session `generation`, each in its own task
