@@ -32,6 +32,11 @@ impl ServerCtl {
     /// # Errors
     ///
     /// `Unavailable` when the script fails (no such server, say).
+    ///
+    /// # Cancel safety
+    ///
+    /// Once the script has started, the pause and the later continue happen whatever
+    /// becomes of the caller.
     pub async fn pause(&self, duration: Duration) -> Result<()> {
         self.run(&["pause", &format!("{:.3}", duration.as_secs_f64())])
             .await
@@ -42,6 +47,10 @@ impl ServerCtl {
     /// # Errors
     ///
     /// `Unavailable` when the script fails (the server did not come back, say).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the script still runs to its end (the server comes back).
     pub async fn restart(&self) -> Result<()> {
         self.run(&["restart"]).await
     }
