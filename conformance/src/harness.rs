@@ -195,6 +195,32 @@ pub fn run_main_with(
     why_missing: &str,
     extra: Vec<Case>,
 ) -> ! {
+    let mut cases = crate::cases::all();
+    cases.extend(extra);
+    run_groups(vec![Group {
+        backend: backend.to_owned(),
+        factory,
+        why_missing: why_missing.to_owned(),
+        cases,
+    }])
+}
+
+/// Cases to run against one configured backend (or one way of reaching it: the same
+/// server over TLS, or with credentials, is a group of its own).
+pub struct Group {
+    /// The name cases are reported under, and that `COORD_TEST_REQUIRE` names
+    /// (`zk`, `etcd-auth`, `zk-tls`…).
+    pub backend: String,
+    /// `None` when not configured: the cases are ignored, or failed when required.
+    pub factory: Option<Arc<dyn Factory>>,
+    /// What to set to configure it.
+    pub why_missing: String,
+    /// The cases.
+    pub cases: Vec<Case>,
+}
+
+/// Runs several [`Group`]s as one test binary (`harness = false`) and exits.
+pub fn run_groups(groups: Vec<Group>) -> ! {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COORD_TEST_LOG")
@@ -205,15 +231,22 @@ pub fn run_main_with(
     let args = Arguments::from_args();
     let require = std::env::var("COORD_TEST_REQUIRE").unwrap_or_default();
     let require: Vec<&str> = require.split(',').map(str::trim).collect();
-    let required = Required {
-        backend: require.contains(&backend),
-        server_faults: require.contains(&"server-faults"),
-    };
-    let trials = crate::cases::all()
-        .into_iter()
-        .chain(extra)
-        .map(|case| trial(backend, factory.clone(), case, required, why_missing))
-        .collect();
+    let mut trials = Vec::new();
+    for group in groups {
+        let required = Required {
+            backend: require.contains(&group.backend.as_str()),
+            server_faults: require.contains(&"server-faults"),
+        };
+        for case in group.cases {
+            trials.push(trial(
+                &group.backend,
+                group.factory.clone(),
+                case,
+                required,
+                &group.why_missing,
+            ));
+        }
+    }
     libtest_mimic::run(&args, trials).exit()
 }
 
@@ -244,7 +277,7 @@ fn trial(
             .with_ignored_flag(true),
         Some(factory) => {
             let faults = factory.faults();
-            let caps = capabilities_of(&*factory);
+            let caps = capabilities_of(backend, &*factory);
             let missing = case.needs.missing(faults, caps);
             if required.server_faults && missing.iter().any(|m| m.starts_with("fault server_")) {
                 let msg = format!(
@@ -264,12 +297,12 @@ fn trial(
     }
 }
 
-/// The backend's capabilities, read from a throw-away client.
-fn capabilities_of(factory: &dyn Factory) -> Capabilities {
-    static CACHE: Mutex<Option<Capabilities>> = Mutex::new(None);
+/// The backend's capabilities, read from a throw-away client (once per group).
+fn capabilities_of(backend: &str, factory: &dyn Factory) -> Capabilities {
+    static CACHE: Mutex<Vec<(String, Capabilities)>> = Mutex::new(Vec::new());
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = *cache {
-        return c;
+    if let Some((_, c)) = cache.iter().find(|(b, _)| b == backend) {
+        return *c;
     }
     let caps = runtime()
         .ok()
@@ -283,7 +316,7 @@ fn capabilities_of(factory: &dyn Factory) -> Capabilities {
         })
         // Unreachable backend: assume everything so cases run and report the failure.
         .unwrap_or(Capabilities::ALL);
-    *cache = Some(caps);
+    cache.push((backend.to_owned(), caps));
     caps
 }
 

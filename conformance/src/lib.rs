@@ -38,7 +38,7 @@ pub mod server_ctl;
 pub mod util;
 
 pub use factory::{Factory, Faults};
-pub use harness::{Case, CaseResult, Ctx, Needs, run_main, run_main_with};
+pub use harness::{Case, CaseResult, Ctx, Group, Needs, run_groups, run_main, run_main_with};
 pub use proxy::{FaultProxy, ProxyMap};
 pub use real_server::RealServer;
 pub use server_ctl::ServerCtl;

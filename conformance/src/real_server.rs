@@ -23,7 +23,7 @@ pub struct RealServer {
 }
 
 impl RealServer {
-    /// The server named by `COORD_TEST_<BACKEND>` (`host:port` of an IP address), with
+    /// The server named by `COORD_TEST_<BACKEND>` (`-` written `_`; `host:port` of an IP address), with
     /// process control when `COORD_TEST_<BACKEND>_SERVER` names a server started by
     /// coord's scripts. `Ok(None)` when the endpoint variable is unset or empty.
     ///
@@ -31,7 +31,7 @@ impl RealServer {
     ///
     /// A message naming the variable when the endpoint is not `ip:port`.
     pub fn from_env(backend: &str) -> std::result::Result<Option<RealServer>, String> {
-        let upper = backend.to_uppercase();
+        let upper = backend.to_uppercase().replace('-', "_");
         let var = format!("COORD_TEST_{upper}");
         let Some(endpoint) = std::env::var(&var).ok().filter(|s| !s.is_empty()) else {
             return Ok(None);

@@ -9,8 +9,9 @@ use coord_core::{ConnectionString, Error, HostPort, Result};
 pub struct EtcdOptions {
     /// Cluster members.
     pub endpoints: Vec<HostPort>,
-    /// Use TLS (`etcd+https://`; needs the `tls` feature).
-    pub tls: bool,
+    /// TLS (`etcd+https://`; needs the `tls` feature): the CA that signs the members'
+    /// certificates, and this client's identity for client-certificate authentication.
+    pub tls: Option<EtcdTls>,
     /// The namespace: every key starts with `<namespace>/`.
     pub namespace: String,
     /// Lease time-to-live, whole seconds, at least 1 s (etcd rounds up). Default 10 s.
@@ -24,6 +25,16 @@ pub struct EtcdOptions {
     pub credentials: Option<(String, String)>,
 }
 
+/// TLS settings of an `etcd+https://` connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM file of the CA certificates that sign the members' certificates (`tls_ca`).
+    pub ca_file: std::path::PathBuf,
+    /// PEM certificate and key files of this client, for servers started with
+    /// `--client-cert-auth` (`tls_cert`, `tls_key`).
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
 impl Default for EtcdOptions {
     fn default() -> Self {
         EtcdOptions {
@@ -31,7 +42,7 @@ impl Default for EtcdOptions {
                 host: "127.0.0.1".into(),
                 port: DEFAULT_PORT,
             }],
-            tls: false,
+            tls: None,
             namespace: String::new(),
             lease_ttl: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
@@ -59,11 +70,18 @@ impl std::fmt::Debug for EtcdOptions {
 pub const DEFAULT_PORT: u16 = 2379;
 
 /// The option keys `etcd://` accepts.
-pub const KNOWN_OPTIONS: &[&str] = &["lease_ttl", "connect_timeout", "request_timeout"];
+pub const KNOWN_OPTIONS: &[&str] = &[
+    "lease_ttl",
+    "connect_timeout",
+    "request_timeout",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
 
 impl EtcdOptions {
-    /// Parses `etcd://[user:password@]h1[:2379][,h2…][/namespace][?lease_ttl=…&connect_timeout=…&request_timeout=…]`
-    /// (or `etcd+https://` for TLS).
+    /// Parses `etcd://[user:password@]h1[:2379][,h2…][/namespace][?lease_ttl=…&connect_timeout=…&request_timeout=…]`,
+    /// or `etcd+https://…?tls_ca=<ca.pem>[&tls_cert=<cert.pem>&tls_key=<key.pem>]` for TLS.
     ///
     /// # Errors
     ///
@@ -80,6 +98,37 @@ impl EtcdOptions {
             }
         };
         let mut opts = cs.options();
+        let tls = match (
+            tls,
+            opts.string("tls_ca"),
+            opts.string("tls_cert"),
+            opts.string("tls_key"),
+        ) {
+            (false, None, None, None) => None,
+            (false, ..) => {
+                return Err(Error::config_invalid(
+                    "tls_ca, tls_cert and tls_key need an etcd+https:// connection string",
+                ));
+            }
+            (true, None, ..) => {
+                return Err(Error::config_invalid(
+                    "etcd+https:// needs tls_ca=<PEM file of the CA that signs the members' certificates>",
+                ));
+            }
+            (true, Some(ca), None, None) => Some(EtcdTls {
+                ca_file: ca.into(),
+                identity: None,
+            }),
+            (true, Some(ca), Some(cert), Some(key)) => Some(EtcdTls {
+                ca_file: ca.into(),
+                identity: Some((cert.into(), key.into())),
+            }),
+            (true, Some(_), ..) => {
+                return Err(Error::config_invalid(
+                    "tls_cert and tls_key go together (client-certificate authentication)",
+                ));
+            }
+        };
         let d = EtcdOptions::default();
         let o = EtcdOptions {
             endpoints: cs.hosts(DEFAULT_PORT)?,
@@ -133,7 +182,7 @@ impl EtcdOptions {
 
     /// Endpoint URLs for the client.
     pub(crate) fn urls(&self) -> Vec<String> {
-        let scheme = if self.tls { "https" } else { "http" };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         self.endpoints.iter().map(|h| format!("{scheme}://{h}")).collect()
     }
 }
@@ -145,8 +194,12 @@ mod tests {
 
     #[test]
     fn parses() {
-        let o = EtcdOptions::from_url("etcd+https://u:p@h1,h2:2380/app?lease_ttl=1500ms").unwrap();
-        assert!(o.tls);
+        let o =
+            EtcdOptions::from_url("etcd+https://u:p@h1,h2:2380/app?lease_ttl=1500ms&tls_ca=/ca.pem").unwrap();
+        assert_eq!(o.tls.as_ref().map(|t| t.ca_file.clone()), Some("/ca.pem".into()));
+        let m =
+            EtcdOptions::from_url("etcd+https://h/x?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
+        assert!(m.tls.and_then(|t| t.identity).is_some());
         assert_eq!(o.urls(), ["https://h1:2379", "https://h2:2380"]);
         assert_eq!(o.ttl_secs(), 2);
         assert_eq!(o.namespace, "app");
@@ -162,6 +215,9 @@ mod tests {
             "etcd://u@h",
             "zk://h",
             "etcd://h/a//b",
+            "etcd+https://h/ns",
+            "etcd://h/ns?tls_ca=/ca.pem",
+            "etcd+https://h/ns?tls_ca=/ca.pem&tls_key=/k.pem",
         ] {
             assert_eq!(
                 EtcdOptions::from_url(bad).unwrap_err().kind(),

@@ -42,6 +42,10 @@ impl std::ops::Deref for Inner {
 }
 
 /// Opens the gRPC client (no global request timeout: it would cut blocking waits).
+///
+/// With credentials the client authenticates at once, so a wrong password fails here,
+/// and refreshes its token whenever the server says it expired (etcd's simple tokens
+/// expire after `--auth-token-ttl` unused), so a long-held lock outlives any token.
 pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
     let mut connect = etcd::ConnectOptions::new()
         .with_connect_timeout(options.connect_timeout)
@@ -49,20 +53,15 @@ pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
         .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
         .with_keep_alive_while_idle(true);
     if let Some((user, password)) = &options.credentials {
-        connect = connect.with_user(user.clone(), password.clone());
+        connect = connect
+            .with_user(user.clone(), password.clone())
+            .with_auto_token_refresh(true);
     }
-    if options.tls {
-        #[cfg(feature = "tls")]
-        {
-            connect = connect.with_tls(etcd::TlsOptions::new());
-        }
-        #[cfg(not(feature = "tls"))]
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            "etcd+https:// needs the `tls` feature of coord-etcd (or of coord)",
-        ));
+    if let Some(tls) = &options.tls {
+        connect = with_tls(connect, tls)?;
     }
     let urls = options.urls();
+    let endpoints = urls.join(",");
     match tokio::time::timeout(
         options.connect_timeout,
         etcd::Client::connect(&urls, Some(connect)),
@@ -70,25 +69,97 @@ pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
     .await
     {
         Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(Error::new(
-            map(e, "connect", false).kind(),
-            format!(
-                "cannot connect to etcd at {}: is the server running and reachable?",
-                urls.join(",")
-            ),
-        )
-        .with_operation("connect")
-        .with_retryable(true)),
+        Ok(Err(e)) => Err(connect_error(e, options, &endpoints)),
         Err(_) => Err(Error::new(
             ErrorKind::Timeout,
             format!(
-                "no answer from etcd at {} within {:?}",
-                urls.join(","),
-                options.connect_timeout
+                "no answer from etcd at {endpoints} within {:?}{}",
+                options.connect_timeout,
+                plaintext_hint(options)
             ),
         )
         .with_operation("connect")),
     }
+}
+
+/// What a failed connect means, keeping the cause.
+fn connect_error(e: etcd::Error, options: &EtcdOptions, endpoints: &str) -> Error {
+    let mapped = map(e, "connect", false);
+    match mapped.kind() {
+        ErrorKind::Unavailable | ErrorKind::Timeout => Error::new(
+            mapped.kind(),
+            format!(
+                "cannot connect to etcd at {endpoints} ({}): is the server running and reachable?{}",
+                mapped.message(),
+                plaintext_hint(options)
+            ),
+        )
+        .with_operation("connect")
+        .with_retryable(true),
+        ErrorKind::PermissionDenied => Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "etcd at {endpoints} refused the credentials of user {:?}: check the user:password in the connection string",
+                options.credentials.as_ref().map(|(u, _)| u.as_str()).unwrap_or("")
+            ),
+        )
+        .with_operation("connect")
+        .with_retryable(false),
+        _ => mapped,
+    }
+}
+
+/// A hint for plaintext clients: a TLS-only server looks like a dead one to them.
+fn plaintext_hint(options: &EtcdOptions) -> &'static str {
+    if options.tls.is_none() {
+        " (if the server serves TLS, use etcd+https:// with tls_ca=…)"
+    } else {
+        ""
+    }
+}
+
+/// Adds the CA and the optional client identity, read from their PEM files.
+#[cfg(feature = "tls")]
+fn with_tls(connect: etcd::ConnectOptions, tls: &crate::options::EtcdTls) -> Result<etcd::ConnectOptions> {
+    let ca = read_pem(&tls.ca_file, "tls_ca", "CERTIFICATE")?;
+    let mut config = etcd::TlsOptions::new().ca_certificate(etcd::Certificate::from_pem(ca));
+    if let Some((cert, key)) = &tls.identity {
+        let cert = read_pem(cert, "tls_cert", "CERTIFICATE")?;
+        let key = read_pem(key, "tls_key", "PRIVATE KEY")?;
+        config = config.identity(etcd::Identity::from_pem(cert, key));
+    }
+    Ok(connect.with_tls(config))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(_: etcd::ConnectOptions, _: &crate::options::EtcdTls) -> Result<etcd::ConnectOptions> {
+    Err(Error::new(
+        ErrorKind::Unsupported,
+        "etcd+https:// needs the `tls` feature of coord-etcd (or of coord)",
+    )
+    .with_operation("connect"))
+}
+
+/// The contents of a PEM file given as `key`, which must hold a `-----BEGIN … what`
+/// block. The message names the file, never its contents.
+#[cfg(feature = "tls")]
+fn read_pem(path: &std::path::Path, key: &str, what: &str) -> Result<Vec<u8>> {
+    let data = std::fs::read(path).map_err(|e| {
+        Error::config_invalid(format!("cannot read the {key} file {}: {e}", path.display()))
+            .with_operation("connect")
+    })?;
+    let text = String::from_utf8_lossy(&data);
+    let holds = text
+        .lines()
+        .any(|l| l.starts_with("-----BEGIN ") && l.contains(what));
+    if !holds {
+        return Err(Error::config_invalid(format!(
+            "the {key} file {} holds no PEM {what} block",
+            path.display()
+        ))
+        .with_operation("connect"));
+    }
+    Ok(data)
 }
 
 impl Inner {

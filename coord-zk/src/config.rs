@@ -21,9 +21,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
+use crate::acl::ZkAcl;
 use crate::dir_watch::{self, DirFollower};
-use crate::error::map;
-use crate::session::{Inner, persistent};
+use crate::error::{map, map_at};
+use crate::session::Inner;
 
 /// How many times a commit is retried when a key it did not check changed under it.
 const COMMIT_ATTEMPTS: usize = 16;
@@ -217,11 +218,12 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         })
         .collect();
     let ops: Vec<PlannedOp> = plan.iter().map(|(_, p)| p.clone()).collect();
+    let acl = inner.acl();
     let committed = inner
         .call(Counter::Txn, "commit", true, |zk| async move {
             let mut writer = zk.new_multi_writer();
             for op in &ops {
-                op.add_to(&mut writer)?;
+                op.add_to(&mut writer, acl)?;
             }
             Ok(writer.commit().await)
         })
@@ -233,6 +235,9 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             let which = starts.iter().rposition(|s| *s <= index).unwrap_or(0);
             let (tag, op) = &plan[which];
             let creates = matches!(op, PlannedOp::Create(..) | PlannedOp::AssertAbsent(_));
+            if matches!(source, zk::Error::NoAuth) {
+                return Err(map_at(source, "commit", true, op.path()));
+            }
             return match (tag, &source) {
                 (Tag::Fence, _) => Err(fenced()),
                 // The config directory does not exist yet.
@@ -310,15 +315,26 @@ impl PlannedOp {
         }
     }
 
-    /// Adds it to `w`.
-    fn add_to(&self, w: &mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error> {
+    /// The znode it works on.
+    fn path(&self) -> &str {
+        match self {
+            PlannedOp::Check(p, _)
+            | PlannedOp::Set(p, ..)
+            | PlannedOp::Create(p, _)
+            | PlannedOp::Delete(p, _)
+            | PlannedOp::AssertAbsent(p) => p,
+        }
+    }
+
+    /// Adds it to `w`; created nodes get `acl`.
+    fn add_to(&self, w: &mut zk::MultiWriter<'_>, acl: ZkAcl) -> std::result::Result<(), zk::Error> {
         match self {
             PlannedOp::Check(p, v) => w.add_check_version(p, *v)?,
             PlannedOp::Set(p, d, v) => w.add_set_data(p, d, Some(*v))?,
-            PlannedOp::Create(p, d) => w.add_create(p, d, &persistent())?,
+            PlannedOp::Create(p, d) => w.add_create(p, d, &acl.persistent())?,
             PlannedOp::Delete(p, v) => w.add_delete(p, Some(*v))?,
             PlannedOp::AssertAbsent(p) => {
-                w.add_create(p, &[], &persistent())?;
+                w.add_create(p, &[], &acl.persistent())?;
                 w.add_delete(p, None)?;
             }
         }
@@ -360,7 +376,7 @@ impl ConfigStore for ZkClient {
         {
             Ok((data, stat)) => Ok(Some(Versioned::new(data, version(&stat)))),
             Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(map(e, "get", false)),
+            Err(e) => Err(map_at(e, "get", false, &node_path(&self.inner, key))),
         }
     }
 

@@ -14,8 +14,8 @@ use coord_core::{
 };
 use zookeeper_client as zk;
 
-use crate::error::map;
-use crate::session::{Inner, ephemeral_sequential};
+use crate::error::{map, map_at};
+use crate::session::Inner;
 
 /// Which recipe a queue belongs to: its node-name marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,10 +265,11 @@ impl Contender {
         let mut made_dir = false;
         loop {
             let (p, v) = (prefix.clone(), value.to_vec());
+            let options = self.inner.acl().ephemeral_sequential();
             let created = self
                 .inner
                 .call(Counter::Write, "create contender", true, |zk| async move {
-                    zk.create(&p, &v, &ephemeral_sequential()).await
+                    zk.create(&p, &v, &options).await
                 })
                 .await;
             match created {
@@ -292,7 +293,7 @@ impl Contender {
                         return Ok(found);
                     }
                 }
-                Ok(Err(e)) => return Err(map(e, "create contender", true)),
+                Ok(Err(e)) => return Err(map_at(e, "create contender", true, &self.dir)),
                 Err(e) => return Err(e),
             }
             if self.inner.current()?.generation != self.generation {
@@ -372,8 +373,20 @@ impl Contender {
                 self.release_turn();
                 Ok(())
             }
+            // The session was declared lost between the check above and the send: the
+            // node went with it (a locally lost session is closed, never resumed).
+            Err(e) if e.kind() == ErrorKind::SessionLost && !self.on_current_session() => {
+                self.removed = true;
+                self.release_turn();
+                Ok(())
+            }
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether our session is still the client's current one.
+    fn on_current_session(&self) -> bool {
+        matches!(self.inner.current(), Ok(c) if c.generation == self.generation)
     }
 
     fn release_turn(&self) {

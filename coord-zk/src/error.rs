@@ -19,6 +19,25 @@ pub(crate) fn map(err: zk::Error, op: &'static str, write: bool) -> Error {
         .with_source(err)
 }
 
+/// As [`map`], for a request on `path`: a refusal by the node's ACL names the path and
+/// what to do.
+pub(crate) fn map_at(err: zk::Error, op: &'static str, write: bool, path: &str) -> Error {
+    match err {
+        zk::Error::NoAuth => Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "ZooKeeper refused {op} on {path}: the ACL there does not grant this client's credentials \
+                 that permission; connect with the credentials that created it (user:password@ in the \
+                 connection string), or have an administrator change the ACL"
+            ),
+        )
+        .with_operation(op)
+        .with_retryable(false)
+        .with_source(err),
+        err => map(err, op, write),
+    }
+}
+
 /// `(kind, retryable, outcome unknown for writes, what to do)`.
 fn classify(err: &zk::Error) -> (ErrorKind, bool, bool, &'static str) {
     use ErrorKind::*;

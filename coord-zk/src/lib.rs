@@ -70,6 +70,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acl;
 mod config;
 mod contender;
 mod dir_watch;
@@ -88,6 +89,7 @@ use async_trait::async_trait;
 use coord_core::{Backend, Capabilities, Client, Result, SessionStatus, Stats};
 use tokio::sync::watch;
 
+pub use acl::ZkAcl;
 pub use options::{DEFAULT_PORT, KNOWN_OPTIONS, ZkOptions};
 
 use session::Inner;

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use coord_core::{ConnectionString, Error, HostPort, Result};
 
+use crate::acl::ZkAcl;
+
 /// Options of a ZooKeeper client.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ZkOptions {
@@ -22,6 +24,9 @@ pub struct ZkOptions {
     pub request_timeout: Option<Duration>,
     /// Digest credentials (`user:password@` in the connection string).
     pub digest: Option<(String, String)>,
+    /// The ACL of the znodes coord creates (`acl=`); `None` picks by the credentials:
+    /// [`ZkAcl::CreatorReadAll`] with them, [`ZkAcl::Open`] without. See [`ZkAcl`].
+    pub acl: Option<ZkAcl>,
     /// TLS (`zk+tls://`; needs the `tls` feature).
     pub tls: Option<ZkTls>,
 }
@@ -48,6 +53,7 @@ impl Default for ZkOptions {
             connect_timeout: Duration::from_secs(15),
             request_timeout: None,
             digest: None,
+            acl: None,
             tls: None,
         }
     }
@@ -62,6 +68,7 @@ impl std::fmt::Debug for ZkOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("acl", &self.acl_policy())
             .field("tls", &self.tls)
             .finish()
     }
@@ -75,19 +82,21 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "session_timeout",
     "connect_timeout",
     "request_timeout",
+    "acl",
     "tls_ca",
     "tls_cert",
     "tls_key",
 ];
 
 impl ZkOptions {
-    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…]`,
+    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…&acl=…]`,
     /// or `zk+tls://…?tls_ca=<ca.pem>[&tls_cert=<cert.pem>&tls_key=<key.pem>]`.
     ///
     /// # Errors
     ///
     /// `ConfigInvalid` naming the problem: another scheme, no host, a bad port, a bad
-    /// namespace, an unknown option, a session timeout under 200 ms.
+    /// namespace, an unknown option, a session timeout under 200 ms, an `acl` policy that
+    /// needs credentials without `user:password@`.
     pub fn from_url(url: &str) -> Result<Self> {
         let cs = ConnectionString::parse(url)?;
         let tls = match cs.scheme() {
@@ -131,6 +140,7 @@ impl ZkOptions {
                 ));
             }
         };
+        let acl = opts.string("acl").map(|a| ZkAcl::parse(&a)).transpose()?;
         let defaults = ZkOptions::default();
         let o = ZkOptions {
             hosts: cs.hosts(DEFAULT_PORT)?,
@@ -151,6 +161,7 @@ impl ZkOptions {
                 }
                 _ => None,
             },
+            acl,
             tls,
         };
         opts.finish(KNOWN_OPTIONS)?;
@@ -177,7 +188,25 @@ impl ZkOptions {
             coord_core::validate_name("namespace", &self.namespace)
                 .map_err(|e| Error::config_invalid(e.message().to_owned()))?;
         }
+        if let Some(acl) = self.acl
+            && acl.needs_credentials()
+            && self.digest.is_none()
+        {
+            return Err(Error::config_invalid(format!(
+                "acl={acl} binds nodes to the creator's credentials, but the connection string has none; \
+                 add user:password@ before the hosts, or use acl=open"
+            )));
+        }
         Ok(())
+    }
+
+    /// The ACL policy in force: [`ZkOptions::acl`], or the default for the credentials.
+    pub fn acl_policy(&self) -> ZkAcl {
+        self.acl.unwrap_or(if self.digest.is_some() {
+            ZkAcl::CreatorReadAll
+        } else {
+            ZkAcl::Open
+        })
     }
 
     /// The request deadline in force.
@@ -210,6 +239,21 @@ mod tests {
         assert_eq!(o.request_deadline(), Duration::from_millis(500));
         assert_eq!(o.digest, Some(("u".into(), "p".into())));
         assert!(!format!("{o:?}").contains("\"p\""));
+        assert_eq!(
+            o.acl_policy(),
+            ZkAcl::CreatorReadAll,
+            "credentials protect by default"
+        );
+        let open = ZkOptions::from_url("zk://h/ns").unwrap();
+        assert_eq!(
+            open.acl_policy(),
+            ZkAcl::Open,
+            "no credentials: nothing to bind an ACL to"
+        );
+        let creator = ZkOptions::from_url("zk://u:p@h/ns?acl=creator").unwrap();
+        assert_eq!(creator.acl_policy(), ZkAcl::Creator);
+        let opened = ZkOptions::from_url("zk://u:p@h/ns?acl=open").unwrap();
+        assert_eq!(opened.acl_policy(), ZkAcl::Open);
         let t =
             ZkOptions::from_url("zk+tls://h:2281/ns?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
         let tls = t.tls.expect("tls");
@@ -228,6 +272,9 @@ mod tests {
             "etcd://h/ns",
             "zk://h/a//b",
             "zk://h/ns?tls_ca=/ca.pem",
+            "zk://h/ns?acl=creator",
+            "zk://h/ns?acl=creator-read-all",
+            "zk://u:p@h/ns?acl=everyone",
             "zk+tls://h/ns",
             "zk+tls://h/ns?tls_ca=/ca.pem&tls_cert=/c.pem",
         ] {

@@ -5,7 +5,7 @@
 use coord_core::{Counter, Result};
 use zookeeper_client as zk;
 
-use crate::error::map;
+use crate::error::map_at;
 use crate::session::Inner;
 
 /// How many nodes one `multi` read fetches.
@@ -22,19 +22,24 @@ pub(crate) async fn children(inner: &Inner, dir: &str, op: &'static str) -> Resu
     {
         Ok(c) => Ok(c),
         Err(zk::Error::NoNode) => Ok(Vec::new()),
-        Err(e) => Err(map(e, op, false)),
+        Err(e) => Err(map_at(e, op, false, dir)),
     }
 }
 
 /// The data and stat of each path, in order; `None` for a node that is gone.
+///
+/// # Errors
+///
+/// A node that exists but cannot be read (its ACL refuses these credentials) fails the
+/// whole read with `PermissionDenied` naming it: it is never reported as absent.
 pub(crate) async fn data_of(
     inner: &Inner,
     paths: &[String],
     op: &'static str,
 ) -> Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
     let mut out = Vec::with_capacity(paths.len());
-    for chunk in paths.chunks(CHUNK) {
-        let chunk = chunk.to_vec();
+    for chunk_paths in paths.chunks(CHUNK) {
+        let chunk = chunk_paths.to_vec();
         let results = inner
             .call_mapped(Counter::Txn, op, false, |zk| async move {
                 let mut reader = zk.new_multi_reader();
@@ -44,10 +49,16 @@ pub(crate) async fn data_of(
                 reader.commit().await
             })
             .await?;
-        out.extend(results.into_iter().map(|r| match r {
-            zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
-            _ => None,
-        }));
+        for (result, path) in results.into_iter().zip(chunk_paths) {
+            out.push(match result {
+                zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => None,
+                zk::MultiReadResult::Error { err } => return Err(map_at(err, op, false, path)),
+                _ => None,
+            });
+        }
     }
     Ok(out)
 }

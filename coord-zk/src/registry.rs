@@ -16,8 +16,8 @@ use zookeeper_client as zk;
 
 use crate::ZkClient;
 use crate::dir_watch::{self, DirFollower};
-use crate::error::map;
-use crate::session::{Inner, ephemeral};
+use crate::error::{map, map_at};
+use crate::session::Inner;
 
 /// Creates the instance node on the current session. Ok if it exists and is ours;
 /// `Unavailable` (retryable) if a node of one of our earlier sessions still holds it;
@@ -30,9 +30,10 @@ pub(crate) async fn create_instance(inner: &Inner, path: &str, data: &[u8]) -> R
     let mut made_dir = false;
     loop {
         let (p, d) = (path.to_owned(), data.to_vec());
+        let options = inner.acl().ephemeral();
         let created = inner
             .call(Counter::Write, "register", true, |zk| async move {
-                zk.create(&p, &d, &ephemeral()).await
+                zk.create(&p, &d, &options).await
             })
             .await?;
         match created {
@@ -63,7 +64,7 @@ pub(crate) async fn create_instance(inner: &Inner, path: &str, data: &[u8]) -> R
                     format!("instance {path:?} is registered by another client; pick a unique id"),
                 ));
             }
-            Err(e) => return Err(map(e, "register", true)),
+            Err(e) => return Err(map_at(e, "register", true, &dir)),
         }
     }
 }

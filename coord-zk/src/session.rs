@@ -12,7 +12,8 @@ use coord_core::{ClientState, Counter, Error, ErrorKind, Result, SessionState, S
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::error::map;
+use crate::acl::ZkAcl;
+use crate::error::{map, map_at};
 use crate::options::ZkOptions;
 
 /// The live ZooKeeper client and which of our sessions it carries.
@@ -38,21 +39,6 @@ impl std::ops::Deref for Inner {
     fn deref(&self) -> &ClientState {
         &self.state
     }
-}
-
-/// Open ACL, persistent.
-pub(crate) fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
-
-/// Open ACL, ephemeral.
-pub(crate) fn ephemeral() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
-}
-
-/// Open ACL, ephemeral sequential.
-pub(crate) fn ephemeral_sequential() -> zk::CreateOptions<'static> {
-    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
 }
 
 /// Opens one ZooKeeper session, failing after `deadline`.
@@ -246,13 +232,20 @@ impl Inner {
             .map_err(|e| map(e, op, write))
     }
 
+    /// The ACL policy of the nodes this client creates.
+    pub(crate) fn acl(&self) -> ZkAcl {
+        self.options.acl_policy()
+    }
+
     /// Creates `path` and its missing ancestors as persistent nodes.
     pub(crate) async fn ensure_dir(&self, path: &str) -> Result<()> {
-        let path = path.to_owned();
-        self.call_mapped(Counter::Write, "mkdir", true, |zk| async move {
-            zk.mkdir(&path, &persistent()).await
+        let p = path.to_owned();
+        let options = self.acl().persistent();
+        self.call(Counter::Write, "mkdir", true, |zk| async move {
+            zk.mkdir(&p, &options).await
         })
-        .await
+        .await?
+        .map_err(|e| map_at(e, "mkdir", true, path))
     }
 
     /// Marks the client closed, drops the ZooKeeper client (which sends CloseSession)

@@ -69,6 +69,31 @@ macro_rules! case {
 }
 
 /// The whole suite.
+/// One or two cases per primitive, for a backend reached another way (over TLS, with
+/// credentials) whose full suite already runs in plain form: lock exclusion and hand-over,
+/// election, registry with a watch, config with compare-and-set and a watch, a fenced
+/// write, and a crashed holder's lock passing on.
+pub fn smoke() -> Vec<Case> {
+    const NAMES: &[&str] = &[
+        "lock::acquire_and_release",
+        "lock::mutual_exclusion_under_contention",
+        "lock::crashed_holder_passes_on",
+        "fencing::holder_guarded_write_succeeds",
+        "fencing::released_guard_is_fenced",
+        "election::resign_hands_over",
+        "election::proclaim_updates_value",
+        "registry::register_and_list",
+        "registry::watch_snapshot_then_changes",
+        "config::put_get_delete",
+        "config::cas_rejects_stale_version",
+        "config::commit_all_or_nothing",
+        "config::watch_delivers_final_value",
+        "session::close_releases_everything",
+    ];
+    all().into_iter().filter(|c| NAMES.contains(&c.name)).collect()
+}
+
+/// Every shared case.
 pub fn all() -> Vec<Case> {
     vec![
         case!(lock::acquire_and_release),
