@@ -86,7 +86,9 @@ CFG
 launch_zk() {
   local name=$1 dir="$COORD_SERVERS_DIR/$1" port
   read -r _ port < "$dir/endpoint"
-  local cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+  # netty-codec is not on zookeeper.jar's manifest class path, but its Netty connection
+  # factory (the TLS port) needs it.
+  local cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar
   nohup java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$cp" \
     org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >>"$dir/server.log" 2>&1 &
   echo $! > "$dir.pid"
@@ -211,7 +213,7 @@ extendedKeyUsage=serverAuth,clientAuth"
 # port for readiness probes. PID in NAME.pid.
 start_zk_tls() {
   local name=$1 port=$2 secure=$3 certs=$4 dir="$COORD_SERVERS_DIR/$1"
-  apt_install zookeeper
+  apt_install zookeeper libnetty-java
   rm -rf "$dir" && mkdir -p "$dir/data"
   cat > "$dir/zoo.cfg" <<CFG
 tickTime=100

@@ -55,6 +55,8 @@ mod registry;
 mod session;
 mod session_signal;
 mod stats;
+#[cfg(feature = "tls-probe")]
+pub mod tls_probe;
 mod trackers;
 mod txn;
 mod version;

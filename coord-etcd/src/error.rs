@@ -11,7 +11,13 @@ pub(crate) fn map(err: E, op: &'static str, write: bool) -> Error {
     let (kind, retryable, unknown) = classify(&err);
     let hint = match kind {
         ErrorKind::Unavailable => "; the cluster is unreachable or has no leader — retry",
-        ErrorKind::PermissionDenied => "; check the user:password in the connection string and its roles",
+        ErrorKind::PermissionDenied => {
+            "; the user lacks a role granting this on the namespace's keys, or its credentials are wrong: \
+             check the user:password in the connection string and the user's roles (etcdctl role get)"
+        }
+        ErrorKind::ConfigInvalid if is_auth_disabled(&err) => {
+            "; the server has authentication off: remove user:password@ from the connection string"
+        }
         ErrorKind::SessionLost => "; the lease is gone and a new one is being granted — retry",
         _ => "",
     };
@@ -20,6 +26,10 @@ pub(crate) fn map(err: E, op: &'static str, write: bool) -> Error {
         .with_retryable(retryable)
         .with_outcome_unknown(write && unknown)
         .with_source(err)
+}
+
+fn is_auth_disabled(err: &E) -> bool {
+    matches!(err, E::GRpcStatus(s) if s.message().contains("authentication is not enabled"))
 }
 
 /// `(kind, retryable, outcome unknown for writes)`.
@@ -54,6 +64,15 @@ fn classify_status(code: Code, message: &str) -> (ErrorKind, bool, bool) {
         Code::Aborted => (Unavailable, true, true),
         Code::ResourceExhausted => (Unavailable, true, false),
         Code::NotFound if message.contains("lease not found") => (SessionLost, true, false),
+        // Authentication problems come with several codes (etcd 3.4).
+        _ if message.contains("authentication is not enabled") => (ConfigInvalid, false, false),
+        _ if message.contains("invalid auth token") => (PermissionDenied, true, false),
+        _ if message.contains("authentication failed")
+            || message.contains("user name not found")
+            || message.contains("user name is empty") =>
+        {
+            (PermissionDenied, false, false)
+        }
         Code::NotFound => (NotFound, false, false),
         Code::PermissionDenied | Code::Unauthenticated => (PermissionDenied, false, false),
         Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
@@ -113,9 +132,37 @@ mod tests {
                 false,
             ),
             (
-                Code::NotFound,
+                Code::InvalidArgument,
                 "etcdserver: user name not found",
-                ErrorKind::NotFound,
+                ErrorKind::PermissionDenied,
+                false,
+                false,
+            ),
+            (
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+                ErrorKind::PermissionDenied,
+                false,
+                false,
+            ),
+            (
+                Code::FailedPrecondition,
+                "etcdserver: authentication is not enabled",
+                ErrorKind::ConfigInvalid,
+                false,
+                false,
+            ),
+            (
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token",
+                ErrorKind::PermissionDenied,
+                true,
+                false,
+            ),
+            (
+                Code::InvalidArgument,
+                "etcdserver: user name is empty",
+                ErrorKind::PermissionDenied,
                 false,
                 false,
             ),

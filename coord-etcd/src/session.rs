@@ -121,6 +121,7 @@ fn plaintext_hint(options: &EtcdOptions) -> &'static str {
 /// Adds the CA and the optional client identity, read from their PEM files.
 #[cfg(feature = "tls")]
 fn with_tls(connect: etcd::ConnectOptions, tls: &crate::options::EtcdTls) -> Result<etcd::ConnectOptions> {
+    coord_core::tls_probe::ensure_default_provider();
     let ca = read_pem(&tls.ca_file, "tls_ca", "CERTIFICATE")?;
     let mut config = etcd::TlsOptions::new().ca_certificate(etcd::Certificate::from_pem(ca));
     if let Some((cert, key)) = &tls.identity {

@@ -41,8 +41,33 @@ impl std::ops::Deref for Inner {
     }
 }
 
-/// Opens one ZooKeeper session, failing after `deadline`.
+/// Opens one ZooKeeper session, failing after `deadline` — or as soon as a TLS probe
+/// explains why it cannot succeed (feature `tls`): the client library reports a TLS
+/// mismatch only as "no hosts" after the whole deadline.
 pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
+    #[cfg(feature = "tls")]
+    {
+        let probe = coord_core::tls_probe::Probe {
+            scheme: if options.tls.is_some() { "zk+tls" } else { "zk" },
+            tls_scheme: "zk+tls",
+            hosts: options.hosts.clone(),
+            tls: options.tls.as_ref().map(|t| coord_core::tls_probe::TlsFiles {
+                ca: t.ca_file.clone(),
+                identity: t.identity.clone(),
+            }),
+        };
+        coord_core::tls_probe::connect_or_explain(&probe, PROBE_AFTER, try_open_session(options, deadline))
+            .await
+    }
+    #[cfg(not(feature = "tls"))]
+    try_open_session(options, deadline).await
+}
+
+/// How long a connect may fail before a TLS probe looks for the reason.
+#[cfg(feature = "tls")]
+const PROBE_AFTER: Duration = Duration::from_millis(750);
+
+async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
     let mut connector = zk::Client::connector()
         .with_session_timeout(options.session_timeout)
         .with_fail_eagerly();
@@ -78,7 +103,8 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
             return Err(Error::new(
                 err.kind(),
                 format!(
-                    "cannot open a ZooKeeper session with {hosts} within {deadline:?}: {err}; is the server running and reachable?"
+                    "cannot open a ZooKeeper session with {hosts} within {deadline:?}: {err}; is the server running and reachable?{}",
+                    if secure { "" } else { " (if it serves TLS on this port, use zk+tls:// with tls_ca=…)" }
                 ),
             )
             .with_operation("connect")
@@ -92,6 +118,7 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
 /// Adds the TLS settings (CA, optional client identity) read from their PEM files.
 #[cfg(feature = "tls")]
 fn with_tls(connector: zk::Connector, tls: &crate::options::ZkTls) -> Result<zk::Connector> {
+    coord_core::tls_probe::ensure_default_provider();
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path).map_err(|e| {
             Error::config_invalid(format!("cannot read TLS file {}: {e}", path.display()))

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, RealServer};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, RealServer};
+
+#[path = "conformance/security.rs"]
+mod security;
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_zk::{ZkClient, ZkOptions};
 
@@ -17,6 +20,10 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct ZkFactory {
     server: RealServer,
+    /// `zk` or `zk+tls`.
+    scheme: &'static str,
+    /// Extra query options (the TLS files), starting with `&`.
+    query: String,
 }
 
 fn zk(client: &Client) -> Result<&ZkClient> {
@@ -77,11 +84,12 @@ impl ZkFactory {
 #[async_trait]
 impl Factory for ZkFactory {
     fn name(&self) -> &str {
-        "zk"
+        self.scheme
     }
 
     fn faults(&self) -> Faults {
-        self.server.faults(true)
+        // The session kill attaches without TLS; the TLS group runs no kill cases.
+        self.server.faults(self.scheme == "zk")
     }
 
     fn real_server(&self) -> Option<&RealServer> {
@@ -93,10 +101,11 @@ impl Factory for ZkFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
+        let (scheme, query) = (self.scheme, &self.query);
         self.server
             .open(|addr| async move {
                 let url = format!(
-                    "zk://{addr}/{namespace}?session_timeout={}ms&connect_timeout=10s",
+                    "{scheme}://{addr}/{namespace}?session_timeout={}ms&connect_timeout=10s{query}",
                     SESSION_TIMEOUT.as_millis()
                 );
                 Ok(ZkClient::connect(ZkOptions::from_url(&url)?).await?.into_client())
@@ -105,7 +114,7 @@ impl Factory for ZkFactory {
     }
 
     fn url_base(&self) -> String {
-        format!("zk://{}", self.server.addr())
+        format!("{}://{}", self.scheme, self.server.addr())
     }
 
     async fn connect_url(&self, url: &str) -> Result<Client> {
@@ -216,9 +225,16 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
 fn main() {
     let factory = RealServer::from_env("zk")
         .unwrap_or_else(|e| panic!("{e}"))
-        .map(|server| Arc::new(ZkFactory { server }) as Arc<dyn Factory>);
-    let mut extra = coord_conformance::cases::server::all();
-    extra.extend([
+        .map(|server| {
+            Arc::new(ZkFactory {
+                server,
+                scheme: "zk",
+                query: String::new(),
+            }) as Arc<dyn Factory>
+        });
+    let mut cases = coord_conformance::cases::all();
+    cases.extend(coord_conformance::cases::server::all());
+    cases.extend([
         Case {
             name: "zk::curator_lock_nodes_exclude",
             needs: Needs::NONE,
@@ -230,10 +246,24 @@ fn main() {
             run: |ctx| Box::pin(locally_lost_session_is_closed_not_resumed(ctx)),
         },
     ]);
-    coord_conformance::run_main_with(
-        "zk",
-        factory,
-        "set COORD_TEST_ZK=127.0.0.1:PORT (./scripts/test starts a server)",
-        extra,
-    );
+    cases.extend(security::acl_cases());
+    let tls = security::tls_factory();
+    let mut tls_cases = coord_conformance::cases::smoke();
+    tls_cases.extend(security::tls_cases());
+    coord_conformance::run_groups(vec![
+        Group {
+            backend: "zk".into(),
+            factory,
+            why_missing: "set COORD_TEST_ZK=127.0.0.1:PORT (./scripts/test starts a server)".into(),
+            cases,
+        },
+        Group {
+            backend: "zk-tls".into(),
+            factory: tls,
+            why_missing: "set COORD_TEST_ZK_TLS=127.0.0.1:PORT of a TLS client port and COORD_TEST_CERTS \
+                          to the directory of its test certificates (./scripts/test starts one)"
+                .into(),
+            cases: tls_cases,
+        },
+    ]);
 }

@@ -1,0 +1,326 @@
+//! Security against a real ZooKeeper: digest ACLs on the plain server (`COORD_TEST_ZK`),
+//! and TLS with client certificates on a TLS port (`COORD_TEST_ZK_TLS`, certificates in
+//! `COORD_TEST_CERTS`, both set by `./scripts/test`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Needs, RealServer};
+use coord_core::prelude::*;
+use coord_core::{ErrorKind, ServiceInstance};
+
+use super::ZkFactory;
+
+pub fn acl_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "zk::acl_refuses_other_credentials",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(acl_refuses_other_credentials(ctx)),
+        },
+        Case {
+            name: "zk::acl_creator_hides_reads",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(acl_creator_hides_reads(ctx)),
+        },
+    ]
+}
+
+pub fn tls_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "zk-tls::wrong_ca_is_config_invalid",
+            needs: Needs::NONE,
+            run: |_| Box::pin(wrong_ca_is_config_invalid()),
+        },
+        Case {
+            name: "zk-tls::missing_client_certificate_refused",
+            needs: Needs::NONE,
+            run: |_| Box::pin(missing_client_certificate_refused()),
+        },
+        Case {
+            name: "zk-tls::plaintext_against_tls_port_fails_fast",
+            needs: Needs::NONE,
+            run: |_| Box::pin(plaintext_against_tls_port_fails_fast()),
+        },
+    ]
+}
+
+/// The TLS group's factory: the TLS port, with the CA and this client's certificate.
+pub fn tls_factory() -> Option<Arc<dyn Factory>> {
+    let server = RealServer::from_env("zk-tls").unwrap_or_else(|e| panic!("{e}"))?;
+    let certs = certs_dir().ok()?;
+    Some(Arc::new(ZkFactory {
+        server,
+        scheme: "zk+tls",
+        query: format!(
+            "&tls_ca={0}/ca.pem&tls_cert={0}/client.pem&tls_key={0}/client.key",
+            certs
+        ),
+    }))
+}
+
+/// `host:port` of the plain server, reached directly (not through a fault proxy).
+fn server_of(ctx: &Ctx) -> anyhow::Result<String> {
+    Ok(ctx
+        .factory()
+        .real_server()
+        .context("not a real server")?
+        .addr()
+        .to_string())
+}
+
+fn certs_dir() -> anyhow::Result<String> {
+    std::env::var("COORD_TEST_CERTS").context("COORD_TEST_CERTS is not set")
+}
+
+fn tls_endpoint() -> anyhow::Result<String> {
+    std::env::var("COORD_TEST_ZK_TLS").context("COORD_TEST_ZK_TLS is not set")
+}
+
+/// Connects to `url` and returns the error it must fail with.
+async fn connect_error(url: &str) -> anyhow::Result<coord_core::Error> {
+    match coord_zk::connect(url).await {
+        Ok(c) => {
+            let _ = c.close().await;
+            bail!("{url}: connected, but should have been refused")
+        }
+        Err(e) => Ok(e),
+    }
+}
+
+fn expect_denied(what: &str, r: coord_core::Result<impl std::fmt::Debug>) -> CaseResult {
+    match r {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("/locks")
+                    || msg.contains("/elections")
+                    || msg.contains("/services")
+                    || msg.contains("/config"),
+                "{what}: the refusal does not name the path: {msg}"
+            );
+            ensure!(
+                msg.contains("credentials"),
+                "{what}: the refusal does not say what to do: {msg}"
+            );
+            Ok(())
+        }
+        Err(e) => bail!("{what}: expected PermissionDenied, got {:?}: {e}", e.kind()),
+        Ok(v) => bail!("{what}: a client without the creator's credentials succeeded: {v:?}"),
+    }
+}
+
+/// With `alice`'s digest credentials coord creates every node creator-all plus
+/// world-read: a client with other credentials, or none, can read but not lock, campaign,
+/// register, write config, nor delete or overwrite alice's nodes with a raw client. A
+/// second client with alice's credentials can do everything.
+async fn acl_refuses_other_credentials(ctx: Ctx) -> CaseResult {
+    let base = server_of(&ctx)?;
+    let ns = ctx.namespace();
+    let alice = ctx
+        .factory()
+        .connect_url(&format!("zk://alice:alice-pw@{base}/{ns}"))
+        .await?;
+    let held = alice.lock("res").await?;
+    let lead = alice.campaign("el", b"alice".to_vec()).await?;
+    let reg = alice
+        .register("svc", ServiceInstance::new("a1", "10.0.0.1:80"))
+        .await?;
+    alice.put("k", b"v1".to_vec()).await?;
+
+    for url in [
+        format!("zk://mallory:mallory-pw@{base}/{ns}"),
+        format!("zk://{base}/{ns}"),
+    ] {
+        let other = ctx.factory().connect_url(&url).await?;
+        expect_denied(
+            "lock on alice's lock",
+            other.try_lock("res").await.map(|g| g.is_some()),
+        )?;
+        expect_denied(
+            "a new lock name",
+            other.try_lock("other").await.map(|g| g.is_some()),
+        )?;
+        expect_denied(
+            "campaign",
+            tokio::time::timeout(Duration::from_secs(5), other.campaign("el", b"m".to_vec()))
+                .await
+                .context("campaign waited instead of failing")?
+                .map(|l| l.token()),
+        )?;
+        expect_denied(
+            "register",
+            other
+                .register("svc", ServiceInstance::new("m1", "10.0.0.2:80"))
+                .await
+                .map(|_| ()),
+        )?;
+        expect_denied(
+            "put on alice's key",
+            other.put("k", b"evil".to_vec()).await.map(|_| ()),
+        )?;
+        expect_denied(
+            "put of a new key",
+            other.put("k2", b"evil".to_vec()).await.map(|_| ()),
+        )?;
+        // Reads follow the default policy: readable by all.
+        let seen = other.get("k").await?.context("k is missing for a reader")?;
+        ensure!(seen.value == b"v1", "reader saw {:?}", seen.value);
+        ensure!(
+            other.instances("svc").await?.len() == 1,
+            "reader cannot list instances"
+        );
+        ensure!(
+            other.leader("el").await?.is_some(),
+            "reader cannot see the leader"
+        );
+        other.close().await?;
+    }
+
+    // A raw client without credentials cannot delete alice's contender or rewrite config.
+    let raw = zookeeper_client::Client::connect(&base).await?;
+    let lock_dir = format!("/{ns}/locks/res");
+    let contenders = raw.list_children(&lock_dir).await?;
+    ensure!(contenders.len() == 1, "contenders {contenders:?}");
+    let node = format!("{lock_dir}/{}", contenders[0]);
+    match raw.delete(&node, None).await {
+        Err(zookeeper_client::Error::NoAuth) => {}
+        other => bail!("a raw client without credentials deleting alice's lock node: {other:?}"),
+    }
+    let config_dir = format!("/{ns}/config");
+    for child in raw.list_children(&config_dir).await? {
+        match raw
+            .set_data(&format!("{config_dir}/{child}"), b"evil", None)
+            .await
+        {
+            Err(zookeeper_client::Error::NoAuth) => {}
+            other => bail!("a raw client without credentials rewriting config: {other:?}"),
+        }
+    }
+    ensure!(alice.get("k").await?.map(|v| v.value) == Some(b"v1".to_vec()));
+
+    // The same credentials are the same identity: a second client of alice's may act.
+    let alice2 = ctx
+        .factory()
+        .connect_url(&format!("zk://alice:alice-pw@{base}/{ns}"))
+        .await?;
+    ensure!(alice2.try_lock("res").await?.is_none(), "alice2 took a held lock");
+    alice2.put("k", b"v2".to_vec()).await?;
+    let g2 = alice2
+        .try_lock("other")
+        .await?
+        .context("alice2 could not lock a new name")?;
+    g2.release().await?;
+    reg.deregister().await?;
+    lead.resign().await?;
+    held.release().await?;
+    alice2.close().await?;
+    alice.close().await?;
+    Ok(())
+}
+
+/// `acl=creator`: other credentials cannot even read.
+async fn acl_creator_hides_reads(ctx: Ctx) -> CaseResult {
+    let base = server_of(&ctx)?;
+    let ns = ctx.namespace();
+    let alice = ctx
+        .factory()
+        .connect_url(&format!("zk://alice:alice-pw@{base}/{ns}?acl=creator"))
+        .await?;
+    alice.put("k", b"secret".to_vec()).await?;
+    let other = ctx
+        .factory()
+        .connect_url(&format!("zk://mallory:m-pw@{base}/{ns}"))
+        .await?;
+    expect_denied("get", other.get("k").await)?;
+    expect_denied("list", other.list("").await)?;
+    // Under the open policy the same read would succeed: the refusal is the ACL's.
+    let open = ctx
+        .factory()
+        .connect_url(&format!("zk://alice:alice-pw@{base}/{ns}-open?acl=open"))
+        .await?;
+    open.put("k", b"public".to_vec()).await?;
+    let reader = ctx
+        .factory()
+        .connect_url(&format!("zk://{base}/{ns}-open"))
+        .await?;
+    ensure!(reader.get("k").await?.is_some());
+    reader.put("k", b"anyone".to_vec()).await?;
+    for c in [alice, other, open, reader] {
+        c.close().await?;
+    }
+    Ok(())
+}
+
+fn tls_url(query: &str) -> anyhow::Result<String> {
+    Ok(format!(
+        "zk+tls://{}/coordtest-tls?connect_timeout=5s{query}",
+        tls_endpoint()?
+    ))
+}
+
+/// A server certificate from a CA the client does not trust: `ConfigInvalid` naming the
+/// CA file, before the connect timeout.
+async fn wrong_ca_is_config_invalid() -> CaseResult {
+    let certs = certs_dir()?;
+    let url = tls_url(&format!(
+        "&tls_ca={certs}/other-ca.pem&tls_cert={certs}/client.pem&tls_key={certs}/client.key"
+    ))?;
+    let started = Instant::now();
+    let e = connect_error(&url).await?;
+    ensure!(e.kind() == ErrorKind::ConfigInvalid, "{:?}: {e}", e.kind());
+    ensure!(
+        e.to_string().contains("other-ca.pem"),
+        "does not name the CA file: {e}"
+    );
+    ensure!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The server requires a client certificate: without one, or with one from another CA,
+/// the refusal is `PermissionDenied` and says to set `tls_cert`/`tls_key`.
+async fn missing_client_certificate_refused() -> CaseResult {
+    let certs = certs_dir()?;
+    for query in [
+        format!("&tls_ca={certs}/ca.pem"),
+        format!("&tls_ca={certs}/ca.pem&tls_cert={certs}/other-client.pem&tls_key={certs}/other-client.key"),
+    ] {
+        let started = Instant::now();
+        let e = connect_error(&tls_url(&query)?).await?;
+        ensure!(
+            e.kind() == ErrorKind::PermissionDenied,
+            "{query}: {:?}: {e}",
+            e.kind()
+        );
+        ensure!(
+            e.to_string().contains("tls_cert"),
+            "{query}: does not say what to do: {e}"
+        );
+        ensure!(
+            started.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// `zk://` against a TLS port fails within seconds, and says TLS may be the cause.
+async fn plaintext_against_tls_port_fails_fast() -> CaseResult {
+    let url = format!("zk://{}/coordtest-tls?connect_timeout=30s", tls_endpoint()?);
+    let started = Instant::now();
+    let e = connect_error(&url).await?;
+    ensure!(
+        started.elapsed() < Duration::from_secs(10),
+        "plaintext against TLS took {:?}: {e}",
+        started.elapsed()
+    );
+    ensure!(e.to_string().contains("zk+tls"), "no hint at TLS: {e}");
+    Ok(())
+}
