@@ -70,7 +70,8 @@ pub async fn diagnose(probe: &Probe) -> Option<Error> {
 }
 
 /// Runs `connect`; if it has not succeeded after `after`, runs [`diagnose`] beside it
-/// and fails at once with a definite diagnosis.
+/// and fails at once with a definite diagnosis. A connect that fails sooner with
+/// `Unavailable` or `Timeout` is diagnosed once before its error is returned.
 ///
 /// # Cancel safety
 ///
@@ -89,9 +90,18 @@ where
             tokio::time::sleep(STEP).await;
         }
     };
-    tokio::select! {
+    let result = tokio::select! {
         r = &mut connect => r,
-        e = explain => Err(e.with_operation("connect")),
+        e = explain => return Err(e.with_operation("connect")),
+    };
+    match result {
+        Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) => {
+            match diagnose(probe).await {
+                Some(found) => Err(found.with_operation("connect")),
+                None => Err(e),
+            }
+        }
+        other => other,
     }
 }
 

@@ -104,12 +104,18 @@ impl EtcdClient {
     ///
     /// If dropped after the lease was granted, the lease expires by its TTL.
     pub async fn connect(options: EtcdOptions) -> Result<EtcdClient> {
+        use tracing::Instrument as _;
         options.validate()?;
         let span = tracing::info_span!("coord.etcd.connect", endpoints = ?options.urls(), namespace = %options.namespace);
-        let _entered = span.enter();
-        let client = session::open_client(&options).await?;
-        let inner = Inner::new(options, client);
-        let (id, ttl) = inner.grant().await.map_err(|e| e.with_operation("connect"))?;
+        let establish = async {
+            let client = session::open_client(&options).await?;
+            let inner = Inner::new(options.clone(), client);
+            let (id, ttl) = inner.grant().await.map_err(|e| e.with_operation("connect"))?;
+            Ok((inner, id, ttl))
+        };
+        let (inner, id, ttl) = session::explain_failures(&options, establish)
+            .instrument(span)
+            .await?;
         inner.install(id, 1);
         tokio::spawn(inner.clone().supervise(ttl));
         Ok(EtcdClient { inner })

@@ -60,6 +60,45 @@ pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
     if let Some(tls) = &options.tls {
         connect = with_tls(connect, tls)?;
     }
+    connect_with(connect, options).await
+}
+
+/// Runs `establish` (connect and first lease); with the `tls` feature, a TLS probe
+/// explains a failure at once instead of a bare "transport error" or a timeout — etcd's
+/// client connects lazily, so a TLS mismatch shows only on the first request.
+///
+/// # Cancel safety
+///
+/// As `establish`.
+pub(crate) async fn explain_failures<T>(
+    options: &EtcdOptions,
+    establish: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    #[cfg(feature = "tls")]
+    {
+        let probe = coord_core::tls_probe::Probe {
+            scheme: if options.tls.is_some() {
+                "etcd+https"
+            } else {
+                "etcd"
+            },
+            tls_scheme: "etcd+https",
+            hosts: options.endpoints.clone(),
+            tls: options.tls.as_ref().map(|t| coord_core::tls_probe::TlsFiles {
+                ca: t.ca_file.clone(),
+                identity: t.identity.clone(),
+            }),
+        };
+        coord_core::tls_probe::connect_or_explain(&probe, Duration::from_millis(750), establish).await
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = options;
+        establish.await
+    }
+}
+
+async fn connect_with(connect: etcd::ConnectOptions, options: &EtcdOptions) -> Result<etcd::Client> {
     let urls = options.urls();
     let endpoints = urls.join(",");
     match tokio::time::timeout(

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Needs, RealServer};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, RealServer};
+
+#[path = "conformance/security.rs"]
+mod security;
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_etcd::{EtcdClient, EtcdOptions};
 
@@ -15,6 +18,23 @@ const LEASE_TTL: Duration = Duration::from_secs(2);
 
 struct EtcdFactory {
     server: RealServer,
+    /// `etcd` or `etcd+https`.
+    scheme: &'static str,
+    /// `user:password@`, or empty.
+    userinfo: String,
+    /// Extra query options (the TLS files), starting with `&`.
+    query: String,
+}
+
+impl EtcdFactory {
+    fn plain(server: RealServer) -> EtcdFactory {
+        EtcdFactory {
+            server,
+            scheme: "etcd",
+            userinfo: String::new(),
+            query: String::new(),
+        }
+    }
 }
 
 fn etcd_of(client: &Client) -> Result<&EtcdClient> {
@@ -40,11 +60,16 @@ impl EtcdFactory {
 #[async_trait]
 impl Factory for EtcdFactory {
     fn name(&self) -> &str {
-        "etcd"
+        self.scheme
     }
 
     fn faults(&self) -> Faults {
-        self.server.faults(true)
+        // The kill revokes through a plain, credential-less admin client.
+        let plain = self.scheme == "etcd" && self.userinfo.is_empty();
+        let mut faults = self.server.faults(plain);
+        // Compaction needs the root role; the TLS and auth groups run no gap cases.
+        faults.watch_gap &= plain;
+        faults
     }
 
     fn real_server(&self) -> Option<&RealServer> {
@@ -56,10 +81,11 @@ impl Factory for EtcdFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
+        let (scheme, userinfo, query) = (self.scheme, &self.userinfo, &self.query);
         self.server
             .open(|addr| async move {
                 let url = format!(
-                    "etcd://{addr}/{namespace}?lease_ttl={}s&request_timeout=3s",
+                    "{scheme}://{userinfo}{addr}/{namespace}?lease_ttl={}s&request_timeout=3s{query}",
                     LEASE_TTL.as_secs()
                 );
                 Ok(EtcdClient::connect(EtcdOptions::from_url(&url)?)
@@ -70,7 +96,7 @@ impl Factory for EtcdFactory {
     }
 
     fn url_base(&self) -> String {
-        format!("etcd://{}", self.server.addr())
+        format!("{}://{}{}", self.scheme, self.userinfo, self.server.addr())
     }
 
     async fn connect_url(&self, url: &str) -> Result<Client> {
@@ -216,9 +242,10 @@ async fn compaction_under_watch_resyncs(ctx: Ctx) -> CaseResult {
 fn main() {
     let factory = RealServer::from_env("etcd")
         .unwrap_or_else(|e| panic!("{e}"))
-        .map(|server| Arc::new(EtcdFactory { server }) as Arc<dyn Factory>);
-    let mut extra = coord_conformance::cases::server::all();
-    extra.extend([
+        .map(|server| Arc::new(EtcdFactory::plain(server)) as Arc<dyn Factory>);
+    let mut cases = coord_conformance::cases::all();
+    cases.extend(coord_conformance::cases::server::all());
+    cases.extend([
         Case {
             name: "etcd::etcdctl_lock_excludes",
             needs: Needs::NONE,
@@ -233,11 +260,39 @@ fn main() {
             },
             run: |ctx| Box::pin(compaction_under_watch_resyncs(ctx)),
         },
+        Case {
+            name: "etcd::credentials_without_server_auth_rejected",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(security::credentials_without_server_auth_rejected(ctx)),
+        },
     ]);
-    coord_conformance::run_main_with(
-        "etcd",
-        factory,
-        "set COORD_TEST_ETCD=127.0.0.1:PORT (./scripts/test starts a server)",
-        extra,
-    );
+    let mut auth_cases = coord_conformance::cases::smoke();
+    auth_cases.extend(security::auth_cases());
+    let mut tls_cases = coord_conformance::cases::smoke();
+    tls_cases.extend(security::tls_cases());
+    coord_conformance::run_groups(vec![
+        Group {
+            backend: "etcd".into(),
+            factory,
+            why_missing: "set COORD_TEST_ETCD=127.0.0.1:PORT (./scripts/test starts a server)".into(),
+            cases,
+        },
+        Group {
+            backend: "etcd-auth".into(),
+            factory: security::auth_factory(),
+            why_missing: "set COORD_TEST_ETCD_AUTH=127.0.0.1:PORT of an etcd with authentication on, and \
+                          COORD_TEST_ETCD_AUTH_PASSWORDS=<app>,<other>,<root> for its users coord-app, \
+                          coord-other and root (./scripts/test starts one)"
+                .into(),
+            cases: auth_cases,
+        },
+        Group {
+            backend: "etcd-tls".into(),
+            factory: security::tls_factory(),
+            why_missing: "set COORD_TEST_ETCD_TLS=127.0.0.1:PORT of an etcd serving TLS with client-cert \
+                          auth, and COORD_TEST_CERTS to its test certificates (./scripts/test starts one)"
+                .into(),
+            cases: tls_cases,
+        },
+    ]);
 }

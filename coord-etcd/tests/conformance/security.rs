@@ -1,0 +1,315 @@
+//! Security against real etcd servers: authentication and roles
+//! (`COORD_TEST_ETCD_AUTH`, users made by `./scripts/test`), and TLS with client
+//! certificates (`COORD_TEST_ETCD_TLS`, certificates in `COORD_TEST_CERTS`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Needs, RealServer};
+use coord_core::prelude::*;
+use coord_core::{ErrorKind, ServiceInstance, Txn};
+
+use super::EtcdFactory;
+
+pub fn auth_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "etcd-auth::user_without_role_refused",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(user_without_role_refused(ctx)),
+        },
+        Case {
+            name: "etcd-auth::wrong_password_fails_at_connect",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(wrong_password_fails_at_connect(ctx)),
+        },
+        Case {
+            name: "etcd-auth::held_lock_outlives_token_expiry",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(held_lock_outlives_token_expiry(ctx)),
+        },
+    ]
+}
+
+pub fn tls_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "etcd-tls::wrong_ca_is_config_invalid",
+            needs: Needs::NONE,
+            run: |_| Box::pin(wrong_ca_is_config_invalid()),
+        },
+        Case {
+            name: "etcd-tls::missing_client_certificate_refused",
+            needs: Needs::NONE,
+            run: |_| Box::pin(missing_client_certificate_refused()),
+        },
+        Case {
+            name: "etcd-tls::plaintext_against_tls_port_fails_fast",
+            needs: Needs::NONE,
+            run: |_| Box::pin(plaintext_against_tls_port_fails_fast()),
+        },
+    ]
+}
+
+/// The passwords of the auth server's users `coord-app`, `coord-other` and `root`.
+pub struct Passwords {
+    pub app: String,
+    pub other: String,
+    pub root: String,
+}
+
+pub fn passwords() -> anyhow::Result<Passwords> {
+    let all = std::env::var("COORD_TEST_ETCD_AUTH_PASSWORDS")
+        .context("COORD_TEST_ETCD_AUTH_PASSWORDS is not set")?;
+    let mut it = all.split(',').map(str::to_owned);
+    match (it.next(), it.next(), it.next()) {
+        (Some(app), Some(other), Some(root)) => Ok(Passwords { app, other, root }),
+        _ => bail!("COORD_TEST_ETCD_AUTH_PASSWORDS must be <coord-app>,<coord-other>,<root>"),
+    }
+}
+
+/// The auth group's factory: every client is `coord-app`, whose role covers the suite's
+/// `coordtest-` namespaces.
+pub fn auth_factory() -> Option<Arc<dyn Factory>> {
+    let server = RealServer::from_env("etcd-auth").unwrap_or_else(|e| panic!("{e}"))?;
+    let pw = passwords().ok()?;
+    Some(Arc::new(EtcdFactory {
+        server,
+        scheme: "etcd",
+        userinfo: format!("coord-app:{}@", pw.app),
+        query: String::new(),
+    }))
+}
+
+/// The TLS group's factory: the TLS port, with the CA and this client's certificate.
+pub fn tls_factory() -> Option<Arc<dyn Factory>> {
+    let server = RealServer::from_env("etcd-tls").unwrap_or_else(|e| panic!("{e}"))?;
+    let certs = certs_dir().ok()?;
+    Some(Arc::new(EtcdFactory {
+        server,
+        scheme: "etcd+https",
+        userinfo: String::new(),
+        query: format!(
+            "&tls_ca={0}/ca.pem&tls_cert={0}/client.pem&tls_key={0}/client.key",
+            certs
+        ),
+    }))
+}
+
+fn certs_dir() -> anyhow::Result<String> {
+    std::env::var("COORD_TEST_CERTS").context("COORD_TEST_CERTS is not set")
+}
+
+fn auth_endpoint() -> anyhow::Result<String> {
+    std::env::var("COORD_TEST_ETCD_AUTH").context("COORD_TEST_ETCD_AUTH is not set")
+}
+
+fn tls_endpoint() -> anyhow::Result<String> {
+    std::env::var("COORD_TEST_ETCD_TLS").context("COORD_TEST_ETCD_TLS is not set")
+}
+
+async fn connect_error(url: &str) -> anyhow::Result<coord_core::Error> {
+    match coord_etcd::connect(url).await {
+        Ok(c) => {
+            let _ = c.close().await;
+            bail!("connected, but should have been refused")
+        }
+        Err(e) => Ok(e),
+    }
+}
+
+fn expect_denied<T: std::fmt::Debug>(what: &str, r: coord_core::Result<T>) -> CaseResult {
+    match r {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            ensure!(
+                e.to_string().contains("role"),
+                "{what}: the refusal does not say what to do: {e}"
+            );
+            Ok(())
+        }
+        Err(e) => bail!("{what}: expected PermissionDenied, got {:?}: {e}", e.kind()),
+        Ok(v) => bail!("{what}: a user without a role on the namespace succeeded: {v:?}"),
+    }
+}
+
+/// `coord-other` has a role on `other/` only: in the suite's namespace every write and
+/// read is refused with `PermissionDenied`, and nothing is written.
+async fn user_without_role_refused(ctx: Ctx) -> CaseResult {
+    let pw = passwords()?;
+    let endpoint = auth_endpoint()?;
+    let ns = ctx.namespace();
+    let url = format!("etcd://coord-other:{}@{endpoint}/{ns}?lease_ttl=2s", pw.other);
+    let other = coord_etcd::connect(&url).await?;
+    expect_denied("try_lock", other.try_lock("res").await.map(|g| g.is_some()))?;
+    expect_denied(
+        "lock",
+        tokio::time::timeout(Duration::from_secs(5), other.lock("res"))
+            .await
+            .context("lock waited instead of failing")?
+            .map(|g| g.token()),
+    )?;
+    expect_denied(
+        "campaign",
+        tokio::time::timeout(Duration::from_secs(5), other.campaign("el", b"x".to_vec()))
+            .await
+            .context("campaign waited instead of failing")?
+            .map(|l| l.token()),
+    )?;
+    expect_denied(
+        "register",
+        other
+            .register("svc", ServiceInstance::new("o1", "10.0.0.9:80"))
+            .await
+            .map(|_| ()),
+    )?;
+    expect_denied("put", other.put("k", b"v".to_vec()).await.map(|_| ()))?;
+    expect_denied("get", other.get("k").await.map(|v| v.is_some()))?;
+    other.close().await?;
+
+    // Nothing of coord-other's reached the namespace (read as root).
+    let mut root = etcd_client::Client::connect(
+        [format!("http://{endpoint}")],
+        Some(etcd_client::ConnectOptions::new().with_user("root", pw.root)),
+    )
+    .await?;
+    let left = root
+        .get(
+            format!("{ns}/"),
+            Some(etcd_client::GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await?;
+    ensure!(
+        left.count() == 0,
+        "{} keys written by a user without a role",
+        left.count()
+    );
+    Ok(())
+}
+
+/// A wrong password fails `connect` itself: `PermissionDenied`, not retryable, naming
+/// the user and never the password.
+async fn wrong_password_fails_at_connect(ctx: Ctx) -> CaseResult {
+    let endpoint = auth_endpoint()?;
+    let bad = "wrong-password-31ab";
+    let started = Instant::now();
+    let e = connect_error(&format!("etcd://coord-app:{bad}@{endpoint}/{}", ctx.namespace())).await?;
+    ensure!(e.kind() == ErrorKind::PermissionDenied, "{:?}: {e}", e.kind());
+    ensure!(!e.is_retryable(), "a wrong password is not worth retrying: {e}");
+    ensure!(e.to_string().contains("coord-app"), "does not name the user: {e}");
+    ensure!(
+        !e.to_string().contains(bad) && !format!("{e:?}").contains(bad),
+        "the error shows the password: {e:?}"
+    );
+    ensure!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The auth server's tokens expire after 1 s unused; a lock held for several times that
+/// still guards writes, releases, and passes on.
+async fn held_lock_outlives_token_expiry(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let guard = a.lock("res").await?;
+    let mut watch = ConfigStore::watch(&b, "k").await?;
+    coord_conformance::util::next_event(&mut watch, Duration::from_secs(5), "snapshot").await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    a.commit(Txn::new().fenced_by(guard.fence()).put("k", b"after".to_vec()))
+        .await
+        .context("a fenced write after the token expired")?;
+    coord_conformance::util::next_event(&mut watch, Duration::from_secs(5), "the put").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    guard.release().await.context("release after the token expired")?;
+    let next = b.try_lock("res").await?.context("the lock did not pass on")?;
+    next.release().await?;
+    Ok(())
+}
+
+/// Credentials against an etcd without authentication: `ConfigInvalid`, not retryable,
+/// saying to remove them.
+pub async fn credentials_without_server_auth_rejected(ctx: Ctx) -> CaseResult {
+    let addr = ctx.factory().real_server().context("not a real server")?.addr();
+    let e = connect_error(&format!("etcd://someone:pw-6c2d@{addr}/{}", ctx.namespace())).await?;
+    ensure!(e.kind() == ErrorKind::ConfigInvalid, "{:?}: {e}", e.kind());
+    ensure!(!e.is_retryable(), "{e}");
+    ensure!(e.to_string().contains("authentication off"), "{e}");
+    ensure!(
+        !format!("{e:?}").contains("pw-6c2d"),
+        "the error shows the password: {e:?}"
+    );
+    Ok(())
+}
+
+fn tls_url(query: &str) -> anyhow::Result<String> {
+    Ok(format!(
+        "etcd+https://{}/coordtest-tls?connect_timeout=5s{query}",
+        tls_endpoint()?
+    ))
+}
+
+/// A server certificate from a CA the client does not trust: `ConfigInvalid` naming the
+/// CA file, before the connect timeout.
+async fn wrong_ca_is_config_invalid() -> CaseResult {
+    let certs = certs_dir()?;
+    let url = tls_url(&format!(
+        "&tls_ca={certs}/other-ca.pem&tls_cert={certs}/client.pem&tls_key={certs}/client.key"
+    ))?;
+    let started = Instant::now();
+    let e = connect_error(&url).await?;
+    ensure!(e.kind() == ErrorKind::ConfigInvalid, "{:?}: {e}", e.kind());
+    ensure!(
+        e.to_string().contains("other-ca.pem"),
+        "does not name the CA file: {e}"
+    );
+    ensure!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The server requires a client certificate: without one, or with one from another CA,
+/// `PermissionDenied` saying to set `tls_cert`/`tls_key`.
+async fn missing_client_certificate_refused() -> CaseResult {
+    let certs = certs_dir()?;
+    for query in [
+        format!("&tls_ca={certs}/ca.pem"),
+        format!("&tls_ca={certs}/ca.pem&tls_cert={certs}/other-client.pem&tls_key={certs}/other-client.key"),
+    ] {
+        let started = Instant::now();
+        let e = connect_error(&tls_url(&query)?).await?;
+        ensure!(
+            e.kind() == ErrorKind::PermissionDenied,
+            "{query}: {:?}: {e}",
+            e.kind()
+        );
+        ensure!(
+            e.to_string().contains("tls_cert"),
+            "{query}: does not say what to do: {e}"
+        );
+        ensure!(
+            started.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// `etcd://` against a TLS port fails within seconds, and says TLS may be the cause.
+async fn plaintext_against_tls_port_fails_fast() -> CaseResult {
+    let url = format!("etcd://{}/coordtest-tls?connect_timeout=30s", tls_endpoint()?);
+    let started = Instant::now();
+    let e = connect_error(&url).await?;
+    ensure!(
+        started.elapsed() < Duration::from_secs(10),
+        "plaintext against TLS took {:?}: {e}",
+        started.elapsed()
+    );
+    ensure!(e.to_string().contains("etcd+https"), "no hint at TLS: {e}");
+    Ok(())
+}
