@@ -32,6 +32,7 @@
 pub mod cases;
 pub mod factory;
 pub mod harness;
+pub mod log_capture;
 pub mod proxy;
 pub mod real_server;
 pub mod server_ctl;
