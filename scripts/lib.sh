@@ -62,10 +62,20 @@ zk_mode() {
 # session timeouts of 200 ms .. 2 s are allowed) with a fresh data directory. Prints
 # nothing; PID in NAME.pid.
 start_zk() {
-  local name=$1 port=$2 dir="$COORD_SERVERS_DIR/$1"
+  local name=$1 port=$2
   apt_install zookeeper
+  write_zk_cfg "$name" "$port"
+  launch_zk "$name"
+}
+
+# write_zk_cfg NAME PORT [LINE...] : a fresh data directory and zoo.cfg for a standalone
+# server on 127.0.0.1:PORT, plus the extra config LINEs.
+write_zk_cfg() {
+  local name=$1 port=$2 dir="$COORD_SERVERS_DIR/$1"
+  shift 2
   rm -rf "$dir" && mkdir -p "$dir/data"
-  cat > "$dir/zoo.cfg" <<CFG
+  {
+    cat <<CFG
 tickTime=100
 initLimit=10
 syncLimit=5
@@ -77,8 +87,9 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,cons,wchs
 forceSync=no
 CFG
+    printf '%s\n' "$@"
+  } > "$dir/zoo.cfg"
   echo "zk $port" > "$dir/endpoint"
-  launch_zk "$name"
 }
 
 # launch_zk NAME : runs the ZooKeeper configured in NAME/zoo.cfg, keeping its data, and
@@ -212,29 +223,16 @@ extendedKeyUsage=serverAuth,clientAuth"
 # port (Netty) that requires client certificates signed by CERTS/ca.pem, and a plaintext
 # port for readiness probes. PID in NAME.pid.
 start_zk_tls() {
-  local name=$1 port=$2 secure=$3 certs=$4 dir="$COORD_SERVERS_DIR/$1"
+  local name=$1 port=$2 secure=$3 certs=$4
   apt_install zookeeper libnetty-java
-  rm -rf "$dir" && mkdir -p "$dir/data"
-  cat > "$dir/zoo.cfg" <<CFG
-tickTime=100
-initLimit=10
-syncLimit=5
-dataDir=$dir/data
-clientPort=$port
-secureClientPort=$secure
-clientPortAddress=127.0.0.1
-serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
-ssl.keyStore.location=$certs/server-keystore.pem
-ssl.keyStore.type=PEM
-ssl.trustStore.location=$certs/ca.pem
-ssl.trustStore.type=PEM
-ssl.clientAuth=need
-maxClientCnxns=0
-admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr,stat,cons,wchs
-forceSync=no
-CFG
-  echo "zk $port" > "$dir/endpoint"
+  write_zk_cfg "$name" "$port" \
+    "secureClientPort=$secure" \
+    "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory" \
+    "ssl.keyStore.location=$certs/server-keystore.pem" \
+    "ssl.keyStore.type=PEM" \
+    "ssl.trustStore.location=$certs/ca.pem" \
+    "ssl.trustStore.type=PEM" \
+    "ssl.clientAuth=need"
   launch_zk "$name"
 }
 

@@ -41,5 +41,5 @@ pub mod util;
 pub use factory::{Factory, Faults};
 pub use harness::{Case, CaseResult, Ctx, Group, Needs, run_groups, run_main, run_main_with};
 pub use proxy::{FaultProxy, ProxyMap};
-pub use real_server::RealServer;
+pub use real_server::{RealServer, UrlFactory};
 pub use server_ctl::ServerCtl;

@@ -162,3 +162,48 @@ impl RealServer {
         })
     }
 }
+
+/// A factory for cases that connect by URL themselves and need only the server's address
+/// (the secrets cases): clients open directly, without fault proxies, and no faults are
+/// offered.
+pub struct UrlFactory {
+    /// The group's name.
+    pub name: &'static str,
+    /// The server.
+    pub server: RealServer,
+    /// `scheme://[user:password@]host:port` for [`Factory::open`].
+    pub base: String,
+    /// The backend's `connect(url)`.
+    pub connect: fn(String) -> futures::future::BoxFuture<'static, Result<Client>>,
+}
+
+#[async_trait::async_trait]
+impl crate::Factory for UrlFactory {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn faults(&self) -> Faults {
+        Faults::default()
+    }
+
+    fn session_timeout(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
+    async fn open(&self, namespace: &str) -> Result<Client> {
+        (self.connect)(format!("{}/{namespace}", self.base)).await
+    }
+
+    fn url_base(&self) -> String {
+        self.base.clone()
+    }
+
+    async fn connect_url(&self, url: &str) -> Result<Client> {
+        (self.connect)(url.to_owned()).await
+    }
+
+    fn real_server(&self) -> Option<&RealServer> {
+        Some(&self.server)
+    }
+}

@@ -11,9 +11,30 @@
 //! | `lease_ttl` | `10s` | TTL of the client's lease (whole seconds, at least 1 s) |
 //! | `connect_timeout` | `5s` | how long `connect` waits for the cluster |
 //! | `request_timeout` | `5s` | deadline of each request; a write that hits it has an unknown outcome |
+//! | `tls_ca` | — (required for `etcd+https://`) | PEM file of the CA certificates that sign the members' certificates |
+//! | `tls_cert`, `tls_key` | — | PEM certificate and key of this client, for members started with `--client-cert-auth` |
 //!
-//! `user:password` authenticates with etcd's auth. Unknown keys are errors. There is no
-//! global gRPC timeout (it would cut blocking waits); each request has its own.
+//! Unknown keys are errors. There is no global gRPC timeout (it would cut blocking
+//! waits); each request has its own.
+//!
+//! # Security
+//!
+//! `user:password@` authenticates with etcd's auth: `connect` fails with
+//! `PermissionDenied` on a wrong password (naming the user, never the password) and with
+//! `ConfigInvalid` when the server has authentication off. The token is refreshed
+//! whenever the server says it expired (simple tokens expire after `--auth-token-ttl`
+//! unused), so a lock held for hours keeps working. What the user may touch is the
+//! server's business: give its role `readwrite` on the namespace prefix
+//! (`etcdctl role grant-permission ROLE --prefix=true readwrite myapp/`); a request
+//! outside its roles fails with `PermissionDenied`. Leases need no permission.
+//!
+//! `etcd+https://` verifies the members against `tls_ca` and presents `tls_cert` when
+//! given. A connect that fails is explained within about a second instead of after the
+//! connect timeout: a member whose certificate the CA does not sign is `ConfigInvalid`
+//! naming the CA file; a member that refuses the client certificate (or wants one) is
+//! `PermissionDenied` naming `tls_cert`; `etcd://` against a TLS port is `ConfigInvalid`
+//! suggesting `etcd+https://`. Passwords, tokens and key material never appear in
+//! `Debug`, errors or logs.
 //!
 //! # Sessions
 //!

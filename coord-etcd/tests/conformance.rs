@@ -269,7 +269,7 @@ fn main() {
     let mut auth_cases = coord_conformance::cases::smoke();
     auth_cases.extend(security::auth_cases());
     let mut tls_cases = coord_conformance::cases::smoke();
-    tls_cases.extend(security::tls_cases());
+    tls_cases.extend(coord_conformance::cases::tls::all());
     coord_conformance::run_groups(vec![
         Group {
             backend: "etcd".into(),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, ensure};
-use coord_conformance::{Case, CaseResult, Ctx, Group, Needs, RealServer, log_capture};
+use coord_conformance::{Case, CaseResult, Ctx, Group, Needs, RealServer, UrlFactory, log_capture};
 use coord_core::prelude::*;
 use coord_core::{ConnectionString, ServiceInstance};
 
@@ -70,7 +70,14 @@ fn main() {
     log_capture::install();
     let factory = RealServer::from_env("etcd-auth")
         .unwrap_or_else(|e| panic!("{e}"))
-        .map(|server| Arc::new(SecretsFactory(server)) as Arc<dyn coord_conformance::Factory>);
+        .map(|server| {
+            Arc::new(UrlFactory {
+                name: "etcd-auth",
+                base: format!("etcd://{}", server.addr()),
+                server,
+                connect: |url| Box::pin(async move { coord_etcd::connect(&url).await }),
+            }) as Arc<dyn coord_conformance::Factory>
+        });
     coord_conformance::run_groups(vec![Group {
         backend: "etcd-auth".into(),
         factory,
@@ -83,40 +90,4 @@ fn main() {
             run: |ctx| Box::pin(secrets_never_leak(ctx)),
         }],
     }]);
-}
-
-/// Only the server's address is needed: the case connects by URL itself.
-struct SecretsFactory(RealServer);
-
-#[async_trait::async_trait]
-impl coord_conformance::Factory for SecretsFactory {
-    fn name(&self) -> &str {
-        "etcd-auth"
-    }
-
-    fn faults(&self) -> coord_conformance::Faults {
-        coord_conformance::Faults::default()
-    }
-
-    fn session_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(2)
-    }
-
-    async fn open(&self, namespace: &str) -> coord_core::Result<coord_core::Client> {
-        let pw = std::env::var("COORD_TEST_ETCD_AUTH_PASSWORDS").unwrap_or_default();
-        let app = pw.split(',').next().unwrap_or_default();
-        coord_etcd::connect(&format!("etcd://coord-app:{app}@{}/{namespace}", self.0.addr())).await
-    }
-
-    fn url_base(&self) -> String {
-        format!("etcd://{}", self.0.addr())
-    }
-
-    async fn connect_url(&self, url: &str) -> coord_core::Result<coord_core::Client> {
-        coord_etcd::connect(url).await
-    }
-
-    fn real_server(&self) -> Option<&RealServer> {
-        Some(&self.0)
-    }
 }

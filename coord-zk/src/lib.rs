@@ -13,8 +13,30 @@
 //! | `request_timeout` | the session timeout | deadline of each request; a write that hits it has an unknown outcome |
 //! | `tls_ca` | — (required for `zk+tls://`) | PEM file of the CA certificates that sign the servers' certificates |
 //! | `tls_cert`, `tls_key` | — | PEM certificate and key of this client, for mutual TLS |
+//! | `acl` | `creator-read-all` with credentials, `open` without | the ACL of every znode coord creates: `creator-read-all`, `creator` or `open` ([`ZkAcl`]) |
 //!
-//! `user:password` adds `digest` credentials. Unknown keys are errors.
+//! Unknown keys are errors.
+//!
+//! # Security
+//!
+//! `user:password@` adds `digest` credentials, and by default every znode coord creates
+//! (the namespace root, directories, contenders, registrations, config keys) gets
+//! `creator-read-all`: only clients with the same credentials may create under, change
+//! or delete it, anyone may read it. A client with other credentials or none gets
+//! `PermissionDenied` naming the path on `lock`, `campaign`, `register` and config
+//! writes (and on reads too with `acl=creator`). Without credentials nodes are open, as
+//! ZooKeeper cannot bind an ACL to an anonymous creator; `acl=creator…` without
+//! credentials is `ConfigInvalid`. coord never changes the ACL of an existing node: a
+//! namespace created open stays open — create it with credentials first.
+//!
+//! `zk+tls://` verifies the servers against `tls_ca` (their certificates must name the
+//! host you connect to) and presents `tls_cert` when given; the server needs a Netty
+//! secure client port. A connect that fails is explained within about a second instead
+//! of after the connect timeout: a server certificate the CA does not sign is
+//! `ConfigInvalid` naming the CA file, a refused or missing client certificate is
+//! `PermissionDenied` naming `tls_cert`, and `zk://` against a TLS port is `ConfigInvalid`
+//! suggesting `zk+tls://`. Passwords and key material never appear in `Debug`, errors or
+//! logs.
 //!
 //! # Sessions
 //!

@@ -249,7 +249,7 @@ fn main() {
     cases.extend(security::acl_cases());
     let tls = security::tls_factory();
     let mut tls_cases = coord_conformance::cases::smoke();
-    tls_cases.extend(security::tls_cases());
+    tls_cases.extend(coord_conformance::cases::tls::all());
     coord_conformance::run_groups(vec![
         Group {
             backend: "zk".into(),

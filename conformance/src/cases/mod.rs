@@ -11,6 +11,7 @@ pub mod lock;
 pub mod registry;
 pub mod server;
 pub mod session;
+pub mod tls;
 
 use crate::factory::Faults;
 use crate::harness::{Case, Needs};

@@ -32,26 +32,6 @@ pub fn auth_cases() -> Vec<Case> {
     ]
 }
 
-pub fn tls_cases() -> Vec<Case> {
-    vec![
-        Case {
-            name: "etcd-tls::wrong_ca_is_config_invalid",
-            needs: Needs::NONE,
-            run: |_| Box::pin(wrong_ca_is_config_invalid()),
-        },
-        Case {
-            name: "etcd-tls::missing_client_certificate_refused",
-            needs: Needs::NONE,
-            run: |_| Box::pin(missing_client_certificate_refused()),
-        },
-        Case {
-            name: "etcd-tls::plaintext_against_tls_port_fails_fast",
-            needs: Needs::NONE,
-            run: |_| Box::pin(plaintext_against_tls_port_fails_fast()),
-        },
-    ]
-}
-
 /// The passwords of the auth server's users `coord-app`, `coord-other` and `root`.
 pub struct Passwords {
     pub app: String,
@@ -103,10 +83,6 @@ fn certs_dir() -> anyhow::Result<String> {
 
 fn auth_endpoint() -> anyhow::Result<String> {
     std::env::var("COORD_TEST_ETCD_AUTH").context("COORD_TEST_ETCD_AUTH is not set")
-}
-
-fn tls_endpoint() -> anyhow::Result<String> {
-    std::env::var("COORD_TEST_ETCD_TLS").context("COORD_TEST_ETCD_TLS is not set")
 }
 
 async fn connect_error(url: &str) -> anyhow::Result<coord_core::Error> {
@@ -240,76 +216,5 @@ pub async fn credentials_without_server_auth_rejected(ctx: Ctx) -> CaseResult {
         !format!("{e:?}").contains("pw-6c2d"),
         "the error shows the password: {e:?}"
     );
-    Ok(())
-}
-
-fn tls_url(query: &str) -> anyhow::Result<String> {
-    Ok(format!(
-        "etcd+https://{}/coordtest-tls?connect_timeout=5s{query}",
-        tls_endpoint()?
-    ))
-}
-
-/// A server certificate from a CA the client does not trust: `ConfigInvalid` naming the
-/// CA file, before the connect timeout.
-async fn wrong_ca_is_config_invalid() -> CaseResult {
-    let certs = certs_dir()?;
-    let url = tls_url(&format!(
-        "&tls_ca={certs}/other-ca.pem&tls_cert={certs}/client.pem&tls_key={certs}/client.key"
-    ))?;
-    let started = Instant::now();
-    let e = connect_error(&url).await?;
-    ensure!(e.kind() == ErrorKind::ConfigInvalid, "{:?}: {e}", e.kind());
-    ensure!(
-        e.to_string().contains("other-ca.pem"),
-        "does not name the CA file: {e}"
-    );
-    ensure!(
-        started.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        started.elapsed()
-    );
-    Ok(())
-}
-
-/// The server requires a client certificate: without one, or with one from another CA,
-/// `PermissionDenied` saying to set `tls_cert`/`tls_key`.
-async fn missing_client_certificate_refused() -> CaseResult {
-    let certs = certs_dir()?;
-    for query in [
-        format!("&tls_ca={certs}/ca.pem"),
-        format!("&tls_ca={certs}/ca.pem&tls_cert={certs}/other-client.pem&tls_key={certs}/other-client.key"),
-    ] {
-        let started = Instant::now();
-        let e = connect_error(&tls_url(&query)?).await?;
-        ensure!(
-            e.kind() == ErrorKind::PermissionDenied,
-            "{query}: {:?}: {e}",
-            e.kind()
-        );
-        ensure!(
-            e.to_string().contains("tls_cert"),
-            "{query}: does not say what to do: {e}"
-        );
-        ensure!(
-            started.elapsed() < Duration::from_secs(4),
-            "took {:?}",
-            started.elapsed()
-        );
-    }
-    Ok(())
-}
-
-/// `etcd://` against a TLS port fails within seconds, and says TLS may be the cause.
-async fn plaintext_against_tls_port_fails_fast() -> CaseResult {
-    let url = format!("etcd://{}/coordtest-tls?connect_timeout=30s", tls_endpoint()?);
-    let started = Instant::now();
-    let e = connect_error(&url).await?;
-    ensure!(
-        started.elapsed() < Duration::from_secs(10),
-        "plaintext against TLS took {:?}: {e}",
-        started.elapsed()
-    );
-    ensure!(e.to_string().contains("etcd+https"), "no hint at TLS: {e}");
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! Security against a real ZooKeeper: digest ACLs on the plain server (`COORD_TEST_ZK`),
-//! and TLS with client certificates on a TLS port (`COORD_TEST_ZK_TLS`, certificates in
-//! `COORD_TEST_CERTS`, both set by `./scripts/test`).
+//! and the factory of the TLS group (`COORD_TEST_ZK_TLS`, certificates in
+//! `COORD_TEST_CERTS`, both set by `./scripts/test`), whose cases are shared.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use coord_conformance::{Case, CaseResult, Ctx, Factory, Needs, RealServer};
@@ -23,26 +23,6 @@ pub fn acl_cases() -> Vec<Case> {
             name: "zk::acl_creator_hides_reads",
             needs: Needs::NONE,
             run: |ctx| Box::pin(acl_creator_hides_reads(ctx)),
-        },
-    ]
-}
-
-pub fn tls_cases() -> Vec<Case> {
-    vec![
-        Case {
-            name: "zk-tls::wrong_ca_is_config_invalid",
-            needs: Needs::NONE,
-            run: |_| Box::pin(wrong_ca_is_config_invalid()),
-        },
-        Case {
-            name: "zk-tls::missing_client_certificate_refused",
-            needs: Needs::NONE,
-            run: |_| Box::pin(missing_client_certificate_refused()),
-        },
-        Case {
-            name: "zk-tls::plaintext_against_tls_port_fails_fast",
-            needs: Needs::NONE,
-            run: |_| Box::pin(plaintext_against_tls_port_fails_fast()),
         },
     ]
 }
@@ -73,21 +53,6 @@ fn server_of(ctx: &Ctx) -> anyhow::Result<String> {
 
 fn certs_dir() -> anyhow::Result<String> {
     std::env::var("COORD_TEST_CERTS").context("COORD_TEST_CERTS is not set")
-}
-
-fn tls_endpoint() -> anyhow::Result<String> {
-    std::env::var("COORD_TEST_ZK_TLS").context("COORD_TEST_ZK_TLS is not set")
-}
-
-/// Connects to `url` and returns the error it must fail with.
-async fn connect_error(url: &str) -> anyhow::Result<coord_core::Error> {
-    match coord_zk::connect(url).await {
-        Ok(c) => {
-            let _ = c.close().await;
-            bail!("{url}: connected, but should have been refused")
-        }
-        Err(e) => Ok(e),
-    }
 }
 
 fn expect_denied(what: &str, r: coord_core::Result<impl std::fmt::Debug>) -> CaseResult {
@@ -251,76 +216,5 @@ async fn acl_creator_hides_reads(ctx: Ctx) -> CaseResult {
     for c in [alice, other, open, reader] {
         c.close().await?;
     }
-    Ok(())
-}
-
-fn tls_url(query: &str) -> anyhow::Result<String> {
-    Ok(format!(
-        "zk+tls://{}/coordtest-tls?connect_timeout=5s{query}",
-        tls_endpoint()?
-    ))
-}
-
-/// A server certificate from a CA the client does not trust: `ConfigInvalid` naming the
-/// CA file, before the connect timeout.
-async fn wrong_ca_is_config_invalid() -> CaseResult {
-    let certs = certs_dir()?;
-    let url = tls_url(&format!(
-        "&tls_ca={certs}/other-ca.pem&tls_cert={certs}/client.pem&tls_key={certs}/client.key"
-    ))?;
-    let started = Instant::now();
-    let e = connect_error(&url).await?;
-    ensure!(e.kind() == ErrorKind::ConfigInvalid, "{:?}: {e}", e.kind());
-    ensure!(
-        e.to_string().contains("other-ca.pem"),
-        "does not name the CA file: {e}"
-    );
-    ensure!(
-        started.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        started.elapsed()
-    );
-    Ok(())
-}
-
-/// The server requires a client certificate: without one, or with one from another CA,
-/// the refusal is `PermissionDenied` and says to set `tls_cert`/`tls_key`.
-async fn missing_client_certificate_refused() -> CaseResult {
-    let certs = certs_dir()?;
-    for query in [
-        format!("&tls_ca={certs}/ca.pem"),
-        format!("&tls_ca={certs}/ca.pem&tls_cert={certs}/other-client.pem&tls_key={certs}/other-client.key"),
-    ] {
-        let started = Instant::now();
-        let e = connect_error(&tls_url(&query)?).await?;
-        ensure!(
-            e.kind() == ErrorKind::PermissionDenied,
-            "{query}: {:?}: {e}",
-            e.kind()
-        );
-        ensure!(
-            e.to_string().contains("tls_cert"),
-            "{query}: does not say what to do: {e}"
-        );
-        ensure!(
-            started.elapsed() < Duration::from_secs(4),
-            "took {:?}",
-            started.elapsed()
-        );
-    }
-    Ok(())
-}
-
-/// `zk://` against a TLS port fails within seconds, and says TLS may be the cause.
-async fn plaintext_against_tls_port_fails_fast() -> CaseResult {
-    let url = format!("zk://{}/coordtest-tls?connect_timeout=30s", tls_endpoint()?);
-    let started = Instant::now();
-    let e = connect_error(&url).await?;
-    ensure!(
-        started.elapsed() < Duration::from_secs(10),
-        "plaintext against TLS took {:?}: {e}",
-        started.elapsed()
-    );
-    ensure!(e.to_string().contains("zk+tls"), "no hint at TLS: {e}");
     Ok(())
 }
