@@ -171,7 +171,7 @@ pub struct UrlFactory {
     pub name: &'static str,
     /// The server.
     pub server: RealServer,
-    /// `scheme://[user:password@]host:port` for [`Factory::open`].
+    /// `scheme://[user:password@]host:port` for [`crate::Factory::open`].
     pub base: String,
     /// The backend's `connect(url)`.
     pub connect: fn(String) -> futures::future::BoxFuture<'static, Result<Client>>,
