@@ -3,12 +3,14 @@
 //! Each case is a plain `pub async fn(Ctx) -> CaseResult`. The runner awaits it to
 //! completion or abandons it at the deadline; cases have no cancel-safety contract.
 
+pub mod access;
 pub mod config;
 pub mod election;
 pub mod fencing;
 pub mod input;
 pub mod lock;
 pub mod registry;
+pub mod secrets;
 pub mod server;
 pub mod session;
 pub mod tls;

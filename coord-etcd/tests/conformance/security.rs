@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
+use coord_conformance::cases::access::{expect_denied, writes_refused};
 use coord_conformance::{Case, CaseResult, Ctx, Factory, Needs, RealServer};
 use coord_core::prelude::*;
-use coord_core::{ErrorKind, ServiceInstance, Txn};
+use coord_core::{ErrorKind, Txn};
 
 use super::EtcdFactory;
 
@@ -95,20 +96,6 @@ async fn connect_error(url: &str) -> anyhow::Result<coord_core::Error> {
     }
 }
 
-fn expect_denied<T: std::fmt::Debug>(what: &str, r: coord_core::Result<T>) -> CaseResult {
-    match r {
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-            ensure!(
-                e.to_string().contains("role"),
-                "{what}: the refusal does not say what to do: {e}"
-            );
-            Ok(())
-        }
-        Err(e) => bail!("{what}: expected PermissionDenied, got {:?}: {e}", e.kind()),
-        Ok(v) => bail!("{what}: a user without a role on the namespace succeeded: {v:?}"),
-    }
-}
-
 /// `coord-other` has a role on `other/` only: in the suite's namespace every write and
 /// read is refused with `PermissionDenied`, and nothing is written.
 async fn user_without_role_refused(ctx: Ctx) -> CaseResult {
@@ -117,30 +104,9 @@ async fn user_without_role_refused(ctx: Ctx) -> CaseResult {
     let ns = ctx.namespace();
     let url = format!("etcd://coord-other:{}@{endpoint}/{ns}?lease_ttl=2s", pw.other);
     let other = coord_etcd::connect(&url).await?;
-    expect_denied("try_lock", other.try_lock("res").await.map(|g| g.is_some()))?;
-    expect_denied(
-        "lock",
-        tokio::time::timeout(Duration::from_secs(5), other.lock("res"))
-            .await
-            .context("lock waited instead of failing")?
-            .map(|g| g.token()),
-    )?;
-    expect_denied(
-        "campaign",
-        tokio::time::timeout(Duration::from_secs(5), other.campaign("el", b"x".to_vec()))
-            .await
-            .context("campaign waited instead of failing")?
-            .map(|l| l.token()),
-    )?;
-    expect_denied(
-        "register",
-        other
-            .register("svc", ServiceInstance::new("o1", "10.0.0.9:80"))
-            .await
-            .map(|_| ()),
-    )?;
-    expect_denied("put", other.put("k", b"v".to_vec()).await.map(|_| ()))?;
-    expect_denied("get", other.get("k").await.map(|v| v.is_some()))?;
+    // The refusal says what to do: give the user a role.
+    writes_refused(&other, "res", "el", "svc", "k", &["role"]).await?;
+    expect_denied("get", other.get("k").await.map(|v| v.is_some()), &["role"])?;
     other.close().await?;
 
     // Nothing of coord-other's reached the namespace (read as root).

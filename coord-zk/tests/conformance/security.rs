@@ -3,12 +3,12 @@
 //! `COORD_TEST_CERTS`, both set by `./scripts/test`), whose cases are shared.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
+use coord_conformance::cases::access::{expect_denied, writes_refused};
 use coord_conformance::{Case, CaseResult, Ctx, Factory, Needs, RealServer};
+use coord_core::ServiceInstance;
 use coord_core::prelude::*;
-use coord_core::{ErrorKind, ServiceInstance};
 
 use super::ZkFactory;
 
@@ -55,28 +55,6 @@ fn certs_dir() -> anyhow::Result<String> {
     std::env::var("COORD_TEST_CERTS").context("COORD_TEST_CERTS is not set")
 }
 
-fn expect_denied(what: &str, r: coord_core::Result<impl std::fmt::Debug>) -> CaseResult {
-    match r {
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-            let msg = e.to_string();
-            ensure!(
-                msg.contains("/locks")
-                    || msg.contains("/elections")
-                    || msg.contains("/services")
-                    || msg.contains("/config"),
-                "{what}: the refusal does not name the path: {msg}"
-            );
-            ensure!(
-                msg.contains("credentials"),
-                "{what}: the refusal does not say what to do: {msg}"
-            );
-            Ok(())
-        }
-        Err(e) => bail!("{what}: expected PermissionDenied, got {:?}: {e}", e.kind()),
-        Ok(v) => bail!("{what}: a client without the creator's credentials succeeded: {v:?}"),
-    }
-}
-
 /// With `alice`'s digest credentials coord creates every node creator-all plus
 /// world-read: a client with other credentials, or none, can read but not lock, campaign,
 /// register, write config, nor delete or overwrite alice's nodes with a raw client. A
@@ -100,36 +78,8 @@ async fn acl_refuses_other_credentials(ctx: Ctx) -> CaseResult {
         format!("zk://{base}/{ns}"),
     ] {
         let other = ctx.factory().connect_url(&url).await?;
-        expect_denied(
-            "lock on alice's lock",
-            other.try_lock("res").await.map(|g| g.is_some()),
-        )?;
-        expect_denied(
-            "a new lock name",
-            other.try_lock("other").await.map(|g| g.is_some()),
-        )?;
-        expect_denied(
-            "campaign",
-            tokio::time::timeout(Duration::from_secs(5), other.campaign("el", b"m".to_vec()))
-                .await
-                .context("campaign waited instead of failing")?
-                .map(|l| l.token()),
-        )?;
-        expect_denied(
-            "register",
-            other
-                .register("svc", ServiceInstance::new("m1", "10.0.0.2:80"))
-                .await
-                .map(|_| ()),
-        )?;
-        expect_denied(
-            "put on alice's key",
-            other.put("k", b"evil".to_vec()).await.map(|_| ()),
-        )?;
-        expect_denied(
-            "put of a new key",
-            other.put("k2", b"evil".to_vec()).await.map(|_| ()),
-        )?;
+        // The refusal names the path (under the namespace) and what to do.
+        writes_refused(&other, "res", "el", "svc", "k", &[ns, "credentials"]).await?;
         // Reads follow the default policy: readable by all.
         let seen = other.get("k").await?.context("k is missing for a reader")?;
         ensure!(seen.value == b"v1", "reader saw {:?}", seen.value);
@@ -199,8 +149,8 @@ async fn acl_creator_hides_reads(ctx: Ctx) -> CaseResult {
         .factory()
         .connect_url(&format!("zk://mallory:m-pw@{base}/{ns}"))
         .await?;
-    expect_denied("get", other.get("k").await)?;
-    expect_denied("list", other.list("").await)?;
+    expect_denied("get", other.get("k").await, &[ns, "credentials"])?;
+    expect_denied("list", other.list("").await, &[ns, "credentials"])?;
     // Under the open policy the same read would succeed: the refusal is the ACL's.
     let open = ctx
         .factory()
