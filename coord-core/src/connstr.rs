@@ -302,6 +302,20 @@ fn percent_decode(text: &str, what: &str) -> Result<String> {
         .map_err(|_| Error::config_invalid(format!("{what} is not UTF-8 after percent-decoding")))
 }
 
+/// The TLS files of a connection string: `tls_ca`, and `tls_cert` with `tls_key` for a
+/// client certificate. Paths only; the adapters read the files when they connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM file of the CA certificates that sign the servers' certificates (`tls_ca`).
+    pub ca_file: std::path::PathBuf,
+    /// PEM certificate and key files of this client (`tls_cert`, `tls_key`), for servers
+    /// that require client certificates.
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+/// The option keys [`Options::tls_files`] takes.
+pub const TLS_OPTIONS: [&str; 3] = ["tls_ca", "tls_cert", "tls_key"];
+
 /// The options of a connection string, consumed by typed getters. Call
 /// [`Options::finish`] last: any key not consumed is an error.
 #[derive(Debug, Clone)]
@@ -348,6 +362,38 @@ impl Options {
             Some(v) => Err(Error::config_invalid(format!(
                 "option {key}={v:?} must be true or false"
             ))),
+        }
+    }
+
+    /// Takes `tls_ca`, `tls_cert` and `tls_key`: `Some` for a TLS scheme (`secure`), which
+    /// needs `tls_ca`; `None` for a plaintext one, which takes none of them.
+    /// `tls_scheme` names the TLS scheme in messages (`zk+tls`, `etcd+https`).
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid`: TLS files on a plaintext scheme, a TLS scheme without `tls_ca`,
+    /// `tls_cert` without `tls_key` or the reverse.
+    pub fn tls_files(&mut self, secure: bool, tls_scheme: &str) -> Result<Option<TlsFiles>> {
+        let [ca, cert, key] = TLS_OPTIONS.map(|k| self.remaining.remove(k));
+        match (secure, ca, cert, key) {
+            (false, None, None, None) => Ok(None),
+            (false, ..) => Err(Error::config_invalid(format!(
+                "tls_ca, tls_cert and tls_key need a {tls_scheme}:// connection string"
+            ))),
+            (true, None, ..) => Err(Error::config_invalid(format!(
+                "{tls_scheme}:// needs tls_ca=<PEM file of the CA that signs the servers' certificates>"
+            ))),
+            (true, Some(ca), None, None) => Ok(Some(TlsFiles {
+                ca_file: ca.into(),
+                identity: None,
+            })),
+            (true, Some(ca), Some(cert), Some(key)) => Ok(Some(TlsFiles {
+                ca_file: ca.into(),
+                identity: Some((cert.into(), key.into())),
+            })),
+            (true, Some(_), ..) => Err(Error::config_invalid(
+                "tls_cert and tls_key go together (a client certificate and its key)",
+            )),
         }
     }
 

@@ -65,7 +65,7 @@ pub use capabilities::Capabilities;
 pub use client::{Backend, Client};
 pub use client_state::ClientState;
 pub use config::{ConfigEvent, ConfigStore, Entry};
-pub use connstr::{ConnectionString, HostPort, Options};
+pub use connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
 pub use election::{Election, LeaderInfo, Leadership};
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};

@@ -7,7 +7,7 @@
 //! The probe is one TCP connection and one TLS handshake per host, made only while a
 //! connect is failing; it never carries data and never logs key material.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,7 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{AlertDescription, CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio::io::AsyncReadExt;
 
-use crate::connstr::HostPort;
+use crate::connstr::{HostPort, TlsFiles};
 use crate::error::{Error, ErrorKind, Result};
 
 /// How the client is configured to connect.
@@ -32,15 +32,6 @@ pub struct Probe {
     pub hosts: Vec<HostPort>,
     /// `None` for a plaintext client; the TLS files otherwise.
     pub tls: Option<TlsFiles>,
-}
-
-/// A TLS client's files (paths only: the probe reads them itself).
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// `tls_ca`.
-    pub ca: PathBuf,
-    /// `tls_cert` and `tls_key`.
-    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 /// How long one host's probe may take.
@@ -139,7 +130,7 @@ async fn tls_problem(
         Ok(None) | Err(None) => return None,
         Ok(Some(e)) | Err(Some(e)) => e,
     };
-    let ca = files.ca.display();
+    let ca = files.ca_file.display();
     Some(match err {
         rustls::Error::InvalidCertificate(
             CertificateError::UnknownIssuer | CertificateError::BadSignature,
@@ -250,10 +241,10 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// The client's TLS settings as rustls sees them.
 fn client_config(files: &TlsFiles) -> Result<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in certs(&files.ca, "tls_ca")? {
+    for cert in certs(&files.ca_file, "tls_ca")? {
         roots
             .add(cert)
-            .map_err(|e| Error::config_invalid(format!("tls_ca={}: {e}", files.ca.display())))?;
+            .map_err(|e| Error::config_invalid(format!("tls_ca={}: {e}", files.ca_file.display())))?;
     }
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -361,7 +352,7 @@ mod tests {
                 port: 1,
             }],
             tls: Some(TlsFiles {
-                ca: "/nonexistent/ca.pem".into(),
+                ca_file: "/nonexistent/ca.pem".into(),
                 identity: None,
             }),
         };

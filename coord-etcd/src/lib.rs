@@ -102,7 +102,7 @@ use async_trait::async_trait;
 use coord_core::{Backend, Capabilities, Client, Result, SessionStatus, Stats};
 use tokio::sync::watch as tokio_watch;
 
-pub use options::{DEFAULT_PORT, EtcdOptions, EtcdTls, KNOWN_OPTIONS};
+pub use options::{DEFAULT_PORT, EtcdOptions, KNOWN_OPTIONS};
 
 use session::Inner;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use coord_core::{ConnectionString, Error, HostPort, Result};
+use coord_core::{ConnectionString, Error, HostPort, Result, TLS_OPTIONS, TlsFiles};
 
 /// Options of an etcd client.
 #[derive(Clone, PartialEq, Eq)]
@@ -11,7 +11,7 @@ pub struct EtcdOptions {
     pub endpoints: Vec<HostPort>,
     /// TLS (`etcd+https://`; needs the `tls` feature): the CA that signs the members'
     /// certificates, and this client's identity for client-certificate authentication.
-    pub tls: Option<EtcdTls>,
+    pub tls: Option<TlsFiles>,
     /// The namespace: every key starts with `<namespace>/`.
     pub namespace: String,
     /// Lease time-to-live, whole seconds, at least 1 s (etcd rounds up). Default 10 s.
@@ -23,16 +23,6 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// User name and password for etcd authentication.
     pub credentials: Option<(String, String)>,
-}
-
-/// TLS settings of an `etcd+https://` connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdTls {
-    /// PEM file of the CA certificates that sign the members' certificates (`tls_ca`).
-    pub ca_file: std::path::PathBuf,
-    /// PEM certificate and key files of this client, for servers started with
-    /// `--client-cert-auth` (`tls_cert`, `tls_key`).
-    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for EtcdOptions {
@@ -74,9 +64,9 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "lease_ttl",
     "connect_timeout",
     "request_timeout",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
+    TLS_OPTIONS[0],
+    TLS_OPTIONS[1],
+    TLS_OPTIONS[2],
 ];
 
 impl EtcdOptions {
@@ -98,37 +88,7 @@ impl EtcdOptions {
             }
         };
         let mut opts = cs.options();
-        let tls = match (
-            tls,
-            opts.string("tls_ca"),
-            opts.string("tls_cert"),
-            opts.string("tls_key"),
-        ) {
-            (false, None, None, None) => None,
-            (false, ..) => {
-                return Err(Error::config_invalid(
-                    "tls_ca, tls_cert and tls_key need an etcd+https:// connection string",
-                ));
-            }
-            (true, None, ..) => {
-                return Err(Error::config_invalid(
-                    "etcd+https:// needs tls_ca=<PEM file of the CA that signs the members' certificates>",
-                ));
-            }
-            (true, Some(ca), None, None) => Some(EtcdTls {
-                ca_file: ca.into(),
-                identity: None,
-            }),
-            (true, Some(ca), Some(cert), Some(key)) => Some(EtcdTls {
-                ca_file: ca.into(),
-                identity: Some((cert.into(), key.into())),
-            }),
-            (true, Some(_), ..) => {
-                return Err(Error::config_invalid(
-                    "tls_cert and tls_key go together (client-certificate authentication)",
-                ));
-            }
-        };
+        let tls = opts.tls_files(tls, "etcd+https")?;
         let d = EtcdOptions::default();
         let o = EtcdOptions {
             endpoints: cs.hosts(DEFAULT_PORT)?,

@@ -84,10 +84,7 @@ pub(crate) async fn explain_failures<T>(
             },
             tls_scheme: "etcd+https",
             hosts: options.endpoints.clone(),
-            tls: options.tls.as_ref().map(|t| coord_core::tls_probe::TlsFiles {
-                ca: t.ca_file.clone(),
-                identity: t.identity.clone(),
-            }),
+            tls: options.tls.clone(),
         };
         coord_core::tls_probe::connect_or_explain(&probe, Duration::from_millis(750), establish).await
     }
@@ -159,7 +156,7 @@ fn plaintext_hint(options: &EtcdOptions) -> &'static str {
 
 /// Adds the CA and the optional client identity, read from their PEM files.
 #[cfg(feature = "tls")]
-fn with_tls(connect: etcd::ConnectOptions, tls: &crate::options::EtcdTls) -> Result<etcd::ConnectOptions> {
+fn with_tls(connect: etcd::ConnectOptions, tls: &coord_core::TlsFiles) -> Result<etcd::ConnectOptions> {
     coord_core::tls_probe::ensure_default_provider();
     let ca = read_pem(&tls.ca_file, "tls_ca", "CERTIFICATE")?;
     let mut config = etcd::TlsOptions::new().ca_certificate(etcd::Certificate::from_pem(ca));
@@ -172,7 +169,7 @@ fn with_tls(connect: etcd::ConnectOptions, tls: &crate::options::EtcdTls) -> Res
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_tls(_: etcd::ConnectOptions, _: &crate::options::EtcdTls) -> Result<etcd::ConnectOptions> {
+fn with_tls(_: etcd::ConnectOptions, _: &coord_core::TlsFiles) -> Result<etcd::ConnectOptions> {
     Err(Error::new(
         ErrorKind::Unsupported,
         "etcd+https:// needs the `tls` feature of coord-etcd (or of coord)",

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use coord_core::{ConnectionString, Error, HostPort, Result};
+use coord_core::{ConnectionString, Error, HostPort, Result, TLS_OPTIONS, TlsFiles};
 
 use crate::acl::ZkAcl;
 
@@ -27,18 +27,9 @@ pub struct ZkOptions {
     /// The ACL of the znodes coord creates (`acl=`); `None` picks by the credentials:
     /// [`ZkAcl::CreatorReadAll`] with them, [`ZkAcl::Open`] without. See [`ZkAcl`].
     pub acl: Option<ZkAcl>,
-    /// TLS (`zk+tls://`; needs the `tls` feature).
-    pub tls: Option<ZkTls>,
-}
-
-/// TLS settings of a `zk+tls://` connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkTls {
-    /// PEM file of the CA certificates that sign the servers' certificates (`tls_ca`).
-    pub ca_file: std::path::PathBuf,
-    /// PEM certificate and key files of this client, for mutual TLS (`tls_cert`,
-    /// `tls_key`).
-    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// TLS (`zk+tls://`; needs the `tls` feature): the CA that signs the servers'
+    /// certificates, and this client's certificate for servers that require one.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for ZkOptions {
@@ -83,9 +74,9 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "connect_timeout",
     "request_timeout",
     "acl",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
+    TLS_OPTIONS[0],
+    TLS_OPTIONS[1],
+    TLS_OPTIONS[2],
 ];
 
 impl ZkOptions {
@@ -109,37 +100,7 @@ impl ZkOptions {
             }
         };
         let mut opts = cs.options();
-        let (ca, cert, key) = (
-            opts.string("tls_ca"),
-            opts.string("tls_cert"),
-            opts.string("tls_key"),
-        );
-        let tls = match (tls, ca, cert, key) {
-            (false, None, None, None) => None,
-            (false, ..) => {
-                return Err(Error::config_invalid(
-                    "tls_ca, tls_cert and tls_key need a zk+tls:// connection string",
-                ));
-            }
-            (true, None, ..) => {
-                return Err(Error::config_invalid(
-                    "zk+tls:// needs tls_ca=<PEM file of the CA that signs the servers' certificates>",
-                ));
-            }
-            (true, Some(ca), None, None) => Some(ZkTls {
-                ca_file: ca.into(),
-                identity: None,
-            }),
-            (true, Some(ca), Some(cert), Some(key)) => Some(ZkTls {
-                ca_file: ca.into(),
-                identity: Some((cert.into(), key.into())),
-            }),
-            (true, Some(_), ..) => {
-                return Err(Error::config_invalid(
-                    "tls_cert and tls_key go together (mutual TLS)",
-                ));
-            }
-        };
+        let tls = opts.tls_files(tls, "zk+tls")?;
         let acl = opts.string("acl").map(|a| ZkAcl::parse(&a)).transpose()?;
         let defaults = ZkOptions::default();
         let o = ZkOptions {

@@ -51,10 +51,7 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
             scheme: if options.tls.is_some() { "zk+tls" } else { "zk" },
             tls_scheme: "zk+tls",
             hosts: options.hosts.clone(),
-            tls: options.tls.as_ref().map(|t| coord_core::tls_probe::TlsFiles {
-                ca: t.ca_file.clone(),
-                identity: t.identity.clone(),
-            }),
+            tls: options.tls.clone(),
         };
         coord_core::tls_probe::connect_or_explain(&probe, PROBE_AFTER, try_open_session(options, deadline))
             .await
@@ -117,7 +114,7 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
 
 /// Adds the TLS settings (CA, optional client identity) read from their PEM files.
 #[cfg(feature = "tls")]
-fn with_tls(connector: zk::Connector, tls: &crate::options::ZkTls) -> Result<zk::Connector> {
+fn with_tls(connector: zk::Connector, tls: &coord_core::TlsFiles) -> Result<zk::Connector> {
     coord_core::tls_probe::ensure_default_provider();
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path).map_err(|e| {
@@ -139,7 +136,7 @@ fn with_tls(connector: zk::Connector, tls: &crate::options::ZkTls) -> Result<zk:
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_tls(_: zk::Connector, _: &crate::options::ZkTls) -> Result<zk::Connector> {
+fn with_tls(_: zk::Connector, _: &coord_core::TlsFiles) -> Result<zk::Connector> {
     Err(Error::new(
         ErrorKind::Unsupported,
         "zk+tls:// needs the `tls` feature of coord-zk (or of coord)",
