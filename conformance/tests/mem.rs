@@ -17,9 +17,7 @@ struct MemFactory {
 
 fn mem(client: &Client) -> Result<&MemClient> {
     client
-        .backend()
-        .as_any()
-        .downcast_ref::<MemClient>()
+        .backend_as::<MemClient>()
         .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not a mem client"))
 }
 
@@ -50,7 +48,7 @@ impl Factory for MemFactory {
             namespace: namespace.to_owned(),
             session_ttl: TTL,
         };
-        Ok(MemClient::connect(&self.cluster, options)?.into_client())
+        MemClient::connect(&self.cluster, options)
     }
 
     fn url_base(&self) -> String {

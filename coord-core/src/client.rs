@@ -1,6 +1,5 @@
-//! The erased client handle: one participant, one session, all four primitives.
+//! The client handle: one participant, one session, every primitive.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -9,110 +8,144 @@ use tokio::sync::watch;
 
 use crate::capabilities::Capabilities;
 use crate::config::{ConfigEvent, ConfigStore, Entry};
-use crate::election::{Election, LeaderInfo, Leadership};
 use crate::error::Result;
-use crate::lock::{Lock, LockGuard};
+use crate::local_queue::LocalQueue;
+use crate::raw::Backend;
 use crate::registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 use crate::session::{SessionState, SessionStatus};
 use crate::stats::Stats;
 use crate::txn::{OpResult, Txn};
 use crate::version::{Version, Versioned};
 
-/// What a backend implements: the four primitives plus session control. Implemented by
-/// `coord-mem`, `coord-zk` and `coord-etcd`; users hold a [`Client`].
-#[async_trait]
-pub trait Backend: Lock + Election + Registry + ConfigStore + Send + Sync + 'static {
-    /// The backend's scheme name: `mem`, `zk`, `etcd`.
-    fn kind(&self) -> &'static str;
-
-    /// The namespace this client works under.
-    fn namespace(&self) -> &str;
-
-    /// What this backend promises beyond the common contract.
-    fn capabilities(&self) -> Capabilities;
-
-    /// The session status channel (always holds the latest status).
-    fn session(&self) -> watch::Receiver<SessionStatus>;
-
-    /// The server's id of the current session (ZooKeeper session id, etcd lease id, mem
-    /// session number), for logs and fault injection.
-    fn session_id(&self) -> u64;
-
-    /// The client's counters.
-    fn stats(&self) -> Stats;
-
-    /// Ends the session, releasing everything bound to it, and stops background tasks.
-    async fn close(&self) -> Result<()>;
-
-    /// The concrete backend, for its own extra API (e.g. mem fault hooks).
-    fn as_any(&self) -> &dyn Any;
-}
-
-/// One coordination participant: a cheap `Clone` handle over a backend.
+/// One coordination participant: a cheap `Clone` handle over a backend and its session.
 ///
-/// Every method comes from the [`Lock`], [`Election`], [`Registry`] and [`ConfigStore`]
-/// traits (import them, or `coord::prelude::*`), so generic code can take `impl Lock`
-/// as well as a `Client`.
+/// Every method comes from the [`Lock`](crate::Lock), [`Election`](crate::Election),
+/// [`Registry`] and [`ConfigStore`] traits (import them, or `coord::prelude::*`), so
+/// generic code can take `impl Lock` as well as a `Client`.
+///
+/// # Session lifetime
+///
+/// The session lives until [`Client::close`] or until the last handle of the client is
+/// dropped, which ends the session in the background (as `close` would) and stops every
+/// background task. Guards, leaderships and registrations do not keep the session alive:
+/// they report `Lost` (or fail) when it ends.
+///
+/// # Examples
+///
+/// ```
+/// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+/// use coord_core::{ConfigStore, SessionState};
+/// assert_eq!(client.session_state(), SessionState::Connected);
+/// client.put("greeting", b"hello".to_vec()).await?;
+/// client.close().await?;
+/// assert_eq!(client.session_state(), SessionState::Closed);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<dyn Backend>,
+    core: Arc<ClientCore>,
+}
+
+/// What every handle of one client shares: the backend and the recipes' per-client
+/// state. Its drop ends the session.
+pub(crate) struct ClientCore {
+    pub(crate) backend: Arc<dyn Backend>,
+    /// This client's contenders per lock name, queued locally.
+    pub(crate) locks: LocalQueue,
+    /// This client's candidates per election name, queued locally.
+    pub(crate) elections: LocalQueue,
+    /// Where to end the session when the last handle is dropped outside the runtime.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Drop for ClientCore {
+    fn drop(&mut self) {
+        let backend = self.backend.clone();
+        let close = async move {
+            if let Err(e) = backend.close().await {
+                tracing::debug!(error = %e, "coord.close_on_drop_failed: the session ends by timeout");
+            }
+        };
+        match self
+            .runtime
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        {
+            Some(rt) => {
+                rt.spawn(close);
+            }
+            // No runtime left: the backend's tasks have stopped with it, and the server
+            // ends the session by timeout.
+            None => tracing::debug!("coord.close_on_drop_skipped: no runtime"),
+        }
+    }
 }
 
 impl Client {
-    /// Wraps a backend.
-    pub fn new(backend: impl Backend) -> Self {
+    /// Wraps a backend (see `raw::into_client`).
+    pub(crate) fn from_backend(backend: Arc<dyn Backend>) -> Client {
         Client {
-            inner: Arc::new(backend),
+            core: Arc::new(ClientCore {
+                backend,
+                locks: LocalQueue::default(),
+                elections: LocalQueue::default(),
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            }),
         }
     }
 
-    /// Wraps a shared backend.
-    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
-        Client { inner: backend }
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.core.backend
     }
 
-    /// The backend.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.inner
+    pub(crate) fn core(&self) -> &ClientCore {
+        &self.core
     }
 
     /// The backend's scheme name: `mem`, `zk`, `etcd`.
     pub fn kind(&self) -> &'static str {
-        self.inner.kind()
+        self.core.backend.kind()
     }
 
     /// The namespace this client works under.
     pub fn namespace(&self) -> &str {
-        self.inner.namespace()
+        self.core.backend.namespace()
     }
 
     /// The backend's capabilities.
     pub fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.core.backend.capabilities()
     }
 
     /// The current session state.
     pub fn session_state(&self) -> SessionState {
-        self.inner.session().borrow().state
+        self.core.backend.session().borrow().state
     }
 
     /// A channel that always holds the latest [`SessionStatus`].
     pub fn session(&self) -> watch::Receiver<SessionStatus> {
-        self.inner.session()
+        self.core.backend.session()
     }
 
     /// The server's id of the current session.
     pub fn session_id(&self) -> u64 {
-        self.inner.session_id()
+        self.core.backend.session_id()
     }
 
     /// The client's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.stats()
+        self.core.backend.stats()
+    }
+
+    /// The concrete backend, for its own extra API, e.g. the in-memory backend's fault
+    /// hooks: `client.backend_as::<coord_mem::MemClient>()`. `None` for another backend.
+    pub fn backend_as<T: 'static>(&self) -> Option<&T> {
+        self.core.backend.as_any().downcast_ref::<T>()
     }
 
     /// Ends the session (releasing every lock, leadership and registration) and stops
-    /// background work. Later calls fail with `Closed`.
+    /// background work. Later calls fail with `Closed`. Dropping the last handle does
+    /// the same in the background.
     ///
     /// # Errors
     ///
@@ -123,7 +156,7 @@ impl Client {
     ///
     /// If dropped, the client is marked closed but the server may not have been told.
     pub async fn close(&self) -> Result<()> {
-        self.inner.close().await
+        self.core.backend.close().await
     }
 }
 
@@ -132,68 +165,45 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("kind", &self.kind())
             .field("namespace", &self.namespace())
-            .field("session", &*self.inner.session().borrow())
+            .field("session", &*self.core.backend.session().borrow())
             .finish()
-    }
-}
-
-#[async_trait]
-impl Lock for Client {
-    async fn lock(&self, name: &str) -> Result<LockGuard> {
-        self.inner.lock(name).await
-    }
-    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.inner.try_lock(name).await
-    }
-}
-
-#[async_trait]
-impl Election for Client {
-    async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
-        self.inner.campaign(name, value).await
-    }
-    async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
-        self.inner.leader(name).await
-    }
-    async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<Option<LeaderInfo>>>> {
-        self.inner.observe(name).await
     }
 }
 
 #[async_trait]
 impl Registry for Client {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        self.inner.register(service, instance).await
+        self.core.backend.register(service, instance).await
     }
     async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
-        self.inner.instances(service).await
+        self.core.backend.instances(service).await
     }
     async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
-        Registry::watch(&*self.inner, service).await
+        Registry::watch(&*self.core.backend, service).await
     }
 }
 
 #[async_trait]
 impl ConfigStore for Client {
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
-        self.inner.get(key).await
+        self.core.backend.get(key).await
     }
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
-        self.inner.list(prefix).await
+        self.core.backend.list(prefix).await
     }
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
-        self.inner.commit(txn).await
+        self.core.backend.commit(txn).await
     }
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
-        ConfigStore::watch(&*self.inner, prefix).await
+        ConfigStore::watch(&*self.core.backend, prefix).await
     }
     async fn put(&self, key: &str, value: Vec<u8>) -> Result<Version> {
-        self.inner.put(key, value).await
+        self.core.backend.put(key, value).await
     }
     async fn compare_and_set(&self, key: &str, expected: Option<Version>, value: Vec<u8>) -> Result<Version> {
-        self.inner.compare_and_set(key, expected, value).await
+        self.core.backend.compare_and_set(key, expected, value).await
     }
     async fn delete(&self, key: &str) -> Result<bool> {
-        self.inner.delete(key).await
+        self.core.backend.delete(key).await
     }
 }

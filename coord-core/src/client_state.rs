@@ -1,6 +1,5 @@
 //! For backends: the per-client state every backend keeps beside its connection —
-//! session status, counters, local queues, registrations, earlier session ids, and the
-//! closed flag with its shutdown notice.
+//! session status, counters, registrations, earlier session ids, and the closed flag.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -8,9 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
-use crate::{LocalQueue, RegistrationBook, Result, SessionSignal, SessionStatus, StatsRecorder};
+use crate::raw::{Backoff, RegistrationBook, SessionSignal, StatsRecorder};
+use crate::{Result, SessionState, SessionStatus};
 
 /// What a backend client keeps besides its connection. Backends embed it and usually
 /// `Deref` to it.
@@ -20,14 +18,8 @@ pub struct ClientState {
     pub session: SessionSignal,
     /// Request and watch counters.
     pub stats: StatsRecorder,
-    /// This client's contenders per lock name, queued locally.
-    pub locks: LocalQueue,
-    /// This client's candidates per election name, queued locally.
-    pub elections: LocalQueue,
     /// Registrations to re-create on a new session.
     pub registrations: RegistrationBook,
-    /// Notified once, when the client is closed: background tasks stop.
-    pub shutdown: Notify,
     /// Ids of this client's earlier sessions (ZooKeeper session ids, etcd lease ids):
     /// nodes they left behind are ours and go when the server expires them.
     past_sessions: Mutex<Vec<i64>>,
@@ -40,10 +32,7 @@ impl ClientState {
         ClientState {
             session: SessionSignal::new(backend, namespace, status),
             stats: StatsRecorder::default(),
-            locks: LocalQueue::default(),
-            elections: LocalQueue::default(),
             registrations: RegistrationBook::default(),
-            shutdown: Notify::new(),
             past_sessions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         }
@@ -54,18 +43,39 @@ impl ClientState {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Marks the client closed and wakes [`ClientState::shutdown`] waiters; `true` only
-    /// for the first call, which should then end the session.
+    /// Marks the client closed, forgets its registrations and publishes `Closed`, which
+    /// every background task watches; `true` only for the first call, which should then
+    /// end the session on the server.
     pub fn mark_closed(&self) -> bool {
         let first = !self.closed.swap(true, Ordering::SeqCst);
         if first {
-            self.shutdown.notify_waiters();
+            self.registrations.clear();
+            let generation = self.session.current().generation;
+            self.session.close(generation, &self.stats);
         }
         first
     }
 
-    /// Runs `attempt` until it succeeds, backing off from 100 ms to 2 s between failures
-    /// (each logged at debug level as `what`); `None` once the client is closed.
+    /// Resolves once the client is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn closed(&self) {
+        self.session.closed().await
+    }
+
+    /// Session `generation` is gone (or may be): publishes `Lost` and marks every
+    /// registration `Retrying` until the next session re-creates it.
+    pub fn declare_lost(&self, generation: u64) {
+        if self.session.set(SessionState::Lost, generation, &self.stats) {
+            self.registrations.session_lost();
+        }
+    }
+
+    /// Runs `attempt` until it succeeds, backing off with jitter from 100 ms to 2 s
+    /// between failures (each logged at debug level as `what`); `None` once the client
+    /// is closed.
     ///
     /// # Cancel safety
     ///
@@ -75,7 +85,7 @@ impl ClientState {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             if self.is_closed() {
                 return None;
@@ -85,10 +95,9 @@ impl ClientState {
                 Err(e) => {
                     tracing::debug!(error = %e, what, "coord.session.retry");
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.shutdown.notified() => return None,
+                        _ = backoff.wait() => {}
+                        _ = self.closed() => return None,
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
         }
@@ -114,18 +123,18 @@ impl ClientState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SessionState;
 
     #[tokio::test]
-    async fn closes_once_and_wakes_shutdown_waiters() {
-        let state = ClientState::new(
+    async fn closes_once_and_wakes_waiters() {
+        let state = std::sync::Arc::new(ClientState::new(
             "test",
             String::new(),
             SessionStatus::new(SessionState::Connected, 1),
-        );
-        let waiter = state.shutdown.notified();
-        tokio::pin!(waiter);
-        waiter.as_mut().enable();
+        ));
+        let waiter = tokio::spawn({
+            let state = state.clone();
+            async move { state.closed().await }
+        });
         assert!(!state.is_closed());
         assert!(state.mark_closed());
         assert!(state.is_closed());
@@ -135,7 +144,12 @@ mod tests {
         );
         tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
             .await
-            .expect("shutdown waiter woken");
+            .expect("closed waiter woken")
+            .expect("waiter");
+        // A task that starts waiting after the close is not left hanging either.
+        tokio::time::timeout(std::time::Duration::from_secs(1), state.closed())
+            .await
+            .expect("a late waiter sees the close");
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,9 +6,9 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::fencing::{Fence, FencingToken};
-use crate::handle::EphemeralHandle;
 use crate::hold::{HoldState, HoldWatch};
 use crate::name::validate_value;
+use crate::recipes::contender::{Contender, Grant};
 
 /// The current leader of an election as others see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +17,28 @@ pub struct LeaderInfo {
     pub token: FencingToken,
     /// The value the leader campaigned with or last proclaimed.
     pub value: Vec<u8>,
+}
+
+/// What [`Election::observe`] yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderEvent {
+    /// The current leader, or `None` when there is none. The first event, every change
+    /// after it, and the event after every [`LeaderEvent::Resync`].
+    Leader(Option<LeaderInfo>),
+    /// Leader changes may have been missed (history compacted, session lost): leaders
+    /// that came and went meanwhile are not reported. A `Leader` with the current leader
+    /// follows. Never a silent gap.
+    Resync,
+}
+
+impl LeaderEvent {
+    /// The leader this event reports (`Some(None)`: no leader), or `None` for `Resync`.
+    pub fn leader(&self) -> Option<Option<&LeaderInfo>> {
+        match self {
+            LeaderEvent::Leader(l) => Some(l.as_ref()),
+            LeaderEvent::Resync => None,
+        }
+    }
 }
 
 /// Leader election.
@@ -69,11 +91,13 @@ pub trait Election: Send + Sync {
 
     /// A stream of leader changes for `name`: the current leader (or `None`) first, then
     /// every change, including `None` when there is no leader. Successive leaders have
-    /// strictly increasing tokens; a proclaim yields the same token with a new value.
+    /// strictly increasing tokens; a proclaim yields the same token with a new value. A
+    /// gap the backend cannot fill is reported as [`LeaderEvent::Resync`] followed by the
+    /// current leader.
     ///
     /// Backends without [`Capabilities::every_leader_change`](crate::Capabilities)
-    /// may skip a leader that came and went between two reads, but never show a token
-    /// lower than one already shown.
+    /// may also skip a leader that came and went between two reads, but never show a
+    /// token lower than one already shown.
     ///
     /// # Errors
     ///
@@ -83,35 +107,30 @@ pub trait Election: Send + Sync {
     /// # Cancel safety
     ///
     /// Dropping the stream stops observing; nothing is left on the server.
-    async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<Option<LeaderInfo>>>>;
+    async fn observe(&self, name: &str) -> Result<BoxStream<'static, Result<LeaderEvent>>>;
 }
 
 /// This client's leadership of an election. Dropping it resigns in the background;
-/// prefer [`Leadership::resign`].
+/// prefer [`Leadership::resign`]. Like a lock guard, it does not keep the client's
+/// session open.
 #[must_use = "dropping the leadership resigns it"]
 pub struct Leadership {
     name: String,
     fence: Fence,
     value: Vec<u8>,
     hold: HoldWatch,
-    handle: Option<Box<dyn EphemeralHandle>>,
+    contender: Option<Contender>,
 }
 
 impl Leadership {
-    /// For backends: a leadership of `name` whose candidate node is described by `fence`.
-    pub fn new(
-        name: impl Into<String>,
-        fence: Fence,
-        value: Vec<u8>,
-        hold: HoldWatch,
-        handle: Box<dyn EphemeralHandle>,
-    ) -> Self {
+    /// The leadership of election `name` from a granted turn, campaigned with `value`.
+    pub(crate) fn new(name: impl Into<String>, value: Vec<u8>, grant: Grant) -> Self {
         Leadership {
             name: name.into(),
-            fence,
+            fence: grant.fence,
             value,
-            hold,
-            handle: Some(handle),
+            hold: grant.hold,
+            contender: Some(grant.contender),
         }
     }
 
@@ -175,37 +194,37 @@ impl Leadership {
             ));
         }
         let span = tracing::debug_span!("coord.election.proclaim", name = %self.name, token = %self.token());
-        let handle = self.handle.as_ref().ok_or_else(Error::closed)?;
-        handle.update(value.clone()).instrument(span).await?;
+        let contender = self.contender.as_ref().ok_or_else(Error::closed)?;
+        contender.update(value.clone()).instrument(span).await?;
         self.value = value;
         Ok(())
     }
 
-    /// Gives up leadership and waits for the server to confirm; the next candidate takes
+    /// Gives up leadership: removes the candidate's node or key, retrying until the
+    /// server confirms or the session that owns it has ended. The next candidate takes
     /// over.
     ///
     /// # Errors
     ///
-    /// `Unavailable`/`Timeout` if the server could not be told; the candidate node then
-    /// goes when the session ends. Resigning a lost leadership is not an error.
+    /// Only a refusal retrying cannot fix; the candidate then goes when the session
+    /// ends. Resigning a lost leadership is not an error.
     ///
     /// # Cancel safety
     ///
-    /// If dropped, the removal may or may not have been sent.
+    /// If dropped, the removal goes on in the background, as on drop.
     pub async fn resign(mut self) -> Result<()> {
         let span = tracing::debug_span!("coord.election.resign", name = %self.name, token = %self.token());
-        match self.handle.take() {
-            Some(handle) => handle.remove().instrument(span).await,
+        match self.contender.take() {
+            Some(contender) => contender.leave().instrument(span).await,
             None => Err(Error::closed()),
         }
     }
 }
 
 impl Drop for Leadership {
+    /// Resigns in the background, with the same retries as [`Leadership::resign`].
     fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            handle.remove_in_background();
-        }
+        drop(self.contender.take());
     }
 }
 

@@ -51,9 +51,9 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// For backends: a fence on the contender node/key at `resource` (a backend path)
-    /// created with `token`.
-    pub fn new(resource: impl Into<String>, token: FencingToken) -> Self {
+    /// A fence on the contender node/key at `resource` (a backend path) created with
+    /// `token` (backends: `raw::fence`).
+    pub(crate) fn new(resource: impl Into<String>, token: FencingToken) -> Self {
         Fence {
             resource: resource.into(),
             token,

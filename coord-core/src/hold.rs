@@ -60,22 +60,63 @@ impl HoldWatch {
     }
 }
 
-/// The sending side of a hold state, kept by the backend. `Lost` is terminal: once set,
-/// later updates are ignored.
+/// The sending side of a hold state, kept by the recipe that granted it. `Lost` is
+/// terminal: once set, later updates are ignored.
 #[derive(Debug, Clone)]
-pub struct HoldSignal {
+pub(crate) struct HoldSignal {
     tx: Arc<watch::Sender<HoldState>>,
 }
 
+/// What session `generation`'s status means for a hold bound to it.
+fn hold_for(status: SessionStatus, generation: u64) -> HoldState {
+    if status.generation != generation {
+        return HoldState::Lost;
+    }
+    match status.state {
+        SessionState::Connected => HoldState::Held,
+        SessionState::Suspended => HoldState::Suspended,
+        SessionState::Lost | SessionState::Closed => HoldState::Lost,
+    }
+}
+
 impl HoldSignal {
-    /// A new signal in state `Held`, and its watch.
-    pub fn new() -> (HoldSignal, HoldWatch) {
-        let (tx, rx) = watch::channel(HoldState::Held);
-        (HoldSignal { tx: Arc::new(tx) }, HoldWatch { rx })
+    /// A hold bound to session `generation`, starting in the state the session is in
+    /// *now* (a grant made while the session is suspended starts `Suspended`, one whose
+    /// session has already ended starts `Lost`), and a task that mirrors the session onto
+    /// it from then on: `Suspended` while suspended, `Held` when connected again, `Lost`
+    /// when lost, closed or replaced by a later generation. The task ends when the hold
+    /// is lost or every [`HoldWatch`] is dropped.
+    pub(crate) fn following(
+        mut session: watch::Receiver<SessionStatus>,
+        generation: u64,
+    ) -> (HoldSignal, HoldWatch) {
+        let initial = hold_for(*session.borrow_and_update(), generation);
+        let (tx, rx) = watch::channel(initial);
+        let signal = HoldSignal { tx: Arc::new(tx) };
+        let follower = signal.clone();
+        if initial != HoldState::Lost {
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        changed = session.changed() => {
+                            let next = match changed {
+                                Ok(()) => hold_for(*session.borrow_and_update(), generation),
+                                Err(_) => HoldState::Lost,
+                            };
+                            if follower.set(next) == HoldState::Lost {
+                                return;
+                            }
+                        }
+                        _ = follower.tx.closed() => return,
+                    }
+                }
+            });
+        }
+        (signal, HoldWatch { rx })
     }
 
     /// Sets the state (ignored after `Lost`). Returns the state now in force.
-    pub fn set(&self, state: HoldState) -> HoldState {
+    pub(crate) fn set(&self, state: HoldState) -> HoldState {
         let mut now = state;
         self.tx.send_if_modified(|s| {
             if *s == HoldState::Lost || *s == state {
@@ -89,52 +130,13 @@ impl HoldSignal {
         now
     }
 
-    /// The current state.
-    pub fn state(&self) -> HoldState {
-        *self.tx.borrow()
-    }
-
     /// Resolves once every [`HoldWatch`] is dropped (nobody is interested any more).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         self.tx.closed().await
-    }
-
-    /// Spawns a task that mirrors the client's session onto this hold: `Suspended` while
-    /// session `generation` is suspended, `Held` when it reconnects, `Lost` when it is
-    /// lost, closed, or replaced by a later generation. The task ends when the hold is
-    /// lost or every [`HoldWatch`] is dropped.
-    pub fn follow_session(&self, mut session: watch::Receiver<SessionStatus>, generation: u64) {
-        let signal = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let status = *session.borrow_and_update();
-                let next = if status.generation != generation {
-                    HoldState::Lost
-                } else {
-                    match status.state {
-                        SessionState::Connected => HoldState::Held,
-                        SessionState::Suspended => HoldState::Suspended,
-                        SessionState::Lost | SessionState::Closed => HoldState::Lost,
-                    }
-                };
-                if signal.set(next) == HoldState::Lost {
-                    return;
-                }
-                tokio::select! {
-                    changed = session.changed() => {
-                        if changed.is_err() {
-                            signal.set(HoldState::Lost);
-                            return;
-                        }
-                    }
-                    _ = signal.tx.closed() => return,
-                }
-            }
-        });
     }
 }
 
@@ -142,9 +144,14 @@ impl HoldSignal {
 mod tests {
     use super::*;
 
+    fn status(state: SessionState, generation: u64) -> SessionStatus {
+        SessionStatus::new(state, generation)
+    }
+
     #[tokio::test]
     async fn lost_is_terminal_and_wakes_waiters() {
-        let (signal, watch) = HoldSignal::new();
+        let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let (signal, watch) = HoldSignal::following(rx, 1);
         let waiter = tokio::spawn({
             let w = watch.clone();
             async move { w.lost().await }
@@ -158,15 +165,33 @@ mod tests {
 
     #[tokio::test]
     async fn follows_session_generation() {
-        let (tx, rx) = watch::channel(SessionStatus::new(SessionState::Connected, 1));
-        let (signal, mut hold) = HoldSignal::new();
-        signal.follow_session(rx, 1);
-        tx.send_replace(SessionStatus::new(SessionState::Suspended, 1));
+        let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let (_signal, mut hold) = HoldSignal::following(rx, 1);
+        tx.send_replace(status(SessionState::Suspended, 1));
         assert_eq!(hold.changed().await, HoldState::Suspended);
-        tx.send_replace(SessionStatus::new(SessionState::Connected, 1));
+        tx.send_replace(status(SessionState::Connected, 1));
         assert_eq!(hold.changed().await, HoldState::Held);
         // A new generation without an observed Lost still means the hold is gone.
-        tx.send_replace(SessionStatus::new(SessionState::Connected, 2));
+        tx.send_replace(status(SessionState::Connected, 2));
         hold.lost().await;
+    }
+
+    /// A grant made while its session is suspended (or already gone) must not start as
+    /// `Held`: the state is taken from the session before the constructor returns, with
+    /// no task having run (this runtime has one thread and nothing awaits in between).
+    #[tokio::test(flavor = "current_thread")]
+    async fn starts_in_the_session_state_synchronously() {
+        let (_tx, rx) = watch::channel(status(SessionState::Suspended, 3));
+        let (_s, hold) = HoldSignal::following(rx.clone(), 3);
+        assert_eq!(hold.state(), HoldState::Suspended);
+        let (_s, hold) = HoldSignal::following(rx, 2);
+        assert_eq!(
+            hold.state(),
+            HoldState::Lost,
+            "an earlier generation's grant is lost"
+        );
+        let (_tx, rx) = watch::channel(status(SessionState::Lost, 3));
+        let (_s, hold) = HoldSignal::following(rx, 3);
+        assert_eq!(hold.state(), HoldState::Lost);
     }
 }

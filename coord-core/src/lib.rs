@@ -7,6 +7,10 @@
 //! [`Error`]/[`ErrorKind`] taxonomy, name and value rules, fencing tokens, and the
 //! connection-string parser. Applications normally depend on the `coord` facade.
 //!
+//! Three layers: this crate root is the user API; the lock and the election are
+//! *recipes* written once here over the backend contract in [`raw`], which each backend
+//! implements in its native layout. Applications never need [`raw`].
+//!
 //! # Sessions
 //!
 //! A [`Client`] owns one session. Everything ephemeral — lock holds, candidacies,
@@ -44,45 +48,34 @@ mod connstr;
 mod election;
 mod error;
 mod fencing;
-pub mod grant;
 mod handle;
 mod hold;
 mod local_queue;
 mod lock;
 mod name;
+pub mod raw;
+mod recipes;
 mod registrations;
 mod registry;
 mod session;
 mod session_signal;
 mod stats;
-#[cfg(feature = "tls-probe")]
-pub mod tls_probe;
 mod trackers;
 mod txn;
 mod version;
 
 pub use capabilities::Capabilities;
-pub use client::{Backend, Client};
-pub use client_state::ClientState;
+pub use client::Client;
 pub use config::{ConfigEvent, ConfigStore, Entry};
-pub use connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
-pub use election::{Election, LeaderInfo, Leadership};
+pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};
-pub use handle::EphemeralHandle;
-pub use hold::{HoldSignal, HoldState, HoldWatch};
-pub use local_queue::{LocalQueue, LocalTurn};
+pub use hold::{HoldState, HoldWatch};
 pub use lock::{Lock, LockGuard};
-pub use name::{
-    MAX_NAME_LEN, MAX_VALUE_LEN, key_matches_prefix, validate_name, validate_prefix, validate_segment_name,
-    validate_value,
-};
-pub use registrations::{RegistrationBook, RegistrationEntry};
-pub use registry::{Registration, Registry, RegistryEvent, ServiceInstance};
+pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
+pub use registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
 pub use session::{SessionState, SessionStatus};
-pub use session_signal::SessionSignal;
-pub use stats::{Counter, Stats, StatsRecorder};
-pub use trackers::{InstanceTracker, LeaderTracker};
+pub use stats::Stats;
 pub use txn::{Check, MAX_TXN_OPS, Op, OpResult, Txn};
 pub use version::{Version, Versioned};
 

@@ -8,13 +8,13 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 /// A map of FIFO async mutexes keyed by name; entries are dropped when unused.
 #[derive(Debug, Default)]
-pub struct LocalQueue {
+pub(crate) struct LocalQueue {
     slots: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
 }
 
 /// Holding this means the client's one remote contender for the name is yours.
 #[derive(Debug)]
-pub struct LocalTurn {
+pub(crate) struct LocalTurn {
     _guard: OwnedMutexGuard<()>,
 }
 
@@ -24,7 +24,7 @@ impl LocalQueue {
     /// # Cancel safety
     ///
     /// Cancel-safe: a dropped future gives up its place in the queue.
-    pub async fn turn(&self, name: &str) -> LocalTurn {
+    pub(crate) async fn turn(&self, name: &str) -> LocalTurn {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             slots.retain(|_, s| Arc::strong_count(s) > 1);
@@ -36,7 +36,7 @@ impl LocalQueue {
     }
 
     /// This client's turn at `name` if nobody else local holds it.
-    pub fn try_turn(&self, name: &str) -> Option<LocalTurn> {
+    pub(crate) fn try_turn(&self, name: &str) -> Option<LocalTurn> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.retain(|_, s| Arc::strong_count(s) > 1);
         let slot = slots.entry(name.to_owned()).or_default().clone();

@@ -5,8 +5,8 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::fencing::{Fence, FencingToken};
-use crate::handle::EphemeralHandle;
 use crate::hold::{HoldState, HoldWatch};
+use crate::recipes::contender::{Contender, Grant};
 
 /// A fair (FIFO), herd-free distributed lock.
 ///
@@ -62,7 +62,11 @@ pub trait Lock: Send + Sync {
 }
 
 /// A held lock. Dropping it releases the lock in the background; prefer
-/// [`LockGuard::release`], which reports the outcome.
+/// [`LockGuard::release`], which waits for the outcome.
+///
+/// A guard does not keep its client's session open: when the last
+/// [`Client`](crate::Client) handle is dropped or closed, the guard reports
+/// [`HoldState::Lost`].
 ///
 /// # Fencing
 ///
@@ -73,22 +77,17 @@ pub struct LockGuard {
     name: String,
     fence: Fence,
     hold: HoldWatch,
-    handle: Option<Box<dyn EphemeralHandle>>,
+    contender: Option<Contender>,
 }
 
 impl LockGuard {
-    /// For backends: a guard for `name` whose contender node is described by `fence`.
-    pub fn new(
-        name: impl Into<String>,
-        fence: Fence,
-        hold: HoldWatch,
-        handle: Box<dyn EphemeralHandle>,
-    ) -> Self {
+    /// The guard of a granted turn at lock `name`.
+    pub(crate) fn new(name: impl Into<String>, grant: Grant) -> Self {
         LockGuard {
             name: name.into(),
-            fence,
-            hold,
-            handle: Some(handle),
+            fence: grant.fence,
+            hold: grant.hold,
+            contender: Some(grant.contender),
         }
     }
 
@@ -126,31 +125,34 @@ impl LockGuard {
         self.hold.lost().await
     }
 
-    /// Releases the lock and waits for the server to confirm.
+    /// Releases the lock: removes this contender's node or key, retrying through
+    /// connection trouble until the server confirms it is gone or the session that owns
+    /// it has ended (then the server has removed it). The next waiter is granted the lock
+    /// as soon as the server sees the removal.
     ///
     /// # Errors
     ///
-    /// `Unavailable`/`Timeout` if the server could not be told; the node is then removed
-    /// when the session ends. Releasing a lock already lost is not an error.
+    /// Only a refusal retrying cannot fix (e.g. `PermissionDenied`); the node then goes
+    /// when the session ends. Releasing a lock already lost is not an error. While the
+    /// server is unreachable this waits — at most until the session is declared lost,
+    /// about one session timeout.
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped the removal may or may not have been sent; the session
-    /// still removes the node when it ends.
+    /// If the future is dropped, the removal goes on in the background, as on drop.
     pub async fn release(mut self) -> Result<()> {
         let span = tracing::debug_span!("coord.lock.release", name = %self.name, token = %self.token());
-        match self.handle.take() {
-            Some(handle) => handle.remove().instrument(span).await,
+        match self.contender.take() {
+            Some(contender) => contender.leave().instrument(span).await,
             None => Err(Error::closed()),
         }
     }
 }
 
 impl Drop for LockGuard {
+    /// Releases in the background, with the same retries as [`LockGuard::release`].
     fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            handle.remove_in_background();
-        }
+        drop(self.contender.take());
     }
 }
 

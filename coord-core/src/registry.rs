@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::handle::EphemeralHandle;
 use crate::name::{validate_segment_name, validate_value};
+use crate::raw::EphemeralHandle;
 
 /// One instance of a service: a unique id within the service, an address, and free-form
 /// metadata. Stored on the server as JSON.
@@ -143,6 +144,38 @@ pub trait Registry: Send + Sync {
     async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>>;
 }
 
+/// Whether a registration is on the server now.
+///
+/// After session loss the instance is gone until coord re-creates it on the new session:
+/// `Retrying` until then, `Registered` again after. Re-registration never gives up while
+/// the client lives, even while another client holds the same id (a crashed predecessor
+/// whose session has not expired yet); only an error that retrying cannot fix (a
+/// refusal by the server's access control, say) ends it as `Failed`.
+#[derive(Debug, Clone)]
+pub enum RegistrationState {
+    /// The instance is registered on the current session.
+    Registered,
+    /// The session was lost; coord is re-creating the instance (and retrying while that
+    /// fails).
+    Retrying,
+    /// Re-registration failed for good (or the client was closed); the instance is not
+    /// registered. Register it again once the cause is fixed.
+    Failed(Error),
+}
+
+impl PartialEq for RegistrationState {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (RegistrationState::Registered, RegistrationState::Registered)
+            | (RegistrationState::Retrying, RegistrationState::Retrying) => true,
+            (RegistrationState::Failed(a), RegistrationState::Failed(b)) => {
+                a.kind() == b.kind() && a.message() == b.message()
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A live registration. Dropping it deregisters in the background; prefer
 /// [`Registration::deregister`].
 #[must_use = "dropping the registration deregisters the instance"]
@@ -150,19 +183,40 @@ pub struct Registration {
     service: String,
     instance: ServiceInstance,
     handle: Option<Box<dyn EphemeralHandle>>,
+    state: watch::Receiver<RegistrationState>,
 }
 
 impl Registration {
-    /// For backends: a registration of `instance` under `service`.
-    pub fn new(
+    /// A registration of `instance` under `service` (see `raw::registration`).
+    pub(crate) fn new(
         service: impl Into<String>,
         instance: ServiceInstance,
         handle: Box<dyn EphemeralHandle>,
+        state: watch::Receiver<RegistrationState>,
     ) -> Self {
         Registration {
             service: service.into(),
             instance,
             handle: Some(handle),
+            state,
+        }
+    }
+
+    /// Whether the instance is on the server now (see [`RegistrationState`]).
+    pub fn state(&self) -> RegistrationState {
+        self.state.borrow().clone()
+    }
+
+    /// Waits for the next change of [`Registration::state`] and returns the new state.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a change made while no future is pending is seen by the next call.
+    pub async fn changed(&mut self) -> RegistrationState {
+        match self.state.changed().await {
+            Ok(()) => self.state.borrow_and_update().clone(),
+            // The client forgot the registration (closed): its last state stands.
+            Err(_) => self.state.borrow().clone(),
         }
     }
 
@@ -234,6 +288,7 @@ impl std::fmt::Debug for Registration {
         f.debug_struct("Registration")
             .field("service", &self.service)
             .field("instance", &self.instance)
+            .field("state", &*self.state.borrow())
             .finish()
     }
 }

@@ -75,6 +75,16 @@ impl SessionSignal {
             .await;
     }
 
+    /// Resolves once the client is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn closed(&self) {
+        let mut rx = self.tx.subscribe();
+        let _ = rx.wait_for(|s| s.state == SessionState::Closed).await;
+    }
+
     /// Waits until some session is connected; returns its generation.
     ///
     /// # Errors

@@ -7,12 +7,11 @@ use crate::election::LeaderInfo;
 use crate::fencing::FencingToken;
 use crate::registry::{RegistryEvent, ServiceInstance};
 
-/// An observer's view of an election's candidates; reports each change of leader
-/// (lowest token), including "no leader", once.
+/// An observer's view of an election's candidates (by key): the leader is the one with
+/// the lowest token.
 #[derive(Debug, Default)]
 pub struct LeaderTracker {
     candidates: BTreeMap<String, (FencingToken, Vec<u8>)>,
-    shown: Option<Option<LeaderInfo>>,
 }
 
 impl LeaderTracker {
@@ -31,22 +30,15 @@ impl LeaderTracker {
         self.candidates.remove(key);
     }
 
-    /// The current leader, if it differs from the last one reported (which it becomes).
-    pub fn changed(&mut self) -> Option<Option<LeaderInfo>> {
-        let leader = self
-            .candidates
+    /// The current leader: the candidate with the lowest token.
+    pub fn leader(&self) -> Option<LeaderInfo> {
+        self.candidates
             .values()
             .min_by_key(|(t, _)| *t)
             .map(|(t, v)| LeaderInfo {
                 token: *t,
                 value: v.clone(),
-            });
-        if self.shown.as_ref() == Some(&leader) {
-            None
-        } else {
-            self.shown = Some(leader.clone());
-            Some(leader)
-        }
+            })
     }
 }
 
@@ -103,17 +95,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn leader_changes_reported_once() {
+    fn lowest_token_leads() {
         let mut t = LeaderTracker::default();
-        assert_eq!(t.changed(), Some(None));
-        assert_eq!(t.changed(), None);
+        assert_eq!(t.leader(), None);
         t.put("b".into(), FencingToken(5), b"b".to_vec());
         t.put("a".into(), FencingToken(3), b"a".to_vec());
-        assert_eq!(t.changed().flatten().map(|l| l.token), Some(FencingToken(3)));
+        assert_eq!(t.leader().map(|l| l.token), Some(FencingToken(3)));
         t.put("b".into(), FencingToken(5), b"b2".to_vec());
-        assert_eq!(t.changed(), None, "a non-leader's change is not a leader change");
         t.remove("a");
-        assert_eq!(t.changed().flatten().map(|l| l.value), Some(b"b2".to_vec()));
+        assert_eq!(t.leader().map(|l| l.value), Some(b"b2".to_vec()));
+        t.reset([]);
+        assert_eq!(t.leader(), None);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! failure is told apart as `Fenced` or `VersionMismatch` in the same round trip.
 
 use async_trait::async_trait;
+use coord_core::raw::{Counter, key_matches_prefix, validate_prefix};
 use coord_core::{
-    Check, ConfigEvent, ConfigStore, Counter, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version,
-    Versioned, key_matches_prefix, validate_name, validate_prefix,
+    Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
+    validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;

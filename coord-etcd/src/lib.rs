@@ -86,11 +86,9 @@
 //! ```
 
 mod config;
-mod contender;
-mod election;
 mod error;
-mod lock;
 mod options;
+mod queue;
 mod registry;
 mod session;
 mod watch;
@@ -99,21 +97,28 @@ use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::{Backend, Capabilities, Client, Result, SessionStatus, Stats};
+use coord_core::raw::Backend;
+use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
 use tokio::sync::watch as tokio_watch;
 
 pub use options::{DEFAULT_PORT, EtcdOptions, KNOWN_OPTIONS};
 
 use session::Inner;
 
-/// A coord client on etcd: one participant with one lease.
+/// The etcd backend of one client: one participant with one lease.
+///
+/// [`EtcdClient::connect`] returns the backend-agnostic [`Client`]; reach this type with
+/// `client.backend_as::<EtcdClient>()` for its `concurrency`-compatible key prefixes and
+/// lease id.
 #[derive(Clone)]
 pub struct EtcdClient {
     pub(crate) inner: Arc<Inner>,
 }
 
 impl EtcdClient {
-    /// Connects, grants the lease, and starts keeping it alive.
+    /// Connects, grants the lease, and starts keeping it alive. The session ends (the
+    /// lease is revoked) when the last handle of the returned [`Client`] is dropped, or on
+    /// `close`.
     ///
     /// # Errors
     ///
@@ -124,7 +129,7 @@ impl EtcdClient {
     /// # Cancel safety
     ///
     /// If dropped after the lease was granted, the lease expires by its TTL.
-    pub async fn connect(options: EtcdOptions) -> Result<EtcdClient> {
+    pub async fn connect(options: EtcdOptions) -> Result<Client> {
         use tracing::Instrument as _;
         options.validate()?;
         let span = tracing::info_span!("coord.etcd.connect", endpoints = ?options.urls(), namespace = %options.namespace);
@@ -139,12 +144,7 @@ impl EtcdClient {
             .await?;
         inner.install(id, 1);
         tokio::spawn(inner.clone().supervise(ttl));
-        Ok(EtcdClient { inner })
-    }
-
-    /// Wraps this client in the backend-agnostic [`Client`].
-    pub fn into_client(self) -> Client {
-        Client::new(self)
+        Ok(coord_core::raw::into_client(EtcdClient { inner }))
     }
 
     /// The options in force.
@@ -176,9 +176,7 @@ impl std::fmt::Debug for EtcdClient {
 ///
 /// As [`EtcdClient::connect`].
 pub async fn connect(url: &str) -> Result<Client> {
-    Ok(EtcdClient::connect(EtcdOptions::from_url(url)?)
-        .await?
-        .into_client())
+    EtcdClient::connect(EtcdOptions::from_url(url)?).await
 }
 
 #[async_trait]

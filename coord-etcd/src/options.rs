@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use coord_core::{ConnectionString, Error, HostPort, Result, TLS_OPTIONS, TlsFiles};
+use coord_core::raw::{ConnectionString, HostPort, TLS_OPTIONS, TlsFiles};
+use coord_core::{Error, Result};
 
 /// Options of an etcd client.
 #[derive(Clone, PartialEq, Eq)]

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use coord_core::raw::{Counter, EphemeralHandle, InstanceTracker, RegistrationEntry};
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, InstanceTracker, Registration, RegistrationEntry, Registry,
-    RegistryEvent, Result, ServiceInstance, validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
+use tracing::Instrument;
 
 use crate::EtcdClient;
 use crate::session::Inner;
@@ -169,12 +170,12 @@ impl Registry for EtcdClient {
         validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
         let data = instance.encode().map_err(|e| e.with_operation("register"))?;
         let span = tracing::debug_span!("coord.register", backend = "etcd", service, id = %instance.id);
-        let _entered = span.enter();
         let key = format!("{}/{}", self.service_dir(service), instance.id);
         create_instance(&self.inner, &key, &data)
+            .instrument(span)
             .await
             .map_err(|e| e.with_operation("register"))?;
-        let id = self.inner.registrations.add(RegistrationEntry {
+        let (id, state) = self.inner.registrations.add(RegistrationEntry {
             path: key.clone(),
             data,
         });
@@ -183,7 +184,12 @@ impl Registry for EtcdClient {
             id,
             key,
         };
-        Ok(Registration::new(service, instance, Box::new(handle)))
+        Ok(coord_core::raw::registration(
+            service,
+            instance,
+            Box::new(handle),
+            state,
+        ))
     }
 
     #[tracing::instrument(

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use coord_core::{ClientState, Counter, Error, ErrorKind, Result, SessionState, SessionStatus};
+use coord_core::raw::{ClientState, Counter};
+use coord_core::{Error, ErrorKind, Result, SessionState, SessionStatus};
 use etcd_client as etcd;
 use tokio::time::Instant;
 
@@ -76,7 +77,7 @@ pub(crate) async fn explain_failures<T>(
 ) -> Result<T> {
     #[cfg(feature = "tls")]
     {
-        let probe = coord_core::tls_probe::Probe {
+        let probe = coord_core::raw::tls_probe::Probe {
             scheme: if options.tls.is_some() {
                 "etcd+https"
             } else {
@@ -86,7 +87,7 @@ pub(crate) async fn explain_failures<T>(
             hosts: options.endpoints.clone(),
             tls: options.tls.clone(),
         };
-        coord_core::tls_probe::connect_or_explain(&probe, Duration::from_millis(750), establish).await
+        coord_core::raw::tls_probe::connect_or_explain(&probe, Duration::from_millis(750), establish).await
     }
     #[cfg(not(feature = "tls"))]
     {
@@ -156,8 +157,8 @@ fn plaintext_hint(options: &EtcdOptions) -> &'static str {
 
 /// Adds the CA and the optional client identity, read from their PEM files.
 #[cfg(feature = "tls")]
-fn with_tls(connect: etcd::ConnectOptions, tls: &coord_core::TlsFiles) -> Result<etcd::ConnectOptions> {
-    coord_core::tls_probe::ensure_default_provider();
+fn with_tls(connect: etcd::ConnectOptions, tls: &coord_core::raw::TlsFiles) -> Result<etcd::ConnectOptions> {
+    coord_core::raw::tls_probe::ensure_default_provider();
     let ca = read_pem(&tls.ca_file, "tls_ca", "CERTIFICATE")?;
     let mut config = etcd::TlsOptions::new().ca_certificate(etcd::Certificate::from_pem(ca));
     if let Some((cert, key)) = &tls.identity {
@@ -169,7 +170,7 @@ fn with_tls(connect: etcd::ConnectOptions, tls: &coord_core::TlsFiles) -> Result
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_tls(_: etcd::ConnectOptions, _: &coord_core::TlsFiles) -> Result<etcd::ConnectOptions> {
+fn with_tls(_: etcd::ConnectOptions, _: &coord_core::raw::TlsFiles) -> Result<etcd::ConnectOptions> {
     Err(Error::new(
         ErrorKind::Unsupported,
         "etcd+https:// needs the `tls` feature of coord-etcd (or of coord)",
@@ -294,10 +295,7 @@ impl Inner {
         if !self.mark_closed() {
             return Ok(());
         }
-        self.registrations.clear();
         let old = self.lease.write().unwrap_or_else(|p| p.into_inner()).take();
-        let generation = old.map(|l| l.generation).unwrap_or(0);
-        self.session.close(generation, &self.stats);
         tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
         if let Some(lease) = old {
             self.stats.incr(Counter::SessionRequest);
@@ -334,8 +332,7 @@ impl Inner {
             tracing::warn!(namespace = %self.options.namespace, generation = lease.generation, reason, "coord.etcd.session_lost");
             *self.lease.write().unwrap_or_else(|p| p.into_inner()) = None;
             self.remember_past_session(lease.id);
-            self.session
-                .set(SessionState::Lost, lease.generation, &self.stats);
+            self.declare_lost(lease.generation);
             // Never resume a lease we gave up on: revoke it so its keys go now.
             let inner = self.clone();
             tokio::spawn(async move {
@@ -396,7 +393,7 @@ impl Inner {
             });
             let outcome = tokio::select! {
                 r = answered => r,
-                _ = self.shutdown.notified() => return None,
+                _ = self.closed() => return None,
             };
             match outcome {
                 Ok(Ok(resp)) if resp.ttl() > 0 => {
@@ -428,7 +425,7 @@ impl Inner {
             };
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
-                _ = self.shutdown.notified() => return None,
+                _ = self.closed() => return None,
             }
         }
     }
@@ -461,12 +458,10 @@ impl Inner {
 
     async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
         let still_current = || self.lease().map(|l| l.generation == generation).unwrap_or(false);
-        let create = |entry: coord_core::RegistrationEntry| {
+        let create = |entry: coord_core::raw::RegistrationEntry| {
             let inner = self.clone();
             async move { crate::registry::create_instance(&inner, &entry.path, &entry.data).await }
         };
-        self.registrations
-            .reregister(id, self.options.lease_ttl * 3, still_current, create)
-            .await;
+        self.registrations.reregister(id, still_current, create).await;
     }
 }

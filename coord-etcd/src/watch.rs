@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{Counter, Error, ErrorKind, Result};
+use coord_core::raw::{Backoff, Counter};
+use coord_core::{Error, ErrorKind, Result};
 use etcd_client as etcd;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -107,6 +108,7 @@ where
                 return;
             }
             let mut next = rev + 1;
+            let mut broken = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
             // Follow until compaction forces a resync.
             loop {
                 let p = prefix.clone();
@@ -128,6 +130,11 @@ where
                     let msg = tokio::select! {
                         m = stream.message() => m,
                         _ = tx.closed() => return,
+                        // Closing ends every watch, with a last item that says so.
+                        _ = inner.closed() => {
+                            let _ = tx.send(Err(Error::closed())).await;
+                            return;
+                        }
                     };
                     match msg {
                         Ok(Some(resp)) => {
@@ -164,7 +171,7 @@ where
                     let _ = tx.send(Err(Error::closed())).await;
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                broken.wait().await;
             }
         }
     });
@@ -178,7 +185,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         match f().await {
             Ok(v) => return Some(v),
@@ -201,8 +208,7 @@ where
                 if inner.is_closed() || tx.is_closed() {
                     return None;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                backoff.wait().await;
             }
         }
     }

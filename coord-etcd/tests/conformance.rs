@@ -39,9 +39,7 @@ impl EtcdFactory {
 
 fn etcd_of(client: &Client) -> Result<&EtcdClient> {
     client
-        .backend()
-        .as_any()
-        .downcast_ref::<EtcdClient>()
+        .backend_as::<EtcdClient>()
         .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not an etcd client"))
 }
 
@@ -88,9 +86,7 @@ impl Factory for EtcdFactory {
                     "{scheme}://{userinfo}{addr}/{namespace}?lease_ttl={}s&request_timeout=3s{query}",
                     LEASE_TTL.as_secs()
                 );
-                Ok(EtcdClient::connect(EtcdOptions::from_url(&url)?)
-                    .await?
-                    .into_client())
+                EtcdClient::connect(EtcdOptions::from_url(&url)?).await
             })
             .await
     }

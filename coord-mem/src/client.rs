@@ -5,10 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_core::{
-    Backend, Capabilities, Client, Counter, Error, ErrorKind, LocalQueue, RegistrationBook, Result,
-    SessionSignal, SessionState, SessionStatus, Stats, StatsRecorder,
-};
+use coord_core::raw::{Backend, ClientState, Counter};
+use coord_core::{Capabilities, Client, Error, ErrorKind, Result, SessionState, SessionStatus, Stats};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -21,16 +19,26 @@ use crate::session::{Link, SessionSlot};
 pub(crate) struct Inner {
     pub cluster: MemCluster,
     pub options: MemOptions,
-    pub session: SessionSignal,
     pub link: watch::Sender<Link>,
-    pub stats: StatsRecorder,
-    pub locks: LocalQueue,
-    pub elections: LocalQueue,
     slot: Mutex<SessionSlot>,
-    pub registrations: RegistrationBook,
+    /// Session status, counters, registrations, closed flag.
+    state: ClientState,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = ClientState;
+
+    fn deref(&self) -> &ClientState {
+        &self.state
+    }
 }
 
 impl Inner {
+    /// The state every backend keeps (for its methods that this type shadows).
+    pub(crate) fn state(&self) -> &ClientState {
+        &self.state
+    }
+
     pub(crate) fn slot(&self) -> MutexGuard<'_, SessionSlot> {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -93,10 +101,11 @@ impl Inner {
     }
 }
 
-/// An in-memory coord client: one node with its own session on a [`MemCluster`].
+/// The in-memory backend of one client: one node with its own session on a
+/// [`MemCluster`].
 ///
-/// Use it through [`coord_core::Client`] (see [`MemClient::into_client`]); the inherent
-/// methods are fault-injection hooks for tests.
+/// [`MemClient::connect`] returns the backend-agnostic [`Client`]; reach this type with
+/// `client.backend_as::<MemClient>()` for its fault-injection hooks.
 #[derive(Debug, Clone)]
 pub struct MemClient {
     pub(crate) inner: Arc<Inner>,
@@ -104,14 +113,15 @@ pub struct MemClient {
 
 impl MemClient {
     /// Opens a client on `cluster` with its own session. Must be called inside a tokio
-    /// runtime (the session keep-alive runs as a task).
+    /// runtime (the session keep-alive runs as a task). The session ends when the last
+    /// handle of the returned [`Client`] is dropped, or on `close`.
     ///
     /// # Errors
     ///
     /// `ConfigInvalid` for invalid options.
-    pub fn connect(cluster: &MemCluster, options: MemOptions) -> Result<MemClient> {
+    pub fn connect(cluster: &MemCluster, options: MemOptions) -> Result<Client> {
         options.validate()?;
-        let session = SessionSignal::new(
+        let state = ClientState::new(
             "mem",
             options.namespace.clone(),
             SessionStatus::new(SessionState::Connected, 0),
@@ -119,17 +129,13 @@ impl MemClient {
         let inner = Arc::new(Inner {
             cluster: cluster.clone(),
             options,
-            session,
             link: watch::channel(Link::Up).0,
-            stats: StatsRecorder::default(),
-            locks: LocalQueue::default(),
-            elections: LocalQueue::default(),
             slot: Mutex::new(SessionSlot {
                 id: 0,
                 generation: 0,
                 lost: false,
             }),
-            registrations: RegistrationBook::default(),
+            state,
         });
         inner.stats.incr(Counter::SessionRequest);
         let (id, expired) = cluster.with(|s| s.grant_session(inner.options.session_ttl));
@@ -140,7 +146,7 @@ impl MemClient {
         };
         inner.session.set(SessionState::Connected, 1, &inner.stats);
         tokio::spawn(inner.clone().supervise(expired));
-        Ok(MemClient { inner })
+        Ok(coord_core::raw::into_client(MemClient { inner }))
     }
 
     /// Opens a client from a `mem://namespace?session_ttl=…` connection string on the
@@ -149,13 +155,8 @@ impl MemClient {
     /// # Errors
     ///
     /// `ConfigInvalid` for a malformed string or unknown option.
-    pub fn connect_url(url: &str) -> Result<MemClient> {
+    pub fn connect_url(url: &str) -> Result<Client> {
         MemClient::connect(&MemCluster::global(), MemOptions::from_url(url)?)
-    }
-
-    /// Wraps this client in the backend-agnostic [`Client`].
-    pub fn into_client(self) -> Client {
-        Client::new(self)
     }
 
     /// The cluster this client talks to.
@@ -234,18 +235,15 @@ impl Backend for MemClient {
     }
 
     async fn close(&self) -> Result<()> {
-        let previous = self.inner.link.send_replace(Link::Closed);
-        if matches!(previous, Link::Closed | Link::Crashed) {
+        if !self.inner.mark_closed() {
             return Ok(());
         }
-        let (id, generation) = {
-            let s = self.inner.slot();
-            (s.id, s.generation)
-        };
-        self.inner.registrations.clear();
-        self.inner.stats.incr(Counter::SessionRequest);
-        self.inner.cluster.with(|s| s.end_session(id));
-        self.inner.session.close(generation, &self.inner.stats);
+        // A crashed client says nothing more: its session expires on the server.
+        if self.inner.link.send_replace(Link::Closed) != Link::Crashed {
+            let id = self.inner.slot().id;
+            self.inner.stats.incr(Counter::SessionRequest);
+            self.inner.cluster.with(|s| s.end_session(id));
+        }
         tracing::info!(namespace = %self.inner.options.namespace, "coord.mem.closed");
         Ok(())
     }

@@ -2,9 +2,10 @@
 //! modification revision.
 
 use async_trait::async_trait;
+use coord_core::raw::{Counter, key_matches_prefix, validate_prefix};
 use coord_core::{
-    Check, ConfigEvent, ConfigStore, Counter, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version,
-    Versioned, key_matches_prefix, validate_name, validate_prefix,
+    Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
+    validate_name,
 };
 use futures::stream::BoxStream;
 

@@ -40,8 +40,8 @@
 //! use coord_mem::{MemClient, MemCluster, MemOptions};
 //!
 //! let cluster = MemCluster::new();
-//! let a = MemClient::connect(&cluster, MemOptions::default())?.into_client();
-//! let b = MemClient::connect(&cluster, MemOptions::default())?.into_client();
+//! let a = MemClient::connect(&cluster, MemOptions::default())?;
+//! let b = MemClient::connect(&cluster, MemOptions::default())?;
 //! let guard = a.lock("jobs").await?;
 //! assert!(b.try_lock("jobs").await?.is_none());
 //! guard.release().await?;
@@ -52,10 +52,8 @@
 mod client;
 mod cluster;
 mod config;
-mod contender;
-mod election;
-mod lock;
 mod options;
+mod queue;
 mod registry;
 mod session;
 mod watch;
@@ -70,5 +68,5 @@ pub use options::{KNOWN_OPTIONS, MemOptions};
 ///
 /// `ConfigInvalid` for a malformed string or unknown option.
 pub fn connect(url: &str) -> coord_core::Result<coord_core::Client> {
-    MemClient::connect_url(url).map(MemClient::into_client)
+    MemClient::connect_url(url)
 }

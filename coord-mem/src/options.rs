@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use coord_core::{ConnectionString, Error, Result};
+use coord_core::raw::ConnectionString;
+use coord_core::{Error, Result};
 
 /// Options of an in-memory client.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use coord_core::raw::{Counter, EphemeralHandle, InstanceTracker, RegistrationEntry};
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, InstanceTracker, Registration, RegistrationEntry, Registry,
-    RegistryEvent, Result, ServiceInstance, validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 
@@ -97,6 +97,7 @@ impl Registry for MemClient {
         let data = instance.encode().map_err(|e| e.with_operation(op))?;
         let _span =
             tracing::debug_span!("coord.register", backend = "mem", service, id = %instance.id).entered();
+        // (No await below: the span cannot stay entered across a suspension.)
         let (session, _) = self.inner.live_session().map_err(|e| e.with_operation(op))?;
         let key = format!("{}/{}", self.service_dir(service), instance.id);
         let created = self
@@ -119,7 +120,7 @@ impl Registry for MemClient {
             )
             .with_operation(op));
         }
-        let id = self.inner.registrations.add(RegistrationEntry {
+        let (id, state) = self.inner.registrations.add(RegistrationEntry {
             path: key.clone(),
             data,
         });
@@ -128,7 +129,12 @@ impl Registry for MemClient {
             id,
             key,
         };
-        Ok(Registration::new(service, instance, Box::new(handle)))
+        Ok(coord_core::raw::registration(
+            service,
+            instance,
+            Box::new(handle),
+            state,
+        ))
     }
 
     #[tracing::instrument(

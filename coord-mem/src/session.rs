@@ -1,9 +1,10 @@
 //! Client-side session supervision: keep-alive at TTL/3, suspension, local loss
 //! detection, new sessions after loss, and re-registration.
 
-use std::time::Duration;
+use std::sync::Arc;
 
-use coord_core::{Counter, SessionState};
+use coord_core::raw::{Counter, RegistrationEntry};
+use coord_core::{Error, ErrorKind, Result, SessionState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -33,7 +34,7 @@ pub(crate) struct SessionSlot {
 
 impl Inner {
     /// Grants a new session, announces it, and re-creates registrations.
-    fn start_session(&self) -> watch::Receiver<bool> {
+    fn start_session(self: &Arc<Self>) -> watch::Receiver<bool> {
         self.stats.incr(Counter::SessionRequest);
         let (id, expired) = self.cluster.with(|s| s.grant_session(self.options.session_ttl));
         let generation = {
@@ -44,7 +45,7 @@ impl Inner {
             slot.generation
         };
         self.session.set(SessionState::Connected, generation, &self.stats);
-        self.reregister(id);
+        self.reregister_all(id, generation);
         expired
     }
 
@@ -58,7 +59,7 @@ impl Inner {
             slot.lost = true;
             slot.generation
         };
-        self.session.set(SessionState::Lost, generation, &self.stats);
+        self.state().declare_lost(generation);
     }
 
     /// The supervision loop; ends when the client is closed or crashed.
@@ -149,37 +150,46 @@ impl Inner {
         }
     }
 
-    /// Re-creates every registration under the new session `id`.
-    fn reregister(&self, id: u64) {
-        let regs: Vec<(String, Vec<u8>)> = self
-            .registrations
-            .all()
-            .into_iter()
-            .map(|(_, r)| (r.path, r.data))
-            .collect();
-        for (key, data) in regs {
-            self.stats.incr(Counter::Txn);
-            let created = self.cluster.with(|s| match s.get(&key) {
-                Some(existing)
-                    if existing.owner != Some(id) && existing.owner.is_some_and(|o| s.session_alive(o)) =>
-                {
-                    false
-                }
-                _ => {
-                    s.delete(&key);
-                    s.put(&key, data, Some(id));
-                    true
-                }
+    /// Re-creates every registration under the new session `id` (generation
+    /// `generation`), each with the shared retry loop.
+    fn reregister_all(self: &Arc<Self>, id: u64, generation: u64) {
+        for (reg, _) in self.registrations.all() {
+            let inner = self.clone();
+            tokio::spawn(async move {
+                let still_current = || {
+                    let slot = inner.slot();
+                    slot.generation == generation && !slot.lost
+                };
+                let create = |entry: RegistrationEntry| {
+                    let result = create_instance(&inner, id, &entry);
+                    async move { result }
+                };
+                inner.registrations.reregister(reg, still_current, create).await;
             });
-            if created {
-                tracing::info!(%key, "coord.mem.reregistered");
-            } else {
-                tracing::warn!(%key, "coord.mem.reregister_conflict: another live session owns this instance id");
-            }
         }
     }
 }
 
-/// How long a background removal may take before it is given up (the session still
-/// removes the node when it ends).
-pub(crate) const BACKGROUND_DEADLINE: Duration = Duration::from_secs(10);
+/// Creates a registration's key under session `id`: replaces a key of a session that is
+/// gone; `AlreadyExists` while another live session holds it.
+pub(crate) fn create_instance(inner: &Inner, id: u64, entry: &RegistrationEntry) -> Result<()> {
+    let key = entry.path.clone();
+    let data = entry.data.clone();
+    let created = inner.request(Counter::Txn, |s| match s.get(&key) {
+        Some(existing) if existing.owner == Some(id) => true,
+        Some(existing) if existing.owner.is_some_and(|o| s.session_alive(o)) => false,
+        _ => {
+            s.delete(&key);
+            s.put(&key, data, Some(id));
+            true
+        }
+    })?;
+    if created {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::AlreadyExists,
+            format!("instance {key:?} is registered by another live client"),
+        ))
+    }
+}

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use coord_core::{Counter, Error, ErrorKind, Result};
+use coord_core::raw::Counter;
+use coord_core::{Error, ErrorKind, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

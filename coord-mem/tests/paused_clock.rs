@@ -19,11 +19,11 @@ fn options() -> MemOptions {
 async fn crashed_holder_expires_after_ttl_on_a_paused_clock() {
     let cluster = MemCluster::new();
     let a = MemClient::connect(&cluster, options()).unwrap();
-    let b = MemClient::connect(&cluster, options()).unwrap().into_client();
-    let held = a.clone().into_client().lock("job").await.unwrap();
+    let b = MemClient::connect(&cluster, options()).unwrap();
+    let held = a.lock("job").await.unwrap();
     let token = held.token();
     std::mem::forget(held);
-    a.crash();
+    a.backend_as::<MemClient>().expect("mem").crash();
     let start = Instant::now();
     let g = b.lock("job").await.unwrap();
     let waited = start.elapsed();
@@ -42,10 +42,12 @@ async fn crashed_holder_expires_after_ttl_on_a_paused_clock() {
 #[tokio::test(start_paused = true)]
 async fn advance_past_ttl_while_suspended_loses_the_session() {
     let cluster = MemCluster::new();
-    let a = MemClient::connect(&cluster, options()).unwrap();
-    let client = a.clone().into_client();
+    let client = MemClient::connect(&cluster, options()).unwrap();
     let g = client.lock("job").await.unwrap();
-    a.suspend(Duration::from_secs(60));
+    client
+        .backend_as::<MemClient>()
+        .expect("mem")
+        .suspend(Duration::from_secs(60));
     tokio::time::advance(Duration::from_secs(5)).await;
     tokio::task::yield_now().await;
     assert_eq!(client.session_state(), SessionState::Suspended);

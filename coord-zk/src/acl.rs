@@ -82,6 +82,12 @@ impl ZkAcl {
         zk::CreateMode::Persistent.with_acls(self.acls())
     }
 
+    /// Options for a container node (a directory: deleted by the server once its last
+    /// child is gone).
+    pub(crate) fn container(self) -> zk::CreateOptions<'static> {
+        zk::CreateMode::Container.with_acls(self.acls())
+    }
+
     /// Options for an ephemeral node (a registration).
     pub(crate) fn ephemeral(self) -> zk::CreateOptions<'static> {
         zk::CreateMode::Ephemeral.with_acls(self.acls())

@@ -3,7 +3,9 @@
 //! (and what a snapshot is) is the [`DirFollower`]'s business.
 //!
 //! - A node event or a reconnect (changes during the outage may not be replayed) asks
-//!   the follower for the events since what it has reported.
+//!   the follower for the events since what it has reported. A read that fails is
+//!   retried with backoff until it succeeds or the session ends, so a change is never
+//!   dropped because the read after its notification failed.
 //! - A terminal session state ends the watch with the session: the stream gets the
 //!   follower's `Resync`, and once a new session is up the watch is armed again and the
 //!   follower's fresh snapshot follows.
@@ -13,7 +15,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{Counter, Error, ErrorKind, Result};
+use coord_core::raw::{Backoff, Counter};
+use coord_core::{Error, ErrorKind, Result, SessionState};
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
@@ -80,26 +83,41 @@ pub(crate) async fn follow<F: DirFollower>(
                 (zk::EventType::Session, _) => break,
                 _ => Some(&event),
             };
-            match follower.changed(&inner, node_event).await {
-                Ok(events) => {
-                    for ev in events {
-                        if tx.send(Ok(ev)).await.is_err() {
-                            return;
+            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            let generation = inner.session.current().generation;
+            let events = loop {
+                match follower.changed(&inner, node_event).await {
+                    Ok(events) => break Some(events),
+                    Err(e) if e.kind() == ErrorKind::Closed => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_watch_read_retry");
+                        let status = inner.session.current();
+                        if status.generation != generation || status.state == SessionState::Lost {
+                            // The session ended: the gap is reported below.
+                            break None;
+                        }
+                        tokio::select! {
+                            _ = backoff.wait() => {}
+                            _ = tx.closed() => return,
                         }
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::Closed => {
-                    let _ = tx.send(Err(e)).await;
+            };
+            let Some(events) = events else { break };
+            for ev in events {
+                if tx.send(Ok(ev)).await.is_err() {
                     return;
                 }
-                // The next event or reconnect reads again.
-                Err(e) => tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_watch_read_failed"),
             }
         }
         if tx.send(Ok(F::resync())).await.is_err() {
             return;
         }
         // Re-arm on the next session, then report a fresh snapshot.
+        let mut rewatch_backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             tokio::select! {
                 c = inner.session.connected() => if c.is_err() {
@@ -122,7 +140,7 @@ pub(crate) async fn follow<F: DirFollower>(
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_rewatch_failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    rewatch_backoff.wait().await;
                 }
             }
         }

@@ -94,12 +94,10 @@
 
 mod acl;
 mod config;
-mod contender;
 mod dir_watch;
-mod election;
 mod error;
-mod lock;
 mod options;
+mod queue;
 mod reads;
 mod registry;
 mod session;
@@ -108,22 +106,28 @@ use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::{Backend, Capabilities, Client, Result, SessionStatus, Stats};
+use coord_core::raw::Backend;
+use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 pub use acl::ZkAcl;
 pub use options::{DEFAULT_PORT, KNOWN_OPTIONS, ZkOptions};
 
 use session::Inner;
 
-/// A coord client on ZooKeeper: one participant with one ZooKeeper session.
+/// The ZooKeeper backend of one client: one participant with one ZooKeeper session.
+///
+/// [`ZkClient::connect`] returns the backend-agnostic [`Client`]; reach this type with
+/// `client.backend_as::<ZkClient>()` for its Curator-compatible paths and session info.
 #[derive(Clone)]
 pub struct ZkClient {
     pub(crate) inner: Arc<Inner>,
 }
 
 impl ZkClient {
-    /// Opens a session and starts supervising it.
+    /// Opens a session and starts supervising it. The session ends when the last handle
+    /// of the returned [`Client`] is dropped, or on `close`.
     ///
     /// # Errors
     ///
@@ -134,23 +138,21 @@ impl ZkClient {
     ///
     /// If dropped after the session opened, the session is closed when the half-built
     /// client is dropped.
-    pub async fn connect(options: ZkOptions) -> Result<ZkClient> {
+    pub async fn connect(options: ZkOptions) -> Result<Client> {
         options.validate()?;
         let span = tracing::info_span!("coord.zk.connect", hosts = %options.connect_string(), namespace = %options.namespace);
-        let _entered = span.enter();
-        let first = session::open_session(&options, options.connect_timeout).await?;
-        let inner = Inner::new(options, first);
-        inner.stats.incr(coord_core::Counter::SessionRequest);
-        if !inner.root.is_empty() {
-            inner.ensure_dir(&inner.root).await?;
-        }
+        let establish = async {
+            let first = session::open_session(&options, options.connect_timeout).await?;
+            let inner = Inner::new(options.clone(), first);
+            inner.stats.incr(coord_core::raw::Counter::SessionRequest);
+            if !inner.root.is_empty() {
+                inner.ensure_dir(&inner.root).await?;
+            }
+            Ok::<_, coord_core::Error>(inner)
+        };
+        let inner = establish.instrument(span).await?;
         tokio::spawn(inner.clone().supervise());
-        Ok(ZkClient { inner })
-    }
-
-    /// Wraps this client in the backend-agnostic [`Client`].
-    pub fn into_client(self) -> Client {
-        Client::new(self)
+        Ok(coord_core::raw::into_client(ZkClient { inner }))
     }
 
     /// The options in force.
@@ -183,7 +185,7 @@ impl std::fmt::Debug for ZkClient {
 ///
 /// As [`ZkClient::connect`].
 pub async fn connect(url: &str) -> Result<Client> {
-    Ok(ZkClient::connect(ZkOptions::from_url(url)?).await?.into_client())
+    ZkClient::connect(ZkOptions::from_url(url)?).await
 }
 
 #[async_trait]

@@ -2,7 +2,8 @@
 //! data of many nodes in chunked `multi` reads (one request per chunk, each well under
 //! ZooKeeper's packet limit).
 
-use coord_core::{Counter, Result};
+use coord_core::Result;
+use coord_core::raw::Counter;
 use zookeeper_client as zk;
 
 use crate::error::map_at;

@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use coord_core::raw::{Counter, EphemeralHandle, InstanceTracker, RegistrationEntry};
 use coord_core::{
-    Counter, EphemeralHandle, Error, ErrorKind, InstanceTracker, Registration, RegistrationEntry, Registry,
-    RegistryEvent, Result, ServiceInstance, validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -27,7 +28,7 @@ pub(crate) async fn create_instance(inner: &Inner, path: &str, data: &[u8]) -> R
         .rsplit_once('/')
         .map(|(d, _)| d.to_owned())
         .unwrap_or_default();
-    let mut made_dir = false;
+    let mut dir_attempts = 0;
     loop {
         let (p, d) = (path.to_owned(), data.to_vec());
         let options = inner.acl().ephemeral();
@@ -38,9 +39,11 @@ pub(crate) async fn create_instance(inner: &Inner, path: &str, data: &[u8]) -> R
             .await?;
         match created {
             Ok(_) => return Ok(()),
-            Err(zk::Error::NoNode) if !made_dir => {
+            // The service's directory is missing, or was just deleted as an empty
+            // container: make it again.
+            Err(zk::Error::NoNode) if dir_attempts < 5 => {
                 inner.ensure_dir(&dir).await?;
-                made_dir = true;
+                dir_attempts += 1;
             }
             Err(zk::Error::NodeExists | zk::Error::ConnectionLoss) => {
                 let p = path.to_owned();
@@ -181,12 +184,12 @@ impl Registry for ZkClient {
         validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
         let data = instance.encode().map_err(|e| e.with_operation("register"))?;
         let span = tracing::debug_span!("coord.register", backend = "zk", service, id = %instance.id);
-        let _entered = span.enter();
         let path = format!("{}/{}", self.service_dir(service), instance.id);
         create_instance(&self.inner, &path, &data)
+            .instrument(span)
             .await
             .map_err(|e| e.with_operation("register"))?;
-        let id = self.inner.registrations.add(RegistrationEntry {
+        let (id, state) = self.inner.registrations.add(RegistrationEntry {
             path: path.clone(),
             data,
         });
@@ -195,7 +198,12 @@ impl Registry for ZkClient {
             id,
             path,
         };
-        Ok(Registration::new(service, instance, Box::new(handle)))
+        Ok(coord_core::raw::registration(
+            service,
+            instance,
+            Box::new(handle),
+            state,
+        ))
     }
 
     #[tracing::instrument(level = "debug", name = "coord.instances", skip(self), fields(backend = "zk"))]

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use coord_core::{ClientState, Counter, Error, ErrorKind, Result, SessionState, SessionStatus};
+use coord_core::raw::{Backoff, ClientState, Counter};
+use coord_core::{Error, ErrorKind, Result, SessionState, SessionStatus};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -29,7 +30,7 @@ pub(crate) struct Inner {
     /// `/<namespace>`, or empty for the root.
     pub root: String,
     current: RwLock<Option<Current>>,
-    /// Session status, counters, local queues, registrations, closed flag.
+    /// Session status, counters, registrations, closed flag.
     state: ClientState,
 }
 
@@ -47,14 +48,18 @@ impl std::ops::Deref for Inner {
 pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
     #[cfg(feature = "tls")]
     {
-        let probe = coord_core::tls_probe::Probe {
+        let probe = coord_core::raw::tls_probe::Probe {
             scheme: if options.tls.is_some() { "zk+tls" } else { "zk" },
             tls_scheme: "zk+tls",
             hosts: options.hosts.clone(),
             tls: options.tls.clone(),
         };
-        coord_core::tls_probe::connect_or_explain(&probe, PROBE_AFTER, try_open_session(options, deadline))
-            .await
+        coord_core::raw::tls_probe::connect_or_explain(
+            &probe,
+            PROBE_AFTER,
+            try_open_session(options, deadline),
+        )
+        .await
     }
     #[cfg(not(feature = "tls"))]
     try_open_session(options, deadline).await
@@ -77,7 +82,7 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
         connector = with_tls(connector, tls)?;
     }
     let started = Instant::now();
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         let connecting = connector.clone();
         let attempt = tokio::time::timeout(
@@ -96,7 +101,8 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
             Ok(Err(e)) => map(e, "connect", false),
             Err(_) => Error::new(ErrorKind::Timeout, "ZooKeeper session establishment timed out"),
         };
-        if !err.is_retryable() || started.elapsed() + backoff >= deadline {
+        let delay = backoff.next_delay();
+        if !err.is_retryable() || started.elapsed() + delay >= deadline {
             return Err(Error::new(
                 err.kind(),
                 format!(
@@ -107,15 +113,14 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
             .with_operation("connect")
             .with_retryable(err.is_retryable()));
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(delay).await;
     }
 }
 
 /// Adds the TLS settings (CA, optional client identity) read from their PEM files.
 #[cfg(feature = "tls")]
-fn with_tls(connector: zk::Connector, tls: &coord_core::TlsFiles) -> Result<zk::Connector> {
-    coord_core::tls_probe::ensure_default_provider();
+fn with_tls(connector: zk::Connector, tls: &coord_core::raw::TlsFiles) -> Result<zk::Connector> {
+    coord_core::raw::tls_probe::ensure_default_provider();
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path).map_err(|e| {
             Error::config_invalid(format!("cannot read TLS file {}: {e}", path.display()))
@@ -136,7 +141,7 @@ fn with_tls(connector: zk::Connector, tls: &coord_core::TlsFiles) -> Result<zk::
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_tls(_: zk::Connector, _: &coord_core::TlsFiles) -> Result<zk::Connector> {
+fn with_tls(_: zk::Connector, _: &coord_core::raw::TlsFiles) -> Result<zk::Connector> {
     Err(Error::new(
         ErrorKind::Unsupported,
         "zk+tls:// needs the `tls` feature of coord-zk (or of coord)",
@@ -224,10 +229,51 @@ impl Inner {
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
         let current = self.current().map_err(|e| e.with_operation(op))?;
+        self.send(current.zk, counter, op, write, f).await
+    }
+
+    /// As [`Inner::call`], but only on session `generation`: `SessionLost` once that
+    /// session has been replaced, so that nothing meant for one session (a contender's
+    /// node) is ever created on another.
+    pub(crate) async fn call_on<T, F, Fut>(
+        &self,
+        generation: u64,
+        counter: Counter,
+        op: &'static str,
+        write: bool,
+        f: F,
+    ) -> Result<std::result::Result<T, zk::Error>>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        let current = self.current().map_err(|e| e.with_operation(op))?;
+        if current.generation != generation {
+            return Err(Error::new(
+                ErrorKind::SessionLost,
+                "the ZooKeeper session of this request was lost; retry on the new session",
+            )
+            .with_operation(op));
+        }
+        self.send(current.zk, counter, op, write, f).await
+    }
+
+    async fn send<T, F, Fut>(
+        &self,
+        zk: zk::Client,
+        counter: Counter,
+        op: &'static str,
+        write: bool,
+        f: F,
+    ) -> Result<std::result::Result<T, zk::Error>>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
         self.stats.incr(counter);
         let deadline = self.options.request_deadline();
         // Boxed: request futures are large, and waits nest several of them.
-        match tokio::time::timeout(deadline, Box::pin(f(current.zk))).await {
+        match tokio::time::timeout(deadline, Box::pin(f(zk))).await {
             Ok(Err(zk::Error::ClientClosed)) if self.is_closed() => Err(Error::closed().with_operation(op)),
             Ok(r) => Ok(r),
             Err(_) => Err(Error::new(
@@ -261,10 +307,13 @@ impl Inner {
         self.options.acl_policy()
     }
 
-    /// Creates `path` and its missing ancestors as persistent nodes.
+    /// Creates `path` and its missing ancestors as container nodes: the server deletes
+    /// a container once its last child is gone, so directories of dynamic names
+    /// (`locks/jobs/<uuid>`) do not pile up. A create under a directory therefore may
+    /// find it just deleted (`NoNode`) and must call this again.
     pub(crate) async fn ensure_dir(&self, path: &str) -> Result<()> {
         let p = path.to_owned();
-        let options = self.acl().persistent();
+        let options = self.acl().container();
         self.call(Counter::Write, "mkdir", true, |zk| async move {
             zk.mkdir(&p, &options).await
         })
@@ -284,12 +333,9 @@ impl Inner {
         if !self.mark_closed() {
             return Ok(());
         }
-        self.registrations.clear();
         let old = self.current.write().unwrap_or_else(|p| p.into_inner()).take();
-        let generation = old.as_ref().map(|c| c.generation).unwrap_or(0);
         let states = old.as_ref().map(|c| c.zk.state_watcher());
         drop(old);
-        self.session.close(generation, &self.stats);
         tracing::info!(namespace = %self.options.namespace, "coord.zk.closed");
         let Some(mut states) = states else { return Ok(()) };
         // In-flight calls hold clones of the client for at most a request timeout; the
@@ -324,8 +370,8 @@ impl Inner {
             // a timeout after noticing (margin for the round trip).
             let grace = negotiated / 2;
             let mut suspended_since: Option<Instant> = None;
-            let shutdown = self.shutdown.notified();
-            tokio::pin!(shutdown);
+            let closed = self.closed();
+            tokio::pin!(closed);
             let lost_reason = loop {
                 let deadline = suspended_since.map(|t| t + grace);
                 let state = tokio::select! {
@@ -333,7 +379,7 @@ impl Inner {
                     _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
                         break "suspended past the session timeout";
                     }
-                    _ = &mut shutdown => return,
+                    _ = &mut closed => return,
                 };
                 match state {
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
@@ -365,7 +411,7 @@ impl Inner {
             }
             drop(old);
             tracing::warn!(namespace = %self.options.namespace, generation, reason = lost_reason, "coord.zk.session_lost");
-            self.session.set(SessionState::Lost, generation, &self.stats);
+            self.declare_lost(generation);
             if !Box::pin(self.reopen(generation + 1)).await {
                 return;
             }
@@ -405,13 +451,11 @@ impl Inner {
                 .map(|c| c.generation == generation)
                 .unwrap_or(false)
         };
-        let create = |entry: coord_core::RegistrationEntry| {
+        let create = |entry: coord_core::raw::RegistrationEntry| {
             let inner = self.clone();
             async move { Box::pin(crate::registry::create_instance(&inner, &entry.path, &entry.data)).await }
         };
-        self.registrations
-            .reregister(id, self.options.session_timeout * 3, still_current, create)
-            .await;
+        self.registrations.reregister(id, still_current, create).await;
     }
 }
 

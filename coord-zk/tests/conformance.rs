@@ -28,9 +28,7 @@ struct ZkFactory {
 
 fn zk(client: &Client) -> Result<&ZkClient> {
     client
-        .backend()
-        .as_any()
-        .downcast_ref::<ZkClient>()
+        .backend_as::<ZkClient>()
         .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not a zk client"))
 }
 
@@ -108,7 +106,7 @@ impl Factory for ZkFactory {
                     "{scheme}://{addr}/{namespace}?session_timeout={}ms&connect_timeout=10s{query}",
                     SESSION_TIMEOUT.as_millis()
                 );
-                Ok(ZkClient::connect(ZkOptions::from_url(&url)?).await?.into_client())
+                ZkClient::connect(ZkOptions::from_url(&url)?).await
             })
             .await
     }

@@ -3,7 +3,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use coord_core::{Client, ConnectionString, Error, ErrorKind, Result};
+use coord_core::raw::ConnectionString;
+use coord_core::{Client, Error, ErrorKind, Result};
 
 type Connect = fn(&str) -> Pin<Box<dyn Future<Output = Result<Client>> + Send + '_>>;
 

@@ -37,8 +37,20 @@
 mod driver;
 mod options;
 
-pub use coord_core::*;
+use tracing::Instrument;
+
+pub use coord_core::{
+    Capabilities, Check, Client, ConfigEvent, ConfigStore, Election, Entry, Error, ErrorKind, Fence,
+    FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, Leadership, Lock, LockGuard, MAX_NAME_LEN,
+    MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult, Registration, RegistrationState, Registry, RegistryEvent,
+    Result, ServiceInstance, SessionState, SessionStatus, Stats, Txn, Version, Versioned, validate_name,
+};
 pub use options::{Options, connect_with};
+
+/// The traits, for `use coord::prelude::*`.
+pub mod prelude {
+    pub use coord_core::prelude::*;
+}
 
 /// The in-memory backend, for its fault-injection hooks in tests.
 pub use coord_mem as mem;
@@ -68,8 +80,7 @@ pub const URL_VAR: &str = "COORD_URL";
 /// beyond what the server expires on its own.
 pub async fn connect(url: &str) -> Result<Client> {
     let span = tracing::info_span!("coord.connect", scheme = url.split("://").next().unwrap_or(""));
-    let _entered = span.enter();
-    driver::connect(url).await
+    driver::connect(url).instrument(span).await
 }
 
 /// Opens a client from the `COORD_URL` environment variable, or `mem://` when unset.

@@ -62,12 +62,10 @@ impl From<coord_etcd::EtcdOptions> for Options {
 /// As [`connect`](crate::connect).
 pub async fn connect_with(options: impl Into<Options>) -> Result<Client> {
     match options.into() {
-        Options::Mem(o) => {
-            coord_mem::MemClient::connect(&coord_mem::MemCluster::global(), o).map(|c| c.into_client())
-        }
+        Options::Mem(o) => coord_mem::MemClient::connect(&coord_mem::MemCluster::global(), o),
         #[cfg(feature = "zk")]
-        Options::Zk(o) => Ok(coord_zk::ZkClient::connect(o).await?.into_client()),
+        Options::Zk(o) => coord_zk::ZkClient::connect(o).await,
         #[cfg(feature = "etcd")]
-        Options::Etcd(o) => Ok(coord_etcd::EtcdClient::connect(o).await?.into_client()),
+        Options::Etcd(o) => coord_etcd::EtcdClient::connect(o).await,
     }
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use coord_core::{Election, HoldState, LeaderInfo};
+use coord_core::{Election, HoldState, LeaderEvent};
 use futures::StreamExt;
 
 use crate::harness::{CaseResult, Ctx};
@@ -108,7 +108,7 @@ pub async fn observe_every_leader_and_no_leader(ctx: Ctx) -> CaseResult {
     let mut obs = o.observe("svc").await?;
     let first = next_event(&mut obs, QUICK, "initial observation").await?;
     ensure!(
-        first.is_none(),
+        first == LeaderEvent::Leader(None),
         "initial observation {first:?}, expected no leader"
     );
     let la = a.campaign("svc", b"a".to_vec()).await?;
@@ -132,10 +132,13 @@ pub async fn observe_every_leader_and_no_leader(ctx: Ctx) -> CaseResult {
 
 async fn expect_leader<S>(obs: &mut S, want: Option<(u64, &[u8])>) -> CaseResult
 where
-    S: futures::Stream<Item = coord_core::Result<Option<LeaderInfo>>> + Unpin,
+    S: futures::Stream<Item = coord_core::Result<LeaderEvent>> + Unpin,
 {
     let got = next_event(obs, QUICK, "leader change").await?;
-    let got_view = got.as_ref().map(|l| (l.token.get(), l.value.as_slice()));
+    let Some(leader) = got.leader() else {
+        anyhow::bail!("observed {got:?}, expected {want:?}");
+    };
+    let got_view = leader.map(|l| (l.token.get(), l.value.as_slice()));
     ensure!(got_view == want, "observed {got_view:?}, expected {want:?}");
     Ok(())
 }
@@ -155,7 +158,7 @@ pub async fn observe_converges_monotonic(ctx: Ctx) -> CaseResult {
     let mut last_token = None;
     within(QUICK, "observer reaches b's leadership", async {
         while let Some(item) = obs.next().await {
-            if let Some(info) = item? {
+            if let LeaderEvent::Leader(Some(info)) = item? {
                 if let Some(prev) = last_token {
                     ensure!(
                         info.token >= prev,
@@ -176,7 +179,7 @@ pub async fn observe_converges_monotonic(ctx: Ctx) -> CaseResult {
     lb.resign().await?;
     within(QUICK, "observer sees no leader", async {
         while let Some(item) = obs.next().await {
-            if item?.is_none() {
+            if item? == LeaderEvent::Leader(None) {
                 return Ok(());
             }
         }

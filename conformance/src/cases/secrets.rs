@@ -4,8 +4,9 @@
 //! (capturing TRACE for the whole suite would slow it down).
 
 use anyhow::{Context as _, ensure};
+use coord_core::ServiceInstance;
 use coord_core::prelude::*;
-use coord_core::{ConnectionString, ServiceInstance};
+use coord_core::raw::ConnectionString;
 
 use crate::harness::{CaseResult, Ctx};
 use crate::log_capture;

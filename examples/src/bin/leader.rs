@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use coord::LeaderEvent;
 use coord::prelude::*;
 use coord::{ErrorKind, Txn};
 use futures::StreamExt;
@@ -84,12 +85,13 @@ async fn watch_leaders(client: coord::Client) -> anyhow::Result<()> {
     let mut changes = client.observe(ELECTION).await?;
     while let Some(change) = changes.next().await {
         match change? {
-            Some(l) => println!(
+            LeaderEvent::Leader(Some(l)) => println!(
                 "observer: {} leads (token {})",
                 String::from_utf8_lossy(&l.value),
                 l.token
             ),
-            None => println!("observer: no leader"),
+            LeaderEvent::Leader(None) => println!("observer: no leader"),
+            LeaderEvent::Resync => println!("observer: changes may have been missed"),
         }
     }
     Ok(())
@@ -122,7 +124,7 @@ async fn demo() -> anyhow::Result<()> {
     }
     let mut changes = observer.observe(ELECTION).await?;
     let first = loop {
-        if let Some(info) = changes.next().await.context("observe ended")?? {
+        if let LeaderEvent::Leader(Some(info)) = changes.next().await.context("observe ended")?? {
             break info;
         }
     };
@@ -130,7 +132,7 @@ async fn demo() -> anyhow::Result<()> {
     println!("observer: {first_node} leads with token {}", first.token);
     let index: usize = first_node.trim_start_matches("node-").parse::<usize>()? - 1;
     let victim = &clients[index];
-    match victim.backend().as_any().downcast_ref::<coord::mem::MemClient>() {
+    match victim.backend_as::<coord::mem::MemClient>() {
         Some(mem) => {
             println!("killing {first_node}'s session (server-side expiry)");
             mem.expire_session();
@@ -143,9 +145,9 @@ async fn demo() -> anyhow::Result<()> {
     let next = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(item) = changes.next().await {
             match item? {
-                Some(info) if info.token > first.token => return Ok(info),
-                Some(_) => {}
-                None => println!("observer: no leader"),
+                LeaderEvent::Leader(Some(info)) if info.token > first.token => return Ok(info),
+                LeaderEvent::Leader(None) => println!("observer: no leader"),
+                LeaderEvent::Leader(Some(_)) | LeaderEvent::Resync => {}
             }
         }
         anyhow::bail!("observe ended")

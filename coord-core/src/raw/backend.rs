@@ -1,0 +1,69 @@
+//! What a backend implements: its session, key-value operations with guarded
+//! transactions and prefix watches (the [`ConfigStore`]), session-bound registrations
+//! (the [`Registry`]), and the contender [`Queue`]. Locks and elections are written once
+//! over the queue in `coord-core`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::capabilities::Capabilities;
+use crate::client::Client;
+use crate::config::ConfigStore;
+use crate::error::Result;
+use crate::raw::queue::Queue;
+use crate::registry::Registry;
+use crate::session::SessionStatus;
+use crate::stats::Stats;
+
+/// A backend: one participant with one session (and its successors after loss).
+///
+/// Implemented by `coord-mem`, `coord-zk` and `coord-etcd`; users hold a [`Client`],
+/// made with [`into_client`].
+#[async_trait]
+pub trait Backend: Queue + ConfigStore + Registry + Send + Sync + 'static {
+    /// The backend's scheme name: `mem`, `zk`, `etcd`.
+    fn kind(&self) -> &'static str;
+
+    /// The namespace this client works under.
+    fn namespace(&self) -> &str;
+
+    /// What this backend promises beyond the common contract.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The session status channel (always holds the latest status).
+    fn session(&self) -> watch::Receiver<SessionStatus>;
+
+    /// The server's id of the current session (ZooKeeper session id, etcd lease id, mem
+    /// session number), for logs and fault injection.
+    fn session_id(&self) -> u64;
+
+    /// The client's counters.
+    fn stats(&self) -> Stats;
+
+    /// Ends the session, releasing everything bound to it, and stops background tasks.
+    /// Idempotent. Also called, in the background, when the last [`Client`] handle is
+    /// dropped.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`/`Timeout` if the server could not be told; the session then ends by
+    /// timeout.
+    async fn close(&self) -> Result<()>;
+
+    /// The concrete backend, for its own extra API (e.g. mem fault hooks).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Wraps a backend in the user's [`Client`]. The session ends when the last handle of
+/// that client is dropped (or on [`Client::close`]).
+pub fn into_client(backend: impl Backend) -> Client {
+    Client::from_backend(Arc::new(backend))
+}
+
+/// The backend behind `client`.
+pub fn backend(client: &Client) -> &Arc<dyn Backend> {
+    client.backend()
+}

@@ -1,0 +1,335 @@
+//! The contender queue's algorithm, written once for every backend and every recipe on
+//! it: queue locally, join, wait for the entry ahead until first, grant with a hold
+//! state, and remove the entry — on release, on drop, after a cancelled wait — retrying
+//! until the server confirms or the session that owns it has ended.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::client::Client;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fencing::Fence;
+use crate::hold::{HoldSignal, HoldState, HoldWatch};
+use crate::local_queue::LocalTurn;
+use crate::raw::{Backend, Backoff, Position, QueueEntry, QueueId, QueueKind, Ticket};
+use crate::session::{SessionState, SessionStatus};
+
+/// A granted turn: the contender, its fence and its hold state.
+pub(crate) struct Grant {
+    pub(crate) contender: Contender,
+    pub(crate) fence: Fence,
+    pub(crate) hold: HoldWatch,
+}
+
+/// This client's turn at a name, given up only once its entry is gone (removed by us, or
+/// with its session), so the next local contender never finds it ahead.
+type Turn = Arc<Mutex<Option<LocalTurn>>>;
+
+fn release_turn(turn: &Turn) {
+    turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+}
+
+/// One contender's entry. Removed exactly once: by [`Contender::leave`], or on drop —
+/// which covers a dropped guard, a cancelled acquisition, and a `join` whose outcome is
+/// unknown (the backend finds the entry by its ticket).
+pub(crate) struct Contender {
+    backend: Arc<dyn Backend>,
+    ticket: Ticket,
+    own: Option<QueueEntry>,
+    turn: Turn,
+    settled: bool,
+}
+
+impl Contender {
+    /// Replaces the entry's value (an election's `proclaim`).
+    ///
+    /// # Errors
+    ///
+    /// `Fenced` when the entry is gone; `Unavailable`, `Timeout`.
+    pub(crate) async fn update(&self, value: Vec<u8>) -> Result<()> {
+        let own = self
+            .own
+            .as_ref()
+            .ok_or_else(|| Error::new(ErrorKind::Fenced, "the contender has no entry"))?;
+        self.backend.update(&self.ticket, own, value).await
+    }
+
+    /// Removes the entry, retrying until the server confirms it is gone or its session
+    /// has ended; then gives up the local turn.
+    ///
+    /// # Errors
+    ///
+    /// Only errors retrying cannot help (a refusal by the server); the entry then goes
+    /// with its session.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the removal continues in the background.
+    pub(crate) async fn leave(mut self) -> Result<()> {
+        let result = remove_until_gone(&*self.backend, &self.ticket, self.own.as_ref()).await;
+        self.settled = true;
+        release_turn(&self.turn);
+        result
+    }
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let (backend, ticket, own, turn) = (
+            self.backend.clone(),
+            self.ticket.clone(),
+            self.own.take(),
+            self.turn.clone(),
+        );
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime: nothing can run any more; the entry goes with its session.
+            release_turn(&turn);
+            return;
+        };
+        rt.spawn(async move {
+            if let Err(e) = remove_until_gone(&*backend, &ticket, own.as_ref()).await {
+                tracing::warn!(error = %e, entry = %ticket.locator, "coord.contender_cleanup_failed: the entry goes when its session ends");
+            }
+            release_turn(&turn);
+        });
+    }
+}
+
+/// Whether session `generation` is over according to `status`.
+fn over(status: SessionStatus, generation: u64) -> bool {
+    status.generation != generation || matches!(status.state, SessionState::Lost | SessionState::Closed)
+}
+
+/// Resolves once session `generation` is over.
+async fn ended(session: &mut watch::Receiver<SessionStatus>, generation: u64) {
+    // An error means the backend is gone: so is the session.
+    let _ = session.wait_for(|s| over(*s, generation)).await;
+}
+
+/// Waits until session `generation` is connected again.
+async fn reconnected(session: &mut watch::Receiver<SessionStatus>, generation: u64) -> Result<()> {
+    let status = session
+        .wait_for(|s| over(*s, generation) || s.state == SessionState::Connected)
+        .await
+        .map_err(|_| Error::closed())?;
+    if over(*status, generation) {
+        return Err(session_lost(*status));
+    }
+    Ok(())
+}
+
+fn session_lost(status: SessionStatus) -> Error {
+    if status.state == SessionState::Closed {
+        return Error::closed();
+    }
+    Error::new(
+        ErrorKind::SessionLost,
+        "the session was lost while waiting; the contender is gone — call again to queue on the new session",
+    )
+}
+
+/// Runs `step` unless session `generation` ends first.
+async fn in_session<T>(
+    session: &mut watch::Receiver<SessionStatus>,
+    generation: u64,
+    step: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::select! {
+        r = step => r,
+        _ = ended(session, generation) => Err(session_lost(*session.borrow())),
+    }
+}
+
+/// Whether a failed step of a waiting acquisition is worth repeating on the same session.
+fn transient(e: &Error) -> bool {
+    e.is_retryable() && e.kind() != ErrorKind::SessionLost
+}
+
+/// Removes the ticket's entry: one [`Queue::leave`](crate::raw::Queue::leave) attempt
+/// after another, with a jittered backoff, until the server confirms it is gone or the
+/// ticket's session has ended (the entry goes with it). Curator's `guaranteed()` delete.
+///
+/// # Errors
+///
+/// Only errors retrying cannot help.
+///
+/// # Cancel safety
+///
+/// If dropped, the entry may remain until its session ends.
+pub(crate) async fn remove_until_gone(
+    backend: &dyn Backend,
+    ticket: &Ticket,
+    own: Option<&QueueEntry>,
+) -> Result<()> {
+    let mut session = backend.session();
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        if over(*session.borrow_and_update(), ticket.generation) {
+            return Ok(());
+        }
+        let attempt = tokio::select! {
+            r = backend.leave(ticket, own) => r,
+            _ = ended(&mut session, ticket.generation) => return Ok(()),
+        };
+        match attempt {
+            Ok(()) => return Ok(()),
+            // Closing ended the session, and the entry with it.
+            Err(e) if e.kind() == ErrorKind::Closed => return Ok(()),
+            Err(e) if !e.is_retryable() => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, entry = %ticket.locator, "coord.leave_retry");
+                tokio::select! {
+                    _ = backoff.wait() => {}
+                    _ = ended(&mut session, ticket.generation) => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Joins `queue` with `value` and, if `wait`, waits until first; without `wait`, gives
+/// up (removing the entry) when someone is ahead. Herd-free: only the entry immediately
+/// ahead is watched.
+///
+/// # Errors
+///
+/// `SessionLost` if the session ended while waiting (call again to queue on the next);
+/// `Closed`; the backend's errors (`Unavailable`, `Timeout` only without `wait`, or
+/// when joining).
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a dropped future leaves no entry behind (removed in the background) and
+/// gives up its local turn.
+pub(crate) async fn acquire(
+    client: &Client,
+    queue: QueueId,
+    value: Vec<u8>,
+    wait: bool,
+) -> Result<Option<Grant>> {
+    let core = client.core();
+    let local = match queue.kind {
+        QueueKind::Lock => &core.locks,
+        QueueKind::Election => &core.elections,
+    };
+    let turn = if wait {
+        local.turn(&queue.name).await
+    } else {
+        match local.try_turn(&queue.name) {
+            Some(t) => t,
+            None => return Ok(None),
+        }
+    };
+    let backend = core.backend.clone();
+    let ticket = backend.ticket(&queue)?;
+    let generation = ticket.generation;
+    let mut session = backend.session();
+    let mut contender = Contender {
+        backend: backend.clone(),
+        ticket,
+        own: None,
+        turn: Arc::new(Mutex::new(Some(turn))),
+        settled: false,
+    };
+    let joined = in_session(&mut session, generation, backend.join(&contender.ticket, value)).await?;
+    contender.own = Some(joined.own.clone());
+    let mut own = joined.own;
+    let mut known = joined.position;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        let position = match known.take() {
+            Some(p) => p,
+            None => match in_session(
+                &mut session,
+                generation,
+                backend.position(&contender.ticket, &own),
+            )
+            .await
+            {
+                Ok(p) => p,
+                Err(e) if wait && transient(&e) => {
+                    tracing::debug!(error = %e, "coord.queue_read_retry");
+                    reconnected(&mut session, generation).await?;
+                    backoff.wait().await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        match position {
+            Position::First { seen_at } => {
+                own.seen_at = seen_at;
+                break;
+            }
+            Position::Behind(_) if !wait => {
+                contender.leave().await?;
+                return Ok(None);
+            }
+            Position::Behind(ahead) => {
+                match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
+                    Ok(()) => {}
+                    Err(e) if transient(&e) => {
+                        tracing::debug!(error = %e, "coord.queue_wait_retry");
+                        reconnected(&mut session, generation).await?;
+                        backoff.wait().await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    let (signal, hold) = HoldSignal::following(backend.session(), generation);
+    let fence = Fence::new(own.path.clone(), own.token);
+    follow_own_entry(backend, own, generation, signal, contender.turn.clone());
+    Ok(Some(Grant {
+        contender,
+        fence,
+        hold,
+    }))
+}
+
+/// Ends a hold (and frees the local turn) when its entry disappears — deleted by an
+/// operator, or gone with the session — while the guard lives.
+fn follow_own_entry(
+    backend: Arc<dyn Backend>,
+    own: QueueEntry,
+    generation: u64,
+    signal: HoldSignal,
+    turn: Turn,
+) {
+    tokio::spawn(async move {
+        let mut session = backend.session();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        loop {
+            let outcome = tokio::select! {
+                r = backend.wait_gone(&own) => r,
+                _ = ended(&mut session, generation) => break,
+                // The guard is gone; its drop removes the entry and frees the turn.
+                _ = signal.closed() => return,
+            };
+            match outcome {
+                Ok(()) => {
+                    tracing::debug!(entry = %own.path, "coord.own_entry_gone");
+                    break;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, entry = %own.path, "coord.own_entry_watch_retry");
+                    tokio::select! {
+                        _ = backoff.wait() => {}
+                        _ = ended(&mut session, generation) => break,
+                        _ = signal.closed() => return,
+                    }
+                }
+            }
+        }
+        signal.set(HoldState::Lost);
+        release_turn(&turn);
+    });
+}

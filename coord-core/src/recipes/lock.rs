@@ -1,0 +1,45 @@
+//! The lock: a queue of contenders; the first holds. Implemented for [`Client`] over the
+//! backend's [`Queue`](crate::raw::Queue).
+
+use async_trait::async_trait;
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::error::{Error, ErrorKind, Result};
+use crate::lock::{Lock, LockGuard};
+use crate::name::validate_name;
+use crate::raw::{QueueId, QueueKind};
+use crate::recipes::contender::acquire;
+
+#[async_trait]
+impl Lock for Client {
+    async fn lock(&self, name: &str) -> Result<LockGuard> {
+        validate_name("lock name", name).map_err(|e| e.with_operation("lock"))?;
+        let span = tracing::debug_span!("coord.lock", backend = self.kind(), name);
+        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), Vec::new(), true)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("lock"))?
+            .ok_or_else(|| no_grant("lock"))?;
+        Ok(LockGuard::new(name, grant))
+    }
+
+    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        validate_name("lock name", name).map_err(|e| e.with_operation("try_lock"))?;
+        let span = tracing::debug_span!("coord.try_lock", backend = self.kind(), name);
+        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), Vec::new(), false)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("try_lock"))?;
+        Ok(grant.map(|g| LockGuard::new(name, g)))
+    }
+}
+
+/// A waiting acquisition can only end with a grant or an error.
+pub(crate) fn no_grant(op: &'static str) -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        "a waiting acquisition returned without a grant",
+    )
+    .with_operation(op)
+}

@@ -1,0 +1,186 @@
+//! The contender queue on the in-memory cluster, with etcd's rules: each contender's key
+//! is `<dir>/<session hex>`, bound to the session and created only if absent; queue
+//! order and token are the key's creation revision.
+
+use async_trait::async_trait;
+use coord_core::raw::{
+    Counter, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, Ticket,
+};
+use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
+use futures::stream::BoxStream;
+
+use crate::client::MemClient;
+use crate::cluster::{KeyData, State};
+use crate::watch::{self, Raw};
+
+impl MemClient {
+    /// The key prefix a queue's contenders live under.
+    fn queue_dir(&self, queue: &QueueId) -> String {
+        self.inner.key(&queue.rel_dir())
+    }
+}
+
+/// The contenders of `dir`: its immediate children (one segment below).
+pub(crate) fn children<'a>(
+    state: &'a State,
+    dir: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a KeyData)> + 'a {
+    let prefix_len = dir.len() + 1;
+    state.range(dir).filter(move |(k, _)| {
+        k.len() > prefix_len && k.as_bytes()[dir.len()] == b'/' && !k[prefix_len..].contains('/')
+    })
+}
+
+/// Where the contender created at `own_rev` stands in `dir`.
+fn position_in(state: &State, dir: &str, own_rev: u64) -> Position {
+    let ahead = children(state, dir)
+        .filter(|(_, d)| d.create_rev < own_rev)
+        .max_by_key(|(_, d)| d.create_rev);
+    let seen_at = state.revision();
+    match ahead {
+        None => Position::First { seen_at },
+        Some((key, d)) => Position::Behind(QueueEntry {
+            path: key.clone(),
+            token: FencingToken(d.create_rev),
+            seen_at,
+        }),
+    }
+}
+
+fn entry_gone() -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        "the contender's key is gone (its session ended, or it was deleted)",
+    )
+}
+
+#[async_trait]
+impl Queue for MemClient {
+    fn ticket(&self, queue: &QueueId) -> Result<Ticket> {
+        let (session, generation) = self.inner.live_session()?;
+        Ok(Ticket {
+            queue: queue.clone(),
+            generation,
+            session_id: session as i64,
+            locator: format!("{}/{session:016x}", self.queue_dir(queue)),
+        })
+    }
+
+    async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined> {
+        let session = ticket.session_id as u64;
+        let dir = self.queue_dir(&ticket.queue);
+        // One request: create our key if absent, bound to a session the server knows,
+        // and read where it stands.
+        self.inner.request(Counter::Txn, |s| {
+            if !s.session_alive(session) {
+                return Err(Error::new(
+                    ErrorKind::SessionLost,
+                    "the session expired; retry on the new session",
+                ));
+            }
+            let own_rev = match s.get(&ticket.locator) {
+                Some(existing) => existing.create_rev,
+                None => s.put(&ticket.locator, value, Some(session)).create_rev,
+            };
+            let position = position_in(s, &dir, own_rev);
+            Ok(Joined {
+                own: QueueEntry {
+                    path: ticket.locator.clone(),
+                    token: FencingToken(own_rev),
+                    seen_at: s.revision(),
+                },
+                position: Some(position),
+            })
+        })?
+    }
+
+    async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
+        let dir = self.queue_dir(&ticket.queue);
+        self.inner.request(Counter::Read, |s| match s.get(&own.path) {
+            Some(d) if d.create_rev == own.token.get() => Ok(position_in(s, &dir, d.create_rev)),
+            _ => Err(entry_gone()),
+        })?
+    }
+
+    async fn wait_gone(&self, entry: &QueueEntry) -> Result<()> {
+        let armed = self
+            .inner
+            .request(Counter::WatchSet, |s| match s.get(&entry.path) {
+                Some(d) if entry.token.get() == 0 || d.create_rev == entry.token.get() => {
+                    s.watch_delete(&entry.path)
+                }
+                _ => None,
+            })?;
+        if let Some(deleted) = armed {
+            // An error means the cluster dropped the watch with the key: gone too.
+            let _ = deleted.await;
+            self.inner.stats.incr(Counter::WatchEvent);
+        }
+        Ok(())
+    }
+
+    async fn update(&self, _ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
+        self.inner.request(Counter::Txn, |s| match s.get(&own.path) {
+            Some(d) if d.create_rev == own.token.get() => {
+                s.put(&own.path, value, None);
+                Ok(())
+            }
+            _ => Err(Error::new(
+                ErrorKind::Fenced,
+                "the grant was lost; its key is gone",
+            )),
+        })?
+    }
+
+    async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
+        let session = ticket.session_id as u64;
+        self.inner
+            .request(Counter::Txn, |s| match s.get(&ticket.locator) {
+                Some(d) if d.owner == Some(session) && own.is_none_or(|o| o.token.get() == d.create_rev) => {
+                    s.delete(&ticket.locator);
+                }
+                _ => {}
+            })
+    }
+
+    async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {
+        let dir = self.queue_dir(queue);
+        self.inner.request(Counter::Read, |s| {
+            children(s, &dir)
+                .min_by_key(|(_, d)| d.create_rev)
+                .map(|(_, d)| LeaderInfo {
+                    token: FencingToken(d.create_rev),
+                    value: d.value.clone(),
+                })
+        })
+    }
+
+    async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+        let dir = self.queue_dir(queue);
+        let prefix = format!("{dir}/");
+        let is_child = {
+            let prefix = prefix.clone();
+            move |k: &str| {
+                k.len() > prefix.len() && k.starts_with(&prefix) && !k[prefix.len()..].contains('/')
+            }
+        };
+        let mut tracker = LeaderTracker::default();
+        watch::spawn(self.inner.clone(), prefix, move |raw| {
+            match raw {
+                Raw::Snapshot(entries) => tracker.reset(
+                    entries
+                        .into_iter()
+                        .filter(|(k, _)| is_child(k))
+                        .map(|(k, d)| (k, FencingToken(d.create_rev), d.value)),
+                ),
+                Raw::Event(e) if is_child(&e.key) => match e.data {
+                    Some(d) => tracker.put(e.key, FencingToken(d.create_rev), d.value),
+                    None => tracker.remove(&e.key),
+                },
+                Raw::Event(_) => return Vec::new(),
+                Raw::Resync => return vec![HeadEvent::Gap],
+            }
+            vec![HeadEvent::Head(tracker.leader())]
+        })
+    }
+}
