@@ -21,6 +21,13 @@ pub struct Faults {
     /// [`Factory::begin_watch_gap`]/[`Factory::end_watch_gap`]: make a client's open
     /// watches miss history they cannot recover.
     pub watch_gap: bool,
+    /// [`Factory::blackhole`]: silence a client's connection both ways, without a reset.
+    pub blackhole: bool,
+    /// [`Factory::delay`]: delay a client's traffic both ways.
+    pub delay: bool,
+    /// [`Factory::operator_delete`] and [`Factory::operator_list`]: act on the server as an
+    /// operator would, beside coord.
+    pub operator: bool,
     /// [`Factory::pause_server`]: stop the server process (SIGSTOP) for a while.
     pub server_pause: bool,
     /// [`Factory::restart_server`]: kill the server process (SIGKILL) and start it again
@@ -84,6 +91,50 @@ pub trait Factory: Send + Sync + 'static {
         self.real_server()
             .ok_or_else(|| unsupported("suspend"))?
             .suspend(client, duration)
+    }
+
+    /// Silences `client`'s connection both ways for `duration`: nothing passes, nothing is
+    /// reset (a silent partition; only timeouts can tell).
+    async fn blackhole(&self, client: &Client, duration: Duration) -> Result<()> {
+        self.real_server()
+            .ok_or_else(|| unsupported("blackhole"))?
+            .proxy(client)?
+            .blackhole_for(duration);
+        Ok(())
+    }
+
+    /// Delays `client`'s traffic by `delay` each way until `delay` is zero again.
+    async fn delay(&self, client: &Client, delay: Duration) -> Result<()> {
+        let proxy = self
+            .real_server()
+            .ok_or_else(|| unsupported("delay"))?
+            .proxy(client)?;
+        if delay.is_zero() {
+            proxy.pass();
+        } else {
+            proxy.delay(delay);
+        }
+        Ok(())
+    }
+
+    /// When the server last received bytes from `client` (for measuring how long before
+    /// the server can expire its session the client gives it up), if known.
+    fn last_heard(&self, client: &Client) -> Option<tokio::time::Instant> {
+        self.real_server()?.proxy(client).ok()?.last_upstream()
+    }
+
+    /// Deletes the node or key at `path` (a backend path, e.g. a fence's resource) from
+    /// outside coord, as an operator would.
+    async fn operator_delete(&self, path: &str) -> Result<()> {
+        let _ = path;
+        Err(unsupported("operator_delete"))
+    }
+
+    /// Every node or key the server stores under `namespace`, as an operator listing it
+    /// would see them (the namespace's own node excluded), sorted.
+    async fn operator_list(&self, namespace: &str) -> Result<Vec<String>> {
+        let _ = namespace;
+        Err(unsupported("operator_list"))
     }
 
     /// Stops `client`'s watches from receiving anything until [`Factory::end_watch_gap`].

@@ -1,13 +1,23 @@
-//! A loopback TCP proxy that injects network faults for one client: refuse (reset every
-//! connection and refuse new ones, as a partition or a dead peer looks to the server),
-//! for a while or until told otherwise. Factories of real-server backends route each
-//! client through its own proxy.
+//! A loopback TCP proxy that injects network faults for one client:
+//!
+//! - **refuse**: reset every connection and refuse new ones, as a crashed peer looks
+//!   (detected at once);
+//! - **blackhole**: a silent partition — nothing passes either way, no reset, no FIN;
+//!   bytes sent meanwhile are held (as TCP retransmits them) and delivered when the
+//!   blackhole ends, so only timeouts can tell;
+//! - **delay**: every chunk is delivered a fixed time later, in order, both ways.
+//!
+//! Each for a while or until [`FaultProxy::pass`]. Factories of real-server backends route
+//! each client through its own proxy.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// What the proxy does with traffic.
@@ -16,6 +26,48 @@ enum Mode {
     Pass,
     /// Reset and refuse until the instant (or forever).
     Refuse(Option<Instant>),
+    /// Forward nothing, silently, until the instant (or forever).
+    Blackhole(Option<Instant>),
+    /// Forward everything this much later.
+    Delay(Duration),
+}
+
+fn until_passed(until: Option<Instant>) -> bool {
+    until.is_none_or(|u| Instant::now() < u)
+}
+
+fn refusing(mode: Mode) -> bool {
+    matches!(mode, Mode::Refuse(until) if until_passed(until))
+}
+
+fn delay_of(mode: Mode) -> Duration {
+    match mode {
+        Mode::Delay(d) => d,
+        _ => Duration::ZERO,
+    }
+}
+
+/// Waits while the mode is a blackhole (re-checking when it ends by time).
+async fn while_silent(mode: &mut watch::Receiver<Mode>) {
+    loop {
+        let current = *mode.borrow_and_update();
+        match current {
+            Mode::Blackhole(until) if until_passed(until) => match until {
+                Some(u) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(u) => {}
+                        _ = mode.changed() => {}
+                    }
+                }
+                None => {
+                    if mode.changed().await.is_err() {
+                        return;
+                    }
+                }
+            },
+            _ => return,
+        }
+    }
 }
 
 /// A fault-injecting TCP proxy on `127.0.0.1`. Its tasks run on the runtime that
@@ -24,6 +76,7 @@ enum Mode {
 pub struct FaultProxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    last_upstream: Arc<Mutex<Option<Instant>>>,
     accept_task: tokio::task::JoinHandle<()>,
 }
 
@@ -41,10 +94,12 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
-        let accept_task = tokio::spawn(accept_loop(listener, upstream, mode_rx));
+        let last_upstream = Arc::new(Mutex::new(None));
+        let accept_task = tokio::spawn(accept_loop(listener, upstream, mode_rx, last_upstream.clone()));
         Ok(FaultProxy {
             addr,
             mode,
+            last_upstream,
             accept_task,
         })
     }
@@ -65,9 +120,27 @@ impl FaultProxy {
             .send_replace(Mode::Refuse(Some(Instant::now() + duration)));
     }
 
+    /// Forwards nothing either way, without a reset, for `duration` (a silent
+    /// partition); what was sent meanwhile arrives afterwards.
+    pub fn blackhole_for(&self, duration: Duration) {
+        self.mode
+            .send_replace(Mode::Blackhole(Some(Instant::now() + duration)));
+    }
+
+    /// Forwards every chunk `delay` later, both ways, until [`FaultProxy::pass`].
+    pub fn delay(&self, delay: Duration) {
+        self.mode.send_replace(Mode::Delay(delay));
+    }
+
     /// Lets traffic through again.
     pub fn pass(&self) {
         self.mode.send_replace(Mode::Pass);
+    }
+
+    /// When bytes from the client were last delivered to the server: the latest moment
+    /// the server can have heard from this client.
+    pub fn last_upstream(&self) -> Option<Instant> {
+        *self.last_upstream.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -77,54 +150,112 @@ impl Drop for FaultProxy {
     }
 }
 
-fn refusing(mode: Mode) -> bool {
-    match mode {
-        Mode::Pass => false,
-        Mode::Refuse(None) => true,
-        Mode::Refuse(Some(until)) => Instant::now() < until,
-    }
-}
-
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, mode: watch::Receiver<Mode>) {
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    last_upstream: Arc<Mutex<Option<Instant>>>,
+) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         if refusing(*mode.borrow()) {
             drop(client);
             continue;
         }
-        let mut mode = mode.clone();
-        conns.spawn(async move {
-            let Ok(mut server) = TcpStream::connect(upstream).await else {
-                return;
-            };
-            let mut client = client;
-            let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                _ = mode.wait_for(|m| refusing(*m)) => {
-                    // Abort rather than close: both ends see a reset.
-                    let _ = client.set_zero_linger();
-                    let _ = server.set_zero_linger();
-                }
-            }
-        });
+        conns.spawn(relay(client, upstream, mode.clone(), last_upstream.clone()));
         while conns.try_join_next().is_some() {}
     }
+}
+
+/// Relays one connection until either side closes, or resets both on a refuse.
+async fn relay(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    last_upstream: Arc<Mutex<Option<Instant>>>,
+) {
+    // A blackholed client's connection attempt reaches nobody until it ends.
+    while_silent(&mut mode).await;
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let refused = {
+        let up = pump(&mut cr, &mut sw, mode.clone(), Some(&last_upstream));
+        let down = pump(&mut sr, &mut cw, mode.clone(), None);
+        tokio::select! {
+            _ = futures::future::join(up, down) => false,
+            _ = mode.wait_for(|m| refusing(*m)) => true,
+        }
+    };
+    if refused {
+        // Abort rather than close: both ends see a reset.
+        if let Ok(c) = cr.reunite(cw) {
+            let _ = c.set_zero_linger();
+        }
+        if let Ok(s) = sr.reunite(sw) {
+            let _ = s.set_zero_linger();
+        }
+    }
+}
+
+/// Copies `from` to `to` under the mode: held while silent, delayed by the delay.
+async fn pump(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    mode: watch::Receiver<Mode>,
+    last_forward: Option<&Mutex<Option<Instant>>>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let mut read_mode = mode.clone();
+    let read = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            // A silent link stops reading: the sender's data waits in its buffers.
+            while_silent(&mut read_mode).await;
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let at = Instant::now() + delay_of(*read_mode.borrow());
+            if tx.send((at, buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    };
+    let mut write_mode = mode;
+    let write = async move {
+        while let Some((at, data)) = rx.recv().await {
+            tokio::time::sleep_until(at).await;
+            while_silent(&mut write_mode).await;
+            if to.write_all(&data).await.is_err() {
+                break;
+            }
+            if let Some(last) = last_forward {
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    futures::future::join(read, write).await;
 }
 
 /// Which proxy each client goes through, for factories that give every client its own.
 #[derive(Debug, Default)]
 pub struct ProxyMap {
     /// By the client's backend address, oldest first.
-    entries: std::sync::Mutex<Vec<(usize, std::sync::Arc<FaultProxy>)>>,
+    entries: Mutex<Vec<(usize, Arc<FaultProxy>)>>,
 }
 
 fn client_id(client: &coord_core::Client) -> usize {
-    std::sync::Arc::as_ptr(coord_core::raw::backend(client)) as *const () as usize
+    Arc::as_ptr(coord_core::raw::backend(client)) as *const () as usize
 }
 
 impl ProxyMap {
@@ -150,7 +281,7 @@ impl ProxyMap {
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((client_id(&client), std::sync::Arc::new(proxy)));
+            .push((client_id(&client), Arc::new(proxy)));
         Ok(client)
     }
 
@@ -159,7 +290,7 @@ impl ProxyMap {
     /// # Errors
     ///
     /// `NotFound` for a client not opened by [`ProxyMap::open`].
-    pub fn get(&self, client: &coord_core::Client) -> coord_core::Result<std::sync::Arc<FaultProxy>> {
+    pub fn get(&self, client: &coord_core::Client) -> coord_core::Result<Arc<FaultProxy>> {
         let id = client_id(client);
         self.entries
             .lock()

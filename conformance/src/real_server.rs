@@ -54,14 +54,17 @@ impl RealServer {
     }
 
     /// The faults it can inject: every client-side fault through the proxies
-    /// (`kill_session` is the backend's own), and the server-side ones when the
-    /// server's process can be controlled.
-    pub fn faults(&self, kill_session: bool) -> Faults {
+    /// (`kill_session` and the operator's actions are the backend's own), and the
+    /// server-side ones when the server's process can be controlled.
+    pub fn faults(&self, kill_session: bool, operator: bool) -> Faults {
         Faults {
             kill_session,
             crash: true,
             suspend: true,
             watch_gap: true,
+            blackhole: true,
+            delay: true,
+            operator,
             server_pause: self.ctl.is_some(),
             server_restart: self.ctl.is_some(),
         }

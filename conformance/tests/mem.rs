@@ -33,6 +33,10 @@ impl Factory for MemFactory {
             crash: true,
             suspend: true,
             watch_gap: true,
+            // The in-memory link is up or down; it has no bytes to hold or delay.
+            blackhole: false,
+            delay: false,
+            operator: true,
             // No server process: the in-memory cluster lives in the test process.
             server_pause: false,
             server_restart: false,
@@ -79,6 +83,15 @@ impl Factory for MemFactory {
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
         mem(client)?.suspend(duration);
         Ok(())
+    }
+
+    async fn operator_delete(&self, path: &str) -> Result<()> {
+        self.cluster.delete_key(path);
+        Ok(())
+    }
+
+    async fn operator_list(&self, namespace: &str) -> Result<Vec<String>> {
+        Ok(self.cluster.keys_with_prefix(&format!("{namespace}/")))
     }
 
     async fn begin_watch_gap(&self, client: &Client) -> Result<()> {

@@ -64,7 +64,7 @@ impl Factory for EtcdFactory {
     fn faults(&self) -> Faults {
         // The kill revokes through a plain, credential-less admin client.
         let plain = self.scheme == "etcd" && self.userinfo.is_empty();
-        let mut faults = self.server.faults(plain);
+        let mut faults = self.server.faults(plain, plain);
         // Compaction needs the root role; the TLS and auth groups run no gap cases.
         faults.watch_gap &= plain;
         faults
@@ -107,6 +107,32 @@ impl Factory for EtcdFactory {
             .await
             .map_err(|e| unavailable("lease revoke", e))?;
         Ok(())
+    }
+
+    async fn operator_delete(&self, path: &str) -> Result<()> {
+        self.admin()
+            .await?
+            .delete(path, None)
+            .await
+            .map_err(|e| unavailable("operator delete", e))?;
+        Ok(())
+    }
+
+    async fn operator_list(&self, namespace: &str) -> Result<Vec<String>> {
+        let resp = self
+            .admin()
+            .await?
+            .get(
+                format!("{namespace}/"),
+                Some(etcd_client::GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(|e| unavailable("operator list", e))?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect())
     }
 
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {

@@ -29,20 +29,27 @@ fn main() {
         why_missing: "set COORD_TEST_ETCD_AUTH, COORD_TEST_ETCD_AUTH_PASSWORDS, COORD_TEST_ETCD_TLS and \
                       COORD_TEST_CERTS (./scripts/test does)"
             .into(),
-        cases: vec![Case {
-            name: "etcd-auth::secrets_never_leak",
-            needs: Needs::NONE,
-            run: |ctx| {
-                Box::pin(async move {
-                    let tls = std::env::var("COORD_TEST_ETCD_TLS")?;
-                    coord_conformance::cases::secrets::never_leak(
-                        ctx,
-                        &format!("etcd+https://{tls}"),
-                        |url| Ok(format!("{:?}", coord_etcd::EtcdOptions::from_url(url)?)),
-                    )
-                    .await
-                })
+        cases: vec![
+            Case {
+                name: "etcd-auth::secrets_never_leak",
+                needs: Needs::NONE,
+                run: |ctx| {
+                    Box::pin(async move {
+                        let tls = std::env::var("COORD_TEST_ETCD_TLS")?;
+                        coord_conformance::cases::secrets::never_leak(
+                            ctx,
+                            &format!("etcd+https://{tls}"),
+                            |url| Ok(format!("{:?}", coord_etcd::EtcdOptions::from_url(url)?)),
+                        )
+                        .await
+                    })
+                },
             },
-        }],
+            Case {
+                name: "etcd-auth::operations_keep_their_spans",
+                needs: Needs::NONE,
+                run: |ctx| Box::pin(coord_conformance::cases::spans::operations_keep_their_spans(ctx)),
+            },
+        ],
     }]);
 }

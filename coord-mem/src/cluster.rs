@@ -282,6 +282,18 @@ impl MemCluster {
         self.with(|s| s.keys.len())
     }
 
+    /// Every key starting with `prefix`, sorted (what an operator listing the store
+    /// would see).
+    pub fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
+        self.with(|s| s.range(prefix).map(|(k, _)| k.clone()).collect())
+    }
+
+    /// Deletes `key` from outside any client, as an operator would (watchers and a
+    /// holder of that key are told). Returns whether it existed.
+    pub fn delete_key(&self, key: &str) -> bool {
+        self.with(|s| s.delete(key))
+    }
+
     /// Runs `f` on the state, then publishes the new revision to watchers.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let (result, rev) = {

@@ -113,6 +113,10 @@ pub(crate) async fn follow<F: DirFollower>(
                 }
             }
         }
+        if inner.is_closed() {
+            let _ = tx.send(Err(Error::closed())).await;
+            return;
+        }
         if tx.send(Ok(F::resync())).await.is_err() {
             return;
         }

@@ -422,6 +422,10 @@ async fn follow_head(
                     zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed
                 );
         }
+        if inner.is_closed() {
+            let _ = tx.send(Err(Error::closed())).await;
+            return;
+        }
         if gap && tx.send(Ok(HeadEvent::Gap)).await.is_err() {
             return;
         }

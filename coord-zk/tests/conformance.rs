@@ -32,7 +32,18 @@ fn zk(client: &Client) -> Result<&ZkClient> {
         .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not a zk client"))
 }
 
+fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Unavailable, format!("{what}: {e}"))
+}
+
 impl ZkFactory {
+    /// A plain ZooKeeper client beside coord's, as an operator's tool would be.
+    async fn operator(&self) -> Result<zookeeper_client::Client> {
+        zookeeper_client::Client::connect(&self.server.addr().to_string())
+            .await
+            .map_err(|e| unavailable("operator connect", e))
+    }
+
     /// Expires `client`'s session on the server: attach with its id and password, then
     /// close that second connection. Returns only once the server confirms the session
     /// is gone (a fresh attach is refused as expired).
@@ -86,8 +97,10 @@ impl Factory for ZkFactory {
     }
 
     fn faults(&self) -> Faults {
-        // The session kill attaches without TLS; the TLS group runs no kill cases.
-        self.server.faults(self.scheme == "zk")
+        // The session kill and the operator connect without TLS; the TLS group runs no
+        // such cases.
+        let plain = self.scheme == "zk";
+        self.server.faults(plain, plain)
     }
 
     fn real_server(&self) -> Option<&RealServer> {
@@ -121,6 +134,33 @@ impl Factory for ZkFactory {
 
     async fn kill_session(&self, client: &Client) -> Result<()> {
         self.expire(client).await
+    }
+
+    async fn operator_delete(&self, path: &str) -> Result<()> {
+        match self.operator().await?.delete(path, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+            Err(e) => Err(unavailable("operator delete", e)),
+        }
+    }
+
+    async fn operator_list(&self, namespace: &str) -> Result<Vec<String>> {
+        let zk = self.operator().await?;
+        let mut found = Vec::new();
+        let mut dirs = vec![format!("/{namespace}")];
+        while let Some(dir) = dirs.pop() {
+            let children = match zk.list_children(&dir).await {
+                Ok(c) => c,
+                Err(zookeeper_client::Error::NoNode) => continue,
+                Err(e) => return Err(unavailable("operator list", e)),
+            };
+            for child in children {
+                let path = format!("{dir}/{child}");
+                found.push(path.clone());
+                dirs.push(path);
+            }
+        }
+        found.sort();
+        Ok(found)
     }
 
     async fn end_watch_gap(&self, client: &Client) -> Result<()> {

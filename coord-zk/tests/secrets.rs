@@ -22,18 +22,27 @@ fn main() {
         backend: "zk".into(),
         factory,
         why_missing: "set COORD_TEST_ZK, COORD_TEST_ZK_TLS and COORD_TEST_CERTS (./scripts/test does)".into(),
-        cases: vec![Case {
-            name: "zk::secrets_never_leak",
-            needs: Needs::NONE,
-            run: |ctx| {
-                Box::pin(async move {
-                    let tls = std::env::var("COORD_TEST_ZK_TLS")?;
-                    coord_conformance::cases::secrets::never_leak(ctx, &format!("zk+tls://{tls}"), |url| {
-                        Ok(format!("{:?}", coord_zk::ZkOptions::from_url(url)?))
+        cases: vec![
+            Case {
+                name: "zk::secrets_never_leak",
+                needs: Needs::NONE,
+                run: |ctx| {
+                    Box::pin(async move {
+                        let tls = std::env::var("COORD_TEST_ZK_TLS")?;
+                        coord_conformance::cases::secrets::never_leak(
+                            ctx,
+                            &format!("zk+tls://{tls}"),
+                            |url| Ok(format!("{:?}", coord_zk::ZkOptions::from_url(url)?)),
+                        )
+                        .await
                     })
-                    .await
-                })
+                },
             },
-        }],
+            Case {
+                name: "zk::operations_keep_their_spans",
+                needs: Needs::NONE,
+                run: |ctx| Box::pin(coord_conformance::cases::spans::operations_keep_their_spans(ctx)),
+            },
+        ],
     }]);
 }

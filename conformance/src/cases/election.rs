@@ -277,3 +277,36 @@ pub async fn handover_round_trips(ctx: Ctx) -> CaseResult {
     drop(lb);
     Ok(())
 }
+
+/// An observer that misses changes it cannot recover (compaction, session loss) says so
+/// with `Resync`, then shows the current leader — a leader that came and went meanwhile
+/// is never silently skipped.
+pub async fn observe_reports_resync_on_gap(ctx: Ctx) -> CaseResult {
+    let (a, b, o) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
+    let mut obs = o.observe("svc").await?;
+    let first = next_event(&mut obs, QUICK, "initial observation").await?;
+    ensure!(first == LeaderEvent::Leader(None), "first {first:?}");
+    ctx.factory().begin_watch_gap(&o).await?;
+    a.campaign("svc", b"a".to_vec()).await?.resign().await?;
+    let lb = b.campaign("svc", b"b".to_vec()).await?;
+    ctx.factory().end_watch_gap(&o).await?;
+    let mut seen = Vec::new();
+    within(ctx.expiry_wait(), "Resync, then b as leader", async {
+        loop {
+            let event = next_event(&mut obs, ctx.expiry_wait(), "after the gap").await?;
+            seen.push(event.clone());
+            if let LeaderEvent::Leader(Some(l)) = &event {
+                if l.token == lb.token() {
+                    return anyhow::Ok(());
+                }
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("observed {seen:?}"))??;
+    ensure!(
+        seen.first() == Some(&LeaderEvent::Resync),
+        "after a gap the observer saw {seen:?}: a missed leader (a) went unreported"
+    );
+    Ok(())
+}

@@ -13,6 +13,7 @@ pub mod registry;
 pub mod secrets;
 pub mod server;
 pub mod session;
+pub mod spans;
 pub mod tls;
 
 use crate::factory::Faults;
@@ -47,6 +48,36 @@ const GAP: Needs = Needs {
         ..Needs::NONE.faults
     },
     exclusive: true,
+    ..Needs::NONE
+};
+const OPERATOR: Needs = Needs {
+    faults: Faults {
+        operator: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const GAP_AND_OPERATOR: Needs = Needs {
+    faults: Faults {
+        watch_gap: true,
+        operator: true,
+        ..Needs::NONE.faults
+    },
+    exclusive: true,
+    ..Needs::NONE
+};
+const BLACKHOLE: Needs = Needs {
+    faults: Faults {
+        blackhole: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const DELAY: Needs = Needs {
+    faults: Faults {
+        delay: true,
+        ..Needs::NONE.faults
+    },
     ..Needs::NONE
 };
 const EVERY_WATCH_EVENT: Needs = Needs {
@@ -114,6 +145,13 @@ pub fn all() -> Vec<Case> {
         case!(lock::same_client_queues_locally),
         case!(lock::related_names_are_independent),
         case!(lock::uncontended_round_trips),
+        case!(lock::release_during_outage_is_retried, SUSPEND),
+        case!(lock::holder_entry_deleted_reports_lost, OPERATOR),
+        case!(
+            lock::holder_entry_deleted_during_gap_reports_lost,
+            GAP_AND_OPERATOR
+        ),
+        case!(lock::distinct_names_leave_nothing_behind, OPERATOR),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),
@@ -131,6 +169,7 @@ pub fn all() -> Vec<Case> {
         case!(election::tokens_increase_across_session_loss, KILL),
         case!(election::dropped_leadership_resigns),
         case!(election::handover_round_trips),
+        case!(election::observe_reports_resync_on_gap, GAP),
         case!(registry::register_and_list),
         case!(registry::deregister_removes),
         case!(registry::dropped_registration_removes),
@@ -142,6 +181,7 @@ pub fn all() -> Vec<Case> {
         case!(registry::watch_sees_crash_departure, CRASH),
         case!(registry::watch_snapshot_is_taken_at_call),
         case!(registry::watch_resync_on_gap, GAP),
+        case!(registry::reregistration_waits_for_a_taken_id, SUSPEND),
         case!(config::put_get_delete),
         case!(config::cas_rejects_stale_version),
         case!(config::cas_create_if_absent),
@@ -159,6 +199,11 @@ pub fn all() -> Vec<Case> {
         case!(session::long_suspension_reports_lost_before_takeover, SUSPEND),
         case!(session::close_releases_everything),
         case!(session::stats_count_requests),
+        case!(session::dropping_last_handle_ends_session),
+        case!(session::close_ends_every_stream),
+        case!(session::blackholed_holder_lost_before_handover, BLACKHOLE),
+        case!(session::short_blackhole_keeps_session, BLACKHOLE),
+        case!(session::delayed_link_keeps_working, DELAY),
         case!(input::bad_names_rejected_everywhere),
         case!(input::oversized_values_rejected),
         case!(input::bad_transactions_rejected),

@@ -6,7 +6,7 @@ use anyhow::{Context as _, ensure};
 use coord_core::{ErrorKind, Registry, RegistryEvent, ServiceInstance, SessionState};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, next_event};
+use crate::util::{eventually, next_event, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -231,4 +231,59 @@ pub async fn watch_resync_on_gap(ctx: Ctx) -> CaseResult {
             ),
         }
     }
+}
+
+/// After session loss a registration whose id another client took meanwhile reports
+/// `Retrying`, keeps retrying (well past three session timeouts), and is `Registered`
+/// again — with its own data — as soon as the id is free.
+pub async fn reregistration_waits_for_a_taken_id(ctx: Ctx) -> CaseResult {
+    use coord_core::RegistrationState;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut reg = a.register("api", ServiceInstance::new("n1", "a:1")).await?;
+    ensure!(reg.state() == RegistrationState::Registered, "{:?}", reg.state());
+    // Cut a off long enough for the server to expire its session and the instance.
+    ctx.factory().suspend(&a, ctx.session_timeout() * 3).await?;
+    eventually(ctx.expiry_wait(), "a's instance expires", || async {
+        Ok(b.instances("api").await?.is_empty())
+    })
+    .await?;
+    let taken = b.register("api", ServiceInstance::new("n1", "b:1")).await?;
+    eventually(ctx.expiry_wait() * 2, "a is back on a new session", || async {
+        Ok(a.session_state() == SessionState::Connected && a.session().borrow().generation > 1)
+    })
+    .await?;
+    // Past the patience an earlier version had (three session timeouts).
+    let hold_on = ctx.session_timeout() * 3 + Duration::from_secs(1);
+    let until = tokio::time::Instant::now() + hold_on;
+    while tokio::time::Instant::now() < until {
+        ensure!(
+            reg.state() == RegistrationState::Retrying,
+            "while b holds the id, a's registration is {:?}",
+            reg.state()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ensure!(
+        b.instances("api").await?[0].address == "b:1",
+        "a took over b's live registration"
+    );
+    taken.deregister().await?;
+    let state = within(ctx.expiry_wait(), "a's registration comes back", async {
+        loop {
+            let s = reg.changed().await;
+            if s != RegistrationState::Retrying {
+                return s;
+            }
+        }
+    })
+    .await?;
+    ensure!(
+        state == RegistrationState::Registered,
+        "a's registration is {state:?}"
+    );
+    eventually(QUICK, "a's instance is listed again", || async {
+        Ok(b.instances("api").await?.first().map(|i| i.address.clone()) == Some("a:1".into()))
+    })
+    .await?;
+    Ok(())
 }

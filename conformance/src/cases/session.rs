@@ -8,7 +8,7 @@ use coord_core::{
 };
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, within};
+use crate::util::{eventually, settle, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -136,5 +136,195 @@ pub async fn stats_count_requests(ctx: Ctx) -> CaseResult {
     let delta = a.stats().since(&before);
     ensure!(delta.data_requests() >= 2, "two requests counted as {delta:?}");
     ensure!(delta.reads >= 1, "a get was not counted as a read: {delta:?}");
+    Ok(())
+}
+
+/// Dropping every handle of a client, without `close`, ends its session: a lock it held
+/// passes on within the session timeout, and its guard reports `Lost`.
+pub async fn dropping_last_handle_ends_session(ctx: Ctx) -> CaseResult {
+    // Opened directly: the case's context keeps a handle of every client it opens.
+    let a = ctx.factory().open(ctx.namespace()).await?;
+    let b = ctx.client().await?;
+    let g = a.lock("res").await?;
+    let hold = g.hold().clone();
+    // A guard left alive (even leaked) does not keep the session open.
+    std::mem::forget(g);
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    settle().await;
+    ensure!(!waiter.is_finished(), "b got the lock while a held it");
+    drop(a);
+    let _next = within(
+        ctx.session_timeout() + Duration::from_secs(2),
+        "the lock passes on after the last handle of its holder's client was dropped",
+        waiter,
+    )
+    .await???;
+    within(QUICK, "the leaked guard reports Lost", hold.lost()).await?;
+    Ok(())
+}
+
+/// `close` ends every stream the client opened — config and registry watches and leader
+/// observation — with a last `Closed` error, and none of them delivers a change made
+/// after it.
+pub async fn close_ends_every_stream(ctx: Ctx) -> CaseResult {
+    use coord_core::{ConfigEvent, RegistryEvent};
+    use futures::StreamExt;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut config = ConfigStore::watch(&a, "k").await?;
+    let mut services = Registry::watch(&a, "api").await?;
+    let mut leaders = a.observe("svc").await?;
+    crate::util::next_event(&mut config, QUICK, "config snapshot").await?;
+    crate::util::next_event(&mut services, QUICK, "registry snapshot").await?;
+    crate::util::next_event(&mut leaders, QUICK, "first leader").await?;
+    a.close().await?;
+    b.put("k", b"after close".to_vec()).await?;
+    let _reg = b.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    let _lead = b.campaign("svc", b"b".to_vec()).await?;
+    let ends = |what: &'static str, items: Vec<String>| -> CaseResult {
+        let data: Vec<&String> = items.iter().filter(|i| !i.starts_with("Err")).collect();
+        ensure!(data.is_empty(), "{what} delivered {data:?} after close");
+        ensure!(
+            items.last().is_some_and(|i| i.contains("Closed")),
+            "{what} ended without saying the client was closed: {items:?}"
+        );
+        Ok(())
+    };
+    let drain = |stream: futures::stream::BoxStream<'static, coord_core::Result<String>>| {
+        within(QUICK, "the stream ends after close", stream.collect::<Vec<_>>())
+    };
+    let show = |r: coord_core::Result<String>| match r {
+        Ok(e) => e,
+        Err(e) => format!("Err({:?}: {e})", e.kind()),
+    };
+    let config: Vec<String> = drain(config.map(|r| r.map(|e: ConfigEvent| format!("{e:?}"))).boxed())
+        .await?
+        .into_iter()
+        .map(show)
+        .collect();
+    ends("the config watch", config)?;
+    let services: Vec<String> = drain(
+        services
+            .map(|r| r.map(|e: RegistryEvent| format!("{e:?}")))
+            .boxed(),
+    )
+    .await?
+    .into_iter()
+    .map(show)
+    .collect();
+    ends("the registry watch", services)?;
+    let leaders: Vec<String> = drain(leaders.map(|r| r.map(|e| format!("{e:?}"))).boxed())
+        .await?
+        .into_iter()
+        .map(show)
+        .collect();
+    ends("observe", leaders)?;
+    Ok(())
+}
+
+/// A holder silenced by a blackhole (no reset: only timeouts can tell) reports `Lost`
+/// before the server hands its lock on. Prints the margins: how long before the
+/// earliest moment the server could expire the session (the last byte it received from
+/// the holder + the session timeout) the holder gave it up, and how long before the
+/// next holder was granted the lock.
+pub async fn blackholed_holder_lost_before_handover(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let ga = a.lock("res").await?;
+    let lost_at = {
+        let h = ga.hold().clone();
+        tokio::spawn(async move {
+            h.lost().await;
+            tokio::time::Instant::now()
+        })
+    };
+    let waiter = tokio::spawn(async move {
+        let g = b.lock("res").await;
+        (tokio::time::Instant::now(), g)
+    });
+    settle().await;
+    let timeout = ctx.session_timeout();
+    ctx.factory().blackhole(&a, timeout * 3).await?;
+    let (granted_at, gb) = within(ctx.expiry_wait(), "b acquires after a went silent", waiter).await??;
+    let gb = gb?;
+    let lost_at = within(QUICK, "a reports Lost", lost_at).await??;
+    ensure!(
+        lost_at <= granted_at,
+        "a reported Lost {:?} after b was granted the lock",
+        lost_at - granted_at
+    );
+    ensure!(gb.token() > ga.token());
+    let heard = ctx
+        .factory()
+        .last_heard(&a)
+        .context("the factory does not know when the server last heard from a")?;
+    let expiry = heard + timeout;
+    let pct = |d: Duration| d.as_secs_f64() * 100.0 / timeout.as_secs_f64();
+    let (margin, sign) = if expiry >= lost_at {
+        (expiry - lost_at, "")
+    } else {
+        (lost_at - expiry, "-")
+    };
+    println!(
+        "[{}] blackhole margin: Lost {sign}{} ms ({sign}{:.0}% of the {} ms timeout) before the earliest server expiry, {} ms before the hand-over",
+        a.kind(),
+        margin.as_millis(),
+        pct(margin),
+        timeout.as_millis(),
+        (granted_at - lost_at).as_millis()
+    );
+    ensure!(
+        lost_at <= expiry,
+        "a reported Lost {:?} after the server could have expired its session",
+        lost_at - expiry
+    );
+    Ok(())
+}
+
+/// A blackhole shorter than a third of the session timeout keeps the session and the
+/// lock: the guard is never `Lost`, and it is `Held` again afterwards.
+pub async fn short_blackhole_keeps_session(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let g = a.lock("res").await?;
+    let generation = a.session().borrow().generation;
+    let blip = ctx.session_timeout() / 4;
+    ctx.factory().blackhole(&a, blip).await?;
+    tokio::time::sleep(blip + ctx.session_timeout()).await;
+    ensure!(
+        g.state() == HoldState::Held,
+        "the guard is {:?} after a short blackhole",
+        g.state()
+    );
+    ensure!(
+        a.session().borrow().generation == generation,
+        "a blackhole of a quarter of the timeout replaced the session"
+    );
+    a.put("after", b"ok".to_vec()).await?;
+    Ok(())
+}
+
+/// A slow link (every byte delayed) still works: locks hand over, the session stays.
+pub async fn delayed_link_keeps_working(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let generation = a.session().borrow().generation;
+    ctx.factory().delay(&a, Duration::from_millis(50)).await?;
+    let ga = a.lock("res").await?;
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    settle().await;
+    ensure!(!waiter.is_finished(), "b got the lock while a held it");
+    ga.release().await?;
+    let gb = within(QUICK, "b acquires from the slow holder", waiter).await???;
+    let ga = within(QUICK, "a queues behind b over the slow link", async {
+        let a2 = a.clone();
+        let w = tokio::spawn(async move { a2.lock("res").await });
+        settle().await;
+        gb.release().await?;
+        anyhow::Ok(w.await??)
+    })
+    .await??;
+    ensure!(ga.state() == HoldState::Held);
+    ctx.factory().delay(&a, Duration::ZERO).await?;
+    ensure!(
+        a.session().borrow().generation == generation,
+        "a 50 ms delay replaced the session"
+    );
     Ok(())
 }
