@@ -423,6 +423,8 @@ impl Inner {
             } else {
                 Instant::now() + interval / 4
             };
+            // Never sleep past the local deadline: Lost is due exactly then.
+            let next = next.min(deadline);
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
                 _ = self.closed() => return None,

@@ -50,9 +50,17 @@ where
         let mut after = first_rev;
         let mut revisions = inner.cluster.revisions();
         loop {
-            tokio::select! {
-                changed = revisions.wait_for(|r| *r > after) => if changed.is_err() { return },
+            let closed = tokio::select! {
+                changed = revisions.wait_for(|r| *r > after) => match changed {
+                    Ok(_) => false,
+                    Err(_) => return,
+                },
                 _ = tx.closed() => return,
+                _ = inner.closed() => true,
+            };
+            if closed {
+                let _ = tx.send(Err(Error::closed())).await;
+                return;
             }
             tokio::select! {
                 up = inner.link_up() => if up.is_err() {

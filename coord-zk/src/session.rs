@@ -5,7 +5,7 @@
 //! resumed), a new client is built with backoff, and registrations are re-created.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use coord_core::raw::{Backoff, ClientState, Counter};
@@ -30,6 +30,10 @@ pub(crate) struct Inner {
     /// `/<namespace>`, or empty for the root.
     pub root: String,
     current: RwLock<Option<Current>>,
+    /// When the last request the server answered on the current session was sent, and
+    /// that session's generation: the server cannot expire the session earlier than one
+    /// timeout after it (see [`Inner::supervise`]).
+    acked: Mutex<(u64, Instant)>,
     /// Session status, counters, registrations, closed flag.
     state: ClientState,
 }
@@ -179,6 +183,7 @@ impl Inner {
                 zk: first,
                 generation: 1,
             })),
+            acked: Mutex::new((1, Instant::now())),
             state,
         })
     }
@@ -229,7 +234,7 @@ impl Inner {
         Fut: Future<Output = std::result::Result<T, zk::Error>>,
     {
         let current = self.current().map_err(|e| e.with_operation(op))?;
-        self.send(current.zk, counter, op, write, f).await
+        self.send(current, counter, op, write, f).await
     }
 
     /// As [`Inner::call`], but only on session `generation`: `SessionLost` once that
@@ -255,12 +260,13 @@ impl Inner {
             )
             .with_operation(op));
         }
-        self.send(current.zk, counter, op, write, f).await
+        self.send(current, counter, op, write, f).await
     }
 
+    /// Sends on `current`'s session; a server answer moves [`Inner::acked`].
     async fn send<T, F, Fut>(
         &self,
-        zk: zk::Client,
+        current: Current,
         counter: Counter,
         op: &'static str,
         write: bool,
@@ -272,10 +278,19 @@ impl Inner {
     {
         self.stats.incr(counter);
         let deadline = self.options.request_deadline();
+        let sent = Instant::now();
         // Boxed: request futures are large, and waits nest several of them.
-        match tokio::time::timeout(deadline, Box::pin(f(zk))).await {
+        match tokio::time::timeout(deadline, Box::pin(f(current.zk))).await {
             Ok(Err(zk::Error::ClientClosed)) if self.is_closed() => Err(Error::closed().with_operation(op)),
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                if matches!(
+                    &r,
+                    Ok(_) | Err(zk::Error::NoNode | zk::Error::NodeExists | zk::Error::BadVersion)
+                ) {
+                    self.note_acked(current.generation, sent);
+                }
+                Ok(r)
+            }
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!("no answer from ZooKeeper within {deadline:?}"),
@@ -283,6 +298,20 @@ impl Inner {
             .with_operation(op)
             .with_outcome_unknown(write)),
         }
+    }
+
+    /// Session `generation` answered a request sent at `sent`.
+    fn note_acked(&self, generation: u64, sent: Instant) {
+        let mut acked = self.acked.lock().unwrap_or_else(|p| p.into_inner());
+        if generation > acked.0 || (generation == acked.0 && sent > acked.1) {
+            *acked = (generation, sent);
+        }
+    }
+
+    /// When the last answered request of session `generation` was sent.
+    fn acked_at(&self, generation: u64) -> Option<Instant> {
+        let acked = *self.acked.lock().unwrap_or_else(|p| p.into_inner());
+        (acked.0 == generation).then_some(acked.1)
     }
 
     /// As [`Inner::call`], with ZooKeeper errors mapped too.
@@ -365,29 +394,49 @@ impl Inner {
             let negotiated = current.zk.session_timeout();
             let mut states = current.zk.state_watcher();
             drop(current);
-            // How long we may stay disconnected before the server can have expired us:
-            // we notice a silent connection after 2/5 of the timeout, so report Lost half
-            // a timeout after noticing (margin for the round trip).
-            let grace = negotiated / 2;
-            let mut suspended_since: Option<Instant> = None;
+            // When to give the session up. The server expires it one timeout T after it
+            // last heard from us — no earlier than T after the send of the last request
+            // it answered. So while disconnected, coord reports Lost at that send +
+            // 7/10 T: 3/10 T before the server can expire the session (for a slow
+            // scheduler, a clock running fast, the round trip). So that "the last request
+            // answered" is recent on an idle client too, a cheap probe goes out whenever
+            // nothing was answered for T/6; a reset connection then has at least
+            // 7/10 T − T/6 (about half of T) to come back.
+            let probe_every = negotiated / 6;
+            let give_up_after = negotiated * 7 / 10;
+            let mut probes = tokio::time::interval(probe_every);
+            probes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut suspended = false;
             let closed = self.closed();
             tokio::pin!(closed);
             let lost_reason = loop {
-                let deadline = suspended_since.map(|t| t + grace);
+                let deadline = suspended.then(|| {
+                    self.acked_at(generation)
+                        .map_or_else(Instant::now, |sent| sent + give_up_after)
+                });
                 let state = tokio::select! {
                     s = states.changed() => s,
                     _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
-                        break "suspended past the session timeout";
+                        break "suspended until the server may expire the session";
+                    }
+                    _ = probes.tick() => {
+                        let stale = self
+                            .acked_at(generation)
+                            .is_none_or(|sent| sent.elapsed() >= probe_every);
+                        if !suspended && stale {
+                            self.probe();
+                        }
+                        continue;
                     }
                     _ = &mut closed => return,
                 };
                 match state {
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                        suspended_since = None;
+                        suspended = false;
                         self.session.set(SessionState::Connected, generation, &self.stats);
                     }
                     zk::SessionState::Disconnected => {
-                        suspended_since.get_or_insert_with(Instant::now);
+                        suspended = true;
                         self.session.set(SessionState::Suspended, generation, &self.stats);
                     }
                     zk::SessionState::Expired => break "expired",
@@ -418,6 +467,22 @@ impl Inner {
         }
     }
 
+    /// Sends a cheap read (a stat of `/`, which no ACL restricts) in the background, so
+    /// an idle session also has a recent answered request.
+    fn probe(self: &Arc<Self>) {
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let _ = inner
+                .call(
+                    Counter::SessionRequest,
+                    "keep-alive probe",
+                    false,
+                    |zk| async move { zk.check_stat("/").await },
+                )
+                .await;
+        });
+    }
+
     /// Opens the next session with backoff; false if the client was closed meanwhile.
     async fn reopen(self: &Arc<Self>, generation: u64) -> bool {
         let opened = self
@@ -431,6 +496,7 @@ impl Inner {
             return false;
         }
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Current { zk, generation });
+        self.note_acked(generation, Instant::now());
         self.session.set(SessionState::Connected, generation, &self.stats);
         self.reregister_all(generation);
         true

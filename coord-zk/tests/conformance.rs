@@ -242,9 +242,10 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
     let waiter = tokio::spawn(async move { b.lock("res").await });
     tokio::time::sleep(Duration::from_millis(250)).await;
     ensure!(!waiter.is_finished(), "waiter got the lock while it was held");
-    // 3/5 of the timeout: past coord's local Lost point (1/2 after noticing) and short
-    // enough that the client library's reconnect backoff brings the old connection back
-    // before the server expires the session — the moment a resumed zombie would appear.
+    // 3/5 of the timeout: near coord's local Lost point (at most 7/10 of it after the last
+    // answered request, which a probe keeps within the last T/6), and short enough that
+    // the client library's reconnect backoff brings the old connection back before the
+    // server expires the session — the moment a resumed zombie would appear.
     ctx.factory().suspend(&a, SESSION_TIMEOUT * 3 / 5).await?;
     tokio::time::timeout(SESSION_TIMEOUT, held.lost())
         .await
@@ -257,6 +258,47 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
         a.session_id() != old_session,
         "the client resumed the session it had declared lost"
     );
+    Ok(())
+}
+
+/// A watch whose read after a notification fails — here it times out on a slow link,
+/// without any reconnect — reads again until it succeeds instead of dropping the change
+/// (nothing else would make it read: no further change comes).
+async fn failed_reread_is_retried(ctx: Ctx) -> CaseResult {
+    use anyhow::{Context as _, bail, ensure};
+    use coord_conformance::util::next_event;
+    use coord_core::{ConfigEvent, ConfigStore};
+    let server = ctx.factory().real_server().context("no real server")?;
+    let writer = ctx.client().await?;
+    let namespace = ctx.namespace().to_owned();
+    // A request timeout shorter than the slow link's round trip, well inside the
+    // session timeout: reads fail, the connection and session stay.
+    let watcher = server
+        .open(|addr| async move {
+            let url = format!(
+                "zk://{addr}/{namespace}?session_timeout={}ms&request_timeout=300ms",
+                SESSION_TIMEOUT.as_millis()
+            );
+            ZkClient::connect(ZkOptions::from_url(&url)?).await
+        })
+        .await?;
+    let generation = watcher.session().borrow().generation;
+    let mut w = ConfigStore::watch(&watcher, "k").await?;
+    next_event(&mut w, Duration::from_secs(10), "snapshot").await?;
+    ctx.factory().delay(&watcher, Duration::from_millis(175)).await?;
+    writer.put("k", b"v1".to_vec()).await?;
+    // The notification arrives; the read after it takes 350 ms and fails at 300 ms.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ctx.factory().delay(&watcher, Duration::ZERO).await?;
+    match next_event(&mut w, Duration::from_secs(5), "the change after the failed read").await? {
+        ConfigEvent::Put(e) => ensure!(e.key == "k" && e.value == b"v1", "got {e:?}"),
+        other => bail!("got {other:?}, expected the put of k"),
+    }
+    ensure!(
+        watcher.session().borrow().generation == generation,
+        "the session was replaced: the read failed for another reason than meant"
+    );
+    watcher.close().await?;
     Ok(())
 }
 
@@ -277,6 +319,11 @@ fn main() {
             name: "zk::curator_lock_nodes_exclude",
             needs: Needs::NONE,
             run: |ctx| Box::pin(curator_lock_nodes_exclude(ctx)),
+        },
+        Case {
+            name: "zk::failed_reread_is_retried",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(failed_reread_is_retried(ctx)),
         },
         Case {
             name: "zk::locally_lost_session_is_closed_not_resumed",

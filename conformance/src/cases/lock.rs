@@ -327,15 +327,23 @@ pub async fn related_names_are_independent(ctx: Ctx) -> CaseResult {
 }
 
 /// An uncontended acquire + release costs at most four data requests (counted by the
-/// client's stats, printed for the record).
+/// client's stats, printed for the record). The least of five cycles counts: one may
+/// also pay for re-creating a directory the server swept (ZooKeeper containers) or for
+/// the previous cycle's background watch of its own entry.
 pub async fn uncontended_round_trips(ctx: Ctx) -> CaseResult {
     let a = ctx.client().await?;
-    // The first grant may create parent nodes; measure the steady state.
-    a.lock("rt").await?.release().await?;
-    let before = a.stats();
-    let g = a.lock("rt").await?;
-    g.release().await?;
-    let d = a.stats().since(&before);
+    let mut cycles = Vec::new();
+    for _ in 0..5 {
+        let before = a.stats();
+        let g = a.lock("rt").await?;
+        g.release().await?;
+        cycles.push(a.stats().since(&before));
+    }
+    let d = cycles
+        .iter()
+        .min_by_key(|d| d.data_requests())
+        .copied()
+        .unwrap_or_default();
     println!(
         "[{}] uncontended lock+release: {} requests (reads {}, writes {}, txns {}, watches {})",
         a.kind(),
@@ -402,33 +410,49 @@ pub async fn holder_entry_deleted_reports_lost(ctx: Ctx) -> CaseResult {
 }
 
 /// A holder's entry deleted while the holder is cut off, with the history of that
-/// deletion compacted away before it reconnects, is still noticed — and noticing it
-/// costs a few requests, not a loop of them.
+/// deletion compacted away before it reconnects, is still noticed; another entry of the
+/// same client, untouched, stays held — and following both across the gap costs a few
+/// requests, not a loop of them.
 pub async fn holder_entry_deleted_during_gap_reports_lost(ctx: Ctx) -> CaseResult {
-    let a = ctx.client().await?;
-    let g = a.lock("res").await?;
-    // The backend's watch of its own entry is set up in the background.
+    use coord_core::ConfigStore;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let deleted = a.lock("res").await?;
+    let kept = a.lock("other").await?;
+    // The backend's watches of its own entries are set up in the background.
     settle().await;
     ctx.factory().begin_watch_gap(&a).await?;
-    ctx.factory().operator_delete(g.fence().resource()).await?;
+    ctx.factory().operator_delete(deleted.fence().resource()).await?;
+    // More history after the deletion, so the compaction covers it and what followed.
+    for i in 0..3u8 {
+        b.put("filler", vec![i]).await?;
+    }
     let before = a.stats();
     ctx.factory().end_watch_gap(&a).await?;
-    within(ctx.expiry_wait(), "the guard reports Lost", g.lost()).await?;
-    // Give a spinning watch time to show itself.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    within(ctx.expiry_wait(), "the guard reports Lost", deleted.lost()).await?;
+    // Give a watch that reopens in a loop time to show itself.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let spent = a.stats().since(&before);
     println!(
-        "[{}] own entry deleted during a gap: {} requests, {} watches set until Lost + 1 s",
+        "[{}] own entries across a compacted gap: {} requests, {} watches set until Lost + 2 s",
         a.kind(),
         spent.data_requests(),
         spent.watches_set
     );
     ensure!(
-        spent.watches_set <= 20 && spent.data_requests() <= 40,
+        spent.watches_set <= 6 && spent.data_requests() <= 12,
         "{} watches set ({} requests) around one compacted gap: a watch reopening in a loop",
         spent.watches_set,
         spent.data_requests()
     );
+    // Where the gap ends the session (ZooKeeper), both are lost; otherwise the untouched
+    // entry is still held.
+    if a.session().borrow().generation == 1 {
+        ensure!(
+            kept.state() == HoldState::Held,
+            "the untouched lock is {:?} after the gap",
+            kept.state()
+        );
+    }
     Ok(())
 }
 
