@@ -10,7 +10,8 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::name::{validate_segment_name, validate_value};
-use crate::raw::EphemeralHandle;
+use crate::raw::RegistrationHandle;
+use crate::removal;
 
 /// One instance of a service: a unique id within the service, an address, and free-form
 /// metadata. Stored on the server as JSON.
@@ -182,7 +183,7 @@ impl PartialEq for RegistrationState {
 pub struct Registration {
     service: String,
     instance: ServiceInstance,
-    handle: Option<Box<dyn EphemeralHandle>>,
+    handle: Option<Box<dyn RegistrationHandle>>,
     state: watch::Receiver<RegistrationState>,
 }
 
@@ -191,7 +192,7 @@ impl Registration {
     pub(crate) fn new(
         service: impl Into<String>,
         instance: ServiceInstance,
-        handle: Box<dyn EphemeralHandle>,
+        handle: Box<dyn RegistrationHandle>,
         state: watch::Receiver<RegistrationState>,
     ) -> Self {
         Registration {
@@ -257,28 +258,72 @@ impl Registration {
         result
     }
 
-    /// Removes the instance and waits for the server to confirm.
+    /// Removes the instance: it is no longer re-registered, and its node or key is
+    /// deleted, retrying through connection trouble until the server confirms or the
+    /// session has ended (taking the instance along).
     ///
     /// # Errors
     ///
-    /// `Unavailable`/`Timeout`; the instance then goes when the session ends.
+    /// Only a refusal retrying cannot fix; the instance then goes when the session ends.
     ///
     /// # Cancel safety
     ///
-    /// If dropped, the removal may or may not have been sent; it is not re-registered.
+    /// If dropped, the removal goes on in the background, as on drop; it is never
+    /// re-registered.
     pub async fn deregister(mut self) -> Result<()> {
         let span = tracing::debug_span!("coord.registry.deregister", service = %self.service, id = %self.instance.id);
         match self.handle.take() {
-            Some(handle) => handle.remove().instrument(span).await,
+            Some(handle) => {
+                handle.forget();
+                let guard = Deregistering(Some(handle));
+                guard.run().instrument(span).await
+            }
             None => Err(Error::closed()),
         }
     }
 }
 
+/// A deregistration under way: finished in the background if its future is dropped.
+struct Deregistering(Option<Box<dyn RegistrationHandle>>);
+
+impl Deregistering {
+    async fn run(mut self) -> Result<()> {
+        let Some(handle) = self.0.as_deref() else {
+            return Ok(());
+        };
+        let result = delete_until_gone(handle).await;
+        self.0 = None;
+        result
+    }
+}
+
+impl Drop for Deregistering {
+    fn drop(&mut self) {
+        let Some(handle) = self.0.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            if let Err(e) = delete_until_gone(&*handle).await {
+                tracing::warn!(error = %e, "coord.deregister_failed: the instance goes when the session ends");
+            }
+        });
+    }
+}
+
+async fn delete_until_gone(handle: &dyn RegistrationHandle) -> Result<()> {
+    let session = handle.session();
+    let generation = session.borrow().generation;
+    removal::until_gone(session, generation, "registration", || handle.delete()).await
+}
+
 impl Drop for Registration {
+    /// Deregisters in the background, with the same retries as
+    /// [`Registration::deregister`].
     fn drop(&mut self) {
         if let Some(handle) = self.handle.take() {
-            handle.remove_in_background();
+            handle.forget();
+            drop(Deregistering(Some(handle)));
         }
     }
 }

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, EphemeralHandle, InstanceTracker, RegistrationEntry};
+use coord_core::raw::{Counter, InstanceTracker, RegistrationEntry, RegistrationHandle};
 use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, SessionStatus,
+    validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
@@ -97,7 +98,7 @@ struct EtcdRegistration {
 }
 
 #[async_trait]
-impl EphemeralHandle for EtcdRegistration {
+impl RegistrationHandle for EtcdRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
         self.inner.registrations.update(self.id, value.clone());
         let Ok(lease) = self.inner.lease() else {
@@ -121,20 +122,16 @@ impl EphemeralHandle for EtcdRegistration {
             .map(|_| ())
     }
 
-    async fn remove(self: Box<Self>) -> Result<()> {
+    fn forget(&self) {
         self.inner.registrations.remove(self.id);
+    }
+
+    async fn delete(&self) -> Result<()> {
         delete_own(&self.inner, &self.key).await
     }
 
-    fn remove_in_background(self: Box<Self>) {
-        self.inner.registrations.remove(self.id);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = delete_own(&self.inner, &self.key).await {
-                    tracing::debug!(error = %e, key = %self.key, "coord.etcd.deregister_deferred_to_lease_end");
-                }
-            });
-        }
+    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
+        self.inner.session.subscribe()
     }
 }
 

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, EphemeralHandle, InstanceTracker, RegistrationEntry};
+use coord_core::raw::{Counter, InstanceTracker, RegistrationEntry, RegistrationHandle};
 use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, SessionStatus,
+    validate_name,
 };
 use futures::stream::BoxStream;
 
@@ -20,30 +21,8 @@ struct MemRegistration {
     key: String,
 }
 
-impl MemRegistration {
-    fn delete_now(&self) -> Result<()> {
-        let Some(_) = self.inner.registrations.remove(self.id) else {
-            return Ok(());
-        };
-        let (session, _) = (self.inner.slot().id, ());
-        let key = self.key.clone();
-        match self.inner.request(Counter::Txn, move |s| {
-            if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
-                s.delete(&key);
-            }
-        }) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::Closed => Ok(()),
-            Err(e) => {
-                // Not re-registered any more; the session removes the key when it ends.
-                Err(e)
-            }
-        }
-    }
-}
-
 #[async_trait]
-impl EphemeralHandle for MemRegistration {
+impl RegistrationHandle for MemRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
         self.inner.registrations.update(self.id, value.clone());
         let session = self.inner.slot().id;
@@ -55,14 +34,22 @@ impl EphemeralHandle for MemRegistration {
         })
     }
 
-    async fn remove(self: Box<Self>) -> Result<()> {
-        self.delete_now()
+    fn forget(&self) {
+        self.inner.registrations.remove(self.id);
     }
 
-    fn remove_in_background(self: Box<Self>) {
-        if let Err(e) = self.delete_now() {
-            tracing::debug!(error = %e, key = %self.key, "coord.mem.deregister_deferred_to_session_end");
-        }
+    async fn delete(&self) -> Result<()> {
+        let session = self.inner.slot().id;
+        let key = self.key.clone();
+        self.inner.request(Counter::Txn, move |s| {
+            if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
+                s.delete(&key);
+            }
+        })
+    }
+
+    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
+        self.inner.session.subscribe()
     }
 }
 

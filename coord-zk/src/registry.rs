@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, EphemeralHandle, InstanceTracker, RegistrationEntry};
+use coord_core::raw::{Counter, InstanceTracker, RegistrationEntry, RegistrationHandle};
 use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, SessionStatus,
+    validate_name,
 };
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -97,7 +98,12 @@ async fn delete_own(inner: &Inner, path: &str) -> Result<()> {
         })
         .await?
     {
-        Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
+        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+        // Updated between our read and the delete: read again.
+        Err(zk::Error::BadVersion) => Err(Error::new(
+            ErrorKind::Unavailable,
+            "the instance changed while it was being deleted; retry",
+        )),
         Err(e) => Err(map(e, "deregister", true)),
     }
 }
@@ -109,7 +115,7 @@ struct ZkRegistration {
 }
 
 #[async_trait]
-impl EphemeralHandle for ZkRegistration {
+impl RegistrationHandle for ZkRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
         self.inner.registrations.update(self.id, value.clone());
         let p = self.path.clone();
@@ -134,20 +140,16 @@ impl EphemeralHandle for ZkRegistration {
         }
     }
 
-    async fn remove(self: Box<Self>) -> Result<()> {
+    fn forget(&self) {
         self.inner.registrations.remove(self.id);
+    }
+
+    async fn delete(&self) -> Result<()> {
         delete_own(&self.inner, &self.path).await
     }
 
-    fn remove_in_background(self: Box<Self>) {
-        self.inner.registrations.remove(self.id);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = delete_own(&self.inner, &self.path).await {
-                    tracing::debug!(error = %e, path = %self.path, "coord.zk.deregister_deferred_to_session_end");
-                }
-            });
-        }
+    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
+        self.inner.session.subscribe()
     }
 }
 

@@ -182,6 +182,7 @@ pub fn all() -> Vec<Case> {
         case!(registry::watch_snapshot_is_taken_at_call),
         case!(registry::watch_resync_on_gap, GAP),
         case!(registry::reregistration_waits_for_a_taken_id, SUSPEND),
+        case!(registry::deregister_during_outage_is_retried, SUSPEND),
         case!(config::put_get_delete),
         case!(config::cas_rejects_stale_version),
         case!(config::cas_create_if_absent),

@@ -287,3 +287,30 @@ pub async fn reregistration_waits_for_a_taken_id(ctx: Ctx) -> CaseResult {
     .await?;
     Ok(())
 }
+
+/// A deregistration sent while the client is cut off (briefly: its session survives) is
+/// retried until the server confirms it; so is the removal of a registration dropped
+/// then. One try would leave the instance listed under a session that lives on.
+pub async fn deregister_during_outage_is_retried(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let outage = ctx.session_timeout() / 4;
+    for dropped in [false, true] {
+        let generation = a.session().borrow().generation;
+        let reg = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+        ctx.factory().suspend(&a, outage).await?;
+        if dropped {
+            drop(reg);
+        } else {
+            within(ctx.expiry_wait(), "deregister during the outage returns", reg.deregister()).await??;
+        }
+        eventually(QUICK, "the instance is gone", || async {
+            Ok(b.instances("api").await?.is_empty())
+        })
+        .await?;
+        ensure!(
+            a.session().borrow().generation == generation,
+            "a's session was replaced: the outage was meant to be survivable, so this proves nothing"
+        );
+    }
+    Ok(())
+}

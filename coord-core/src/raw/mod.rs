@@ -29,8 +29,8 @@ pub mod tls_probe;
 
 pub use crate::client_state::ClientState;
 pub use crate::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
-pub use crate::handle::EphemeralHandle;
 pub use crate::name::{key_matches_prefix, validate_prefix, validate_segment_name, validate_value};
+pub use crate::registration_handle::RegistrationHandle;
 pub use crate::registrations::{RegistrationBook, RegistrationEntry};
 pub use crate::session_signal::SessionSignal;
 pub use crate::stats::{Counter, StatsRecorder};
@@ -52,7 +52,7 @@ pub fn fence(path: impl Into<String>, token: FencingToken) -> Fence {
 pub fn registration(
     service: impl Into<String>,
     instance: ServiceInstance,
-    handle: Box<dyn EphemeralHandle>,
+    handle: Box<dyn RegistrationHandle>,
     state: tokio::sync::watch::Receiver<RegistrationState>,
 ) -> Registration {
     Registration::new(service, instance, handle, state)

@@ -14,6 +14,7 @@ use crate::fencing::Fence;
 use crate::hold::{HoldSignal, HoldState, HoldWatch};
 use crate::local_queue::LocalTurn;
 use crate::raw::{Backend, Backoff, Position, QueueEntry, QueueId, QueueKind, Ticket};
+use crate::removal::{self, ended, over};
 use crate::session::{SessionState, SessionStatus};
 
 /// A granted turn: the contender, its fence and its hold state.
@@ -101,17 +102,6 @@ impl Drop for Contender {
     }
 }
 
-/// Whether session `generation` is over according to `status`.
-fn over(status: SessionStatus, generation: u64) -> bool {
-    status.generation != generation || matches!(status.state, SessionState::Lost | SessionState::Closed)
-}
-
-/// Resolves once session `generation` is over.
-async fn ended(session: &mut watch::Receiver<SessionStatus>, generation: u64) {
-    // An error means the backend is gone: so is the session.
-    let _ = session.wait_for(|s| over(*s, generation)).await;
-}
-
 /// Waits until session `generation` is connected again.
 async fn reconnected(session: &mut watch::Receiver<SessionStatus>, generation: u64) -> Result<()> {
     let status = session
@@ -151,9 +141,8 @@ fn transient(e: &Error) -> bool {
     e.is_retryable() && e.kind() != ErrorKind::SessionLost
 }
 
-/// Removes the ticket's entry: one [`Queue::leave`](crate::raw::Queue::leave) attempt
-/// after another, with a jittered backoff, until the server confirms it is gone or the
-/// ticket's session has ended (the entry goes with it). Curator's `guaranteed()` delete.
+/// Removes the ticket's entry: [`Queue::leave`](crate::raw::Queue::leave) until the
+/// server confirms it is gone or the ticket's session has ended.
 ///
 /// # Errors
 ///
@@ -167,30 +156,10 @@ pub(crate) async fn remove_until_gone(
     ticket: &Ticket,
     own: Option<&QueueEntry>,
 ) -> Result<()> {
-    let mut session = backend.session();
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-    loop {
-        if over(*session.borrow_and_update(), ticket.generation) {
-            return Ok(());
-        }
-        let attempt = tokio::select! {
-            r = backend.leave(ticket, own) => r,
-            _ = ended(&mut session, ticket.generation) => return Ok(()),
-        };
-        match attempt {
-            Ok(()) => return Ok(()),
-            // Closing ended the session, and the entry with it.
-            Err(e) if e.kind() == ErrorKind::Closed => return Ok(()),
-            Err(e) if !e.is_retryable() => return Err(e),
-            Err(e) => {
-                tracing::debug!(error = %e, entry = %ticket.locator, "coord.leave_retry");
-                tokio::select! {
-                    _ = backoff.wait() => {}
-                    _ = ended(&mut session, ticket.generation) => return Ok(()),
-                }
-            }
-        }
-    }
+    removal::until_gone(backend.session(), ticket.generation, &ticket.locator, || {
+        backend.leave(ticket, own)
+    })
+    .await
 }
 
 /// Joins `queue` with `value` and, if `wait`, waits until first; without `wait`, gives
