@@ -34,7 +34,7 @@ impl fmt::Display for HostPort {
 /// # Examples
 ///
 /// ```
-/// use coord_core::ConnectionString;
+/// use coord_core::raw::ConnectionString;
 /// let cs = ConnectionString::parse("zk://h1:2181,h2/myapp?session_timeout=2s").unwrap();
 /// assert_eq!(cs.scheme(), "zk");
 /// assert_eq!(cs.hosts(2181).unwrap().len(), 2);

@@ -41,7 +41,8 @@
 //! One lease per client, granted with `lease_ttl` (the granted TTL is read back), kept
 //! alive at TTL/3 by a loop that re-opens the keep-alive stream on error. An overdue
 //! keep-alive ⇒ `Suspended`; the local deadline (last acknowledged keep-alive *send* +
-//! TTL − margin, so never later than the server's expiry) passing, or the server saying
+//! TTL − max(TTL/10, 100 ms), so never later than the server's expiry — measured against
+//! a silent partition: 210 ms before it with a 2 s TTL) passing, or the server saying
 //! the lease is gone ⇒ `Lost`. Then the old lease is revoked (if it is still alive its
 //! keys must not linger), a new lease is granted, and registrations are re-created.
 //! Every lock, election and registration key is written under the lease.
@@ -179,6 +180,8 @@ pub async fn connect(url: &str) -> Result<Client> {
     EtcdClient::connect(EtcdOptions::from_url(url)?).await
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Backend for EtcdClient {
     fn kind(&self) -> &'static str {

@@ -103,6 +103,8 @@ async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
     Ok((header_rev(resp.header()), resp.kvs().first().and_then(Kv::from)))
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Queue for EtcdClient {
     fn ticket(&self, queue: &QueueId) -> Result<Ticket> {

@@ -208,6 +208,8 @@ impl MemClient {
     }
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Backend for MemClient {
     fn kind(&self) -> &'static str {

@@ -54,6 +54,8 @@ fn entry_gone() -> Error {
     )
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Queue for MemClient {
     fn ticket(&self, queue: &QueueId) -> Result<Ticket> {

@@ -62,6 +62,12 @@
 //! | registry | `services/<service>/<id>` (ephemeral, JSON instance) |
 //! | config | `config/<key with '/' written as ':'>` (persistent; one flat directory) |
 //!
+//! The namespace root and every directory coord creates (`locks`, `locks/<name>`,
+//! `elections/…`, `services/…`, `config`) are *container* nodes, as Curator creates its
+//! lock parents: the server deletes a container once its last child is gone, so dynamic
+//! names (`jobs/<uuid>`) do not pile up. A create that finds its directory just deleted
+//! makes it again (one extra request when that happens).
+//!
 //! A name must not nest under a session-bound node: a service `a/b` cannot coexist with
 //! an instance `b` of service `a` (ZooKeeper forbids children of ephemeral nodes); the
 //! failure is `InvalidArgument`.
@@ -83,7 +89,9 @@
 //! # Round trips
 //!
 //! Uncontended `lock` + `release`: create, list children, arm the own-node watch, delete
-//! (4 requests). Config `put`: one stat read plus one `multi`.
+//! (4 requests; 2 more when the lock's directory was swept as an empty container
+//! meanwhile). Config `put`: one stat read plus one `multi`. An idle session sends a
+//! stat of `/` every 1/6 of the timeout (counted as a session request).
 //!
 //! # Examples
 //!
@@ -192,6 +200,8 @@ pub async fn connect(url: &str) -> Result<Client> {
     ZkClient::connect(ZkOptions::from_url(url)?).await
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Backend for ZkClient {
     fn kind(&self) -> &'static str {

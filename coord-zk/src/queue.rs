@@ -199,6 +199,8 @@ async fn read_head(
     }
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Queue for ZkClient {
     fn ticket(&self, queue: &QueueId) -> Result<Ticket> {

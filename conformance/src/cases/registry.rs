@@ -301,7 +301,12 @@ pub async fn deregister_during_outage_is_retried(ctx: Ctx) -> CaseResult {
         if dropped {
             drop(reg);
         } else {
-            within(ctx.expiry_wait(), "deregister during the outage returns", reg.deregister()).await??;
+            within(
+                ctx.expiry_wait(),
+                "deregister during the outage returns",
+                reg.deregister(),
+            )
+            .await??;
         }
         eventually(QUICK, "the instance is gone", || async {
             Ok(b.instances("api").await?.is_empty())
