@@ -447,23 +447,9 @@ impl Inner {
             return None;
         }
         self.install(id, generation);
-        self.reregister_all(generation);
+        ClientState::reregister_all(self, generation, |inner, entry| async move {
+            crate::registry::create_instance(&inner, &entry.path, &entry.data).await
+        });
         Some(ttl)
-    }
-
-    fn reregister_all(self: &Arc<Self>, generation: u64) {
-        for (id, _) in self.registrations.all() {
-            let inner = self.clone();
-            tokio::spawn(async move { inner.reregister(id, generation).await });
-        }
-    }
-
-    async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
-        let still_current = || self.lease().map(|l| l.generation == generation).unwrap_or(false);
-        let create = |entry: coord_core::raw::RegistrationEntry| {
-            let inner = self.clone();
-            async move { crate::registry::create_instance(&inner, &entry.path, &entry.data).await }
-        };
-        self.registrations.reregister(id, still_current, create).await;
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use coord_core::raw::{Counter, RegistrationEntry};
+use coord_core::raw::{ClientState, Counter, RegistrationEntry};
 use coord_core::{Error, ErrorKind, Result, SessionState};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -45,7 +45,10 @@ impl Inner {
             slot.generation
         };
         self.session.set(SessionState::Connected, generation, &self.stats);
-        self.reregister_all(id, generation);
+        ClientState::reregister_all(self, generation, move |inner, entry| {
+            let created = create_instance(&inner, id, &entry);
+            async move { created }
+        });
         expired
     }
 
@@ -147,25 +150,6 @@ impl Inner {
                     }
                 }
             }
-        }
-    }
-
-    /// Re-creates every registration under the new session `id` (generation
-    /// `generation`), each with the shared retry loop.
-    fn reregister_all(self: &Arc<Self>, id: u64, generation: u64) {
-        for (reg, _) in self.registrations.all() {
-            let inner = self.clone();
-            tokio::spawn(async move {
-                let still_current = || {
-                    let slot = inner.slot();
-                    slot.generation == generation && !slot.lost
-                };
-                let create = |entry: RegistrationEntry| {
-                    let result = create_instance(&inner, id, &entry);
-                    async move { result }
-                };
-                inner.registrations.reregister(reg, still_current, create).await;
-            });
         }
     }
 }

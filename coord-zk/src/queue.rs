@@ -76,21 +76,6 @@ impl ZkClient {
     }
 }
 
-/// The children of `dir` (none if it does not exist).
-async fn list(inner: &Inner, dir: &str, op: &'static str) -> Result<Vec<String>> {
-    let d = dir.to_owned();
-    match inner
-        .call(Counter::Read, op, false, |zk| async move {
-            zk.list_children(&d).await
-        })
-        .await?
-    {
-        Ok(children) => Ok(children),
-        Err(zk::Error::NoNode) => Ok(Vec::new()),
-        Err(e) => Err(map_at(e, op, false, dir)),
-    }
-}
-
 /// The directory of a ticket's entry and the `_c_<guid>` start of its name (the locator
 /// is `<dir>/_c_<guid>-<marker>`).
 fn split_locator(ticket: &Ticket) -> (&str, &str) {
@@ -105,7 +90,7 @@ fn split_locator(ticket: &Ticket) -> (&str, &str) {
 /// Looks for the ticket's node (by its guid) after a create of unknown outcome.
 async fn find_own(inner: &Inner, ticket: &Ticket) -> Result<Option<QueueEntry>> {
     let (dir, mine) = split_locator(ticket);
-    let Some(name) = list(inner, dir, "find own contender")
+    let Some(name) = crate::reads::children(inner, dir, "find own contender")
         .await?
         .into_iter()
         .find(|c| c.starts_with(mine))
@@ -266,7 +251,7 @@ impl Queue for ZkClient {
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
         let queue = in_order(
-            list(&self.inner, &dir, "list contenders").await?,
+            crate::reads::children(&self.inner, &dir, "list contenders").await?,
             marker(ticket.queue.kind),
         );
         let name = own.path.rsplit('/').next().unwrap_or_default();

@@ -498,30 +498,10 @@ impl Inner {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Current { zk, generation });
         self.note_acked(generation, Instant::now());
         self.session.set(SessionState::Connected, generation, &self.stats);
-        self.reregister_all(generation);
+        ClientState::reregister_all(self, generation, |inner, entry| async move {
+            crate::registry::create_instance(&inner, &entry.path, &entry.data).await
+        });
         true
-    }
-
-    /// Re-creates every registration on session `generation`, each in its own task
-    /// (an instance may have to wait for a zombie of our old session to expire).
-    fn reregister_all(self: &Arc<Self>, generation: u64) {
-        for (id, _) in self.registrations.all() {
-            let inner = self.clone();
-            tokio::spawn(async move { inner.reregister(id, generation).await });
-        }
-    }
-
-    async fn reregister(self: Arc<Self>, id: u64, generation: u64) {
-        let still_current = || {
-            self.current()
-                .map(|c| c.generation == generation)
-                .unwrap_or(false)
-        };
-        let create = |entry: coord_core::raw::RegistrationEntry| {
-            let inner = self.clone();
-            async move { Box::pin(crate::registry::create_instance(&inner, &entry.path, &entry.data)).await }
-        };
-        self.registrations.reregister(id, still_current, create).await;
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use coord_core::{
-    ConfigStore, Election, ErrorKind, HoldState, Lock, Registry, ServiceInstance, SessionState,
+    Client, ConfigStore, Election, ErrorKind, HoldState, Lock, Registry, ServiceInstance, SessionState,
 };
 
 use crate::harness::{CaseResult, Ctx};
@@ -66,9 +66,26 @@ pub async fn short_suspension_keeps_session(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Suspended past the timeout, a holder reports `Lost` no later than the lock is
-/// granted to someone else.
-pub async fn long_suspension_reports_lost_before_takeover(ctx: Ctx) -> CaseResult {
+/// When a holder and a waiter saw the lock change hands after a fault cut the holder off.
+struct Handover {
+    /// The holder's guard reported `Lost`.
+    lost_at: tokio::time::Instant,
+    /// The waiter was granted the lock.
+    granted_at: tokio::time::Instant,
+}
+
+/// How a case cuts a client off.
+enum Cut {
+    /// Connections reset and refused.
+    Suspend,
+    /// Nothing passes, nothing is reset.
+    Blackhole,
+}
+
+/// `a` holds a lock and `b` waits for it; `cut` silences `a` for three session timeouts.
+/// Checks that `a` reports `Lost` no later than `b` is granted the lock, with a higher
+/// token, and says when each happened.
+async fn holder_lost_before_handover(ctx: &Ctx, cut: Cut) -> anyhow::Result<(Client, Handover)> {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let ga = a.lock("res").await?;
     let lost_at = {
@@ -82,9 +99,13 @@ pub async fn long_suspension_reports_lost_before_takeover(ctx: Ctx) -> CaseResul
         let g = b.lock("res").await;
         (tokio::time::Instant::now(), g)
     });
-    ctx.factory().suspend(&a, ctx.session_timeout() * 3).await?;
-    let (granted_at, gb) =
-        within(ctx.expiry_wait(), "b acquires after a's session expired", waiter).await??;
+    settle().await;
+    let outage = ctx.session_timeout() * 3;
+    match cut {
+        Cut::Suspend => ctx.factory().suspend(&a, outage).await?,
+        Cut::Blackhole => ctx.factory().blackhole(&a, outage).await?,
+    }
+    let (granted_at, gb) = within(ctx.expiry_wait(), "b acquires after a was cut off", waiter).await??;
     let gb = gb?;
     let lost_at = within(QUICK, "a reports Lost", lost_at).await??;
     ensure!(
@@ -93,6 +114,13 @@ pub async fn long_suspension_reports_lost_before_takeover(ctx: Ctx) -> CaseResul
         lost_at - granted_at
     );
     ensure!(gb.token() > ga.token());
+    Ok((a, Handover { lost_at, granted_at }))
+}
+
+/// Suspended past the timeout, a holder reports `Lost` no later than the lock is
+/// granted to someone else.
+pub async fn long_suspension_reports_lost_before_takeover(ctx: Ctx) -> CaseResult {
+    holder_lost_before_handover(&ctx, Cut::Suspend).await?;
     Ok(())
 }
 
@@ -227,54 +255,26 @@ pub async fn close_ends_every_stream(ctx: Ctx) -> CaseResult {
 /// the holder + the session timeout) the holder gave it up, and how long before the
 /// next holder was granted the lock.
 pub async fn blackholed_holder_lost_before_handover(ctx: Ctx) -> CaseResult {
-    let (a, b) = (ctx.client().await?, ctx.client().await?);
-    let ga = a.lock("res").await?;
-    let lost_at = {
-        let h = ga.hold().clone();
-        tokio::spawn(async move {
-            h.lost().await;
-            tokio::time::Instant::now()
-        })
-    };
-    let waiter = tokio::spawn(async move {
-        let g = b.lock("res").await;
-        (tokio::time::Instant::now(), g)
-    });
-    settle().await;
+    let (a, Handover { lost_at, granted_at }) = holder_lost_before_handover(&ctx, Cut::Blackhole).await?;
     let timeout = ctx.session_timeout();
-    ctx.factory().blackhole(&a, timeout * 3).await?;
-    let (granted_at, gb) = within(ctx.expiry_wait(), "b acquires after a went silent", waiter).await??;
-    let gb = gb?;
-    let lost_at = within(QUICK, "a reports Lost", lost_at).await??;
-    ensure!(
-        lost_at <= granted_at,
-        "a reported Lost {:?} after b was granted the lock",
-        lost_at - granted_at
-    );
-    ensure!(gb.token() > ga.token());
     let heard = ctx
         .factory()
         .last_heard(&a)
         .context("the factory does not know when the server last heard from a")?;
     let expiry = heard + timeout;
-    let pct = |d: Duration| d.as_secs_f64() * 100.0 / timeout.as_secs_f64();
-    let (margin, sign) = if expiry >= lost_at {
-        (expiry - lost_at, "")
-    } else {
-        (lost_at - expiry, "-")
-    };
-    println!(
-        "[{}] blackhole margin: Lost {sign}{} ms ({sign}{:.0}% of the {} ms timeout) before the earliest server expiry, {} ms before the hand-over",
-        a.kind(),
-        margin.as_millis(),
-        pct(margin),
-        timeout.as_millis(),
-        (granted_at - lost_at).as_millis()
-    );
     ensure!(
         lost_at <= expiry,
         "a reported Lost {:?} after the server could have expired its session",
         lost_at - expiry
+    );
+    let margin = expiry - lost_at;
+    println!(
+        "[{}] blackhole margin: Lost {} ms ({:.0}% of the {} ms timeout) before the earliest server expiry, {} ms before the hand-over",
+        a.kind(),
+        margin.as_millis(),
+        margin.as_secs_f64() * 100.0 / timeout.as_secs_f64(),
+        timeout.as_millis(),
+        (granted_at - lost_at).as_millis()
     );
     Ok(())
 }
