@@ -2,12 +2,12 @@
 //! session status, counters, registrations, earlier session ids, and the closed flag.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use crate::raw::{Backoff, RegistrationBook, RegistrationEntry, SessionSignal, StatsRecorder};
+use crate::raw::{Backoff, RegistrationBook, SessionSignal, StatsRecorder};
 use crate::{Result, SessionState, SessionStatus};
 
 /// What a backend client keeps besides its connection. Backends embed it and usually
@@ -100,31 +100,6 @@ impl ClientState {
                     }
                 }
             }
-        }
-    }
-
-    /// Re-creates every registration on the new session `generation` of `inner`'s
-    /// client, one task each (an instance may have to wait for a node of an earlier
-    /// session to expire), with [`RegistrationBook::reregister`]'s retries: `create` makes
-    /// one registration's node or key on the current session. A task stops when that
-    /// session ends; the next session starts its own.
-    pub fn reregister_all<I, F, Fut>(inner: &Arc<I>, generation: u64, create: F)
-    where
-        I: std::ops::Deref<Target = ClientState> + Send + Sync + 'static,
-        F: Fn(Arc<I>, RegistrationEntry) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<()>> + Send,
-    {
-        for (id, _) in inner.registrations.all() {
-            let (inner, create) = (inner.clone(), create.clone());
-            tokio::spawn(async move {
-                let still_current = || {
-                    let s = inner.session.current();
-                    s.generation == generation
-                        && !matches!(s.state, SessionState::Lost | SessionState::Closed)
-                };
-                let make = |entry| create(inner.clone(), entry);
-                inner.registrations.reregister(id, still_current, make).await;
-            });
         }
     }
 

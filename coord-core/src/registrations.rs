@@ -21,6 +21,17 @@ pub struct RegistrationEntry {
     pub data: Vec<u8>,
 }
 
+/// Publishes `state` if it differs from the current one.
+fn set(tx: &watch::Sender<RegistrationState>, state: RegistrationState) {
+    tx.send_if_modified(|now| {
+        let changed = *now != state;
+        if changed {
+            *now = state;
+        }
+        changed
+    });
+}
+
 #[derive(Debug)]
 struct Slot {
     entry: RegistrationEntry,
@@ -33,6 +44,22 @@ struct Slot {
 pub struct RegistrationBook {
     entries: Mutex<HashMap<u64, Slot>>,
     next: AtomicU64,
+}
+
+/// How [`RegistrationBook::reregister`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reregistered {
+    /// The instance is registered on the session.
+    Created,
+    /// The session ended (or the client closed) first; the next session retries.
+    SessionOver,
+    /// Failed for good (the state says why).
+    Failed,
+    /// Deregistered before any create was tried.
+    Forgotten,
+    /// Deregistered while a create was tried: it may have landed after the
+    /// deregistration's delete, and must be deleted again.
+    ForgottenAfterCreate,
 }
 
 /// Whether re-registering after `e` can ever succeed. An id another client holds may be
@@ -86,10 +113,10 @@ impl RegistrationBook {
         self.lock().iter().map(|(k, v)| (*k, v.entry.clone())).collect()
     }
 
-    /// Sets the state `id` shows.
+    /// Sets the state `id` shows (watchers are woken only by a change).
     pub fn set_state(&self, id: u64, state: RegistrationState) {
         if let Some(s) = self.lock().get(&id) {
-            s.state.send_replace(state);
+            set(&s.state, state);
         }
     }
 
@@ -97,7 +124,7 @@ impl RegistrationBook {
     /// re-created.
     pub fn session_lost(&self) {
         for slot in self.lock().values() {
-            slot.state.send_replace(RegistrationState::Retrying);
+            set(&slot.state, RegistrationState::Retrying);
         }
     }
 
@@ -111,29 +138,43 @@ impl RegistrationBook {
     /// # Cancel safety
     ///
     /// Cancel-safe: a dropped future stops retrying; a create already sent may land.
-    pub async fn reregister<F, Fut>(&self, id: u64, still_current: impl Fn() -> bool, mut create: F)
+    pub async fn reregister<F, Fut>(
+        &self,
+        id: u64,
+        still_current: impl Fn() -> bool,
+        mut create: F,
+    ) -> Reregistered
     where
         F: FnMut(RegistrationEntry) -> Fut,
         Fut: Future<Output = Result<()>>,
     {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         let mut warned = false;
+        let mut tried = false;
         loop {
-            let Some(entry) = self.get(id) else { return };
+            let Some(entry) = self.get(id) else {
+                return if tried {
+                    Reregistered::ForgottenAfterCreate
+                } else {
+                    Reregistered::Forgotten
+                };
+            };
             if !still_current() {
-                return;
+                return Reregistered::SessionOver;
             }
             let path = entry.path.clone();
+            tried = true;
             match create(entry).await {
+                Ok(()) if self.get(id).is_none() => return Reregistered::ForgottenAfterCreate,
                 Ok(()) => {
                     tracing::info!(%path, "coord.reregistered");
                     self.set_state(id, RegistrationState::Registered);
-                    return;
+                    return Reregistered::Created;
                 }
                 Err(e) if permanent(&e) => {
                     tracing::warn!(%path, error = %e, "coord.reregister_failed: the instance stays unregistered");
                     self.set_state(id, RegistrationState::Failed(e));
-                    return;
+                    return Reregistered::Failed;
                 }
                 Err(e) => {
                     if e.kind() == ErrorKind::AlreadyExists && !warned {

@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::name::{validate_segment_name, validate_value};
-use crate::raw::RegistrationHandle;
-use crate::removal;
+use crate::recipes::registration::RegistrationHandle;
+use crate::recipes::removal;
 
 /// One instance of a service: a unique id within the service, an address, and free-form
 /// metadata. Stored on the server as JSON.
@@ -188,7 +188,7 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// A registration of `instance` under `service` (see `raw::registration`).
+    /// A registration of `instance` under `service`.
     pub(crate) fn new(
         service: impl Into<String>,
         instance: ServiceInstance,

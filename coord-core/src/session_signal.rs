@@ -26,6 +26,11 @@ impl SessionSignal {
         }
     }
 
+    /// The backend's scheme name, for spans and logs.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
     /// The latest status.
     pub fn current(&self) -> SessionStatus {
         *self.tx.borrow()

@@ -137,14 +137,14 @@ impl EtcdClient {
         let establish = async {
             let client = session::open_client(&options).await?;
             let inner = Inner::new(options.clone(), client);
-            let (id, ttl) = inner.grant().await.map_err(|e| e.with_operation("connect"))?;
-            Ok((inner, id, ttl))
+            let granted = inner.grant().await.map_err(|e| e.with_operation("connect"))?;
+            Ok((inner, granted))
         };
-        let (inner, id, ttl) = session::explain_failures(&options, establish)
+        let (inner, granted) = session::explain_failures(&options, establish)
             .instrument(span)
             .await?;
-        inner.install(id, 1);
-        tokio::spawn(inner.clone().supervise(ttl));
+        inner.install(&granted, 1);
+        tokio::spawn(inner.clone().supervise(granted));
         Ok(coord_core::raw::into_client(EtcdClient { inner }))
     }
 

@@ -3,17 +3,14 @@
 //! watch from R+1.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, InstanceTracker, RegistrationEntry, RegistrationHandle};
+use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker};
 use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, SessionStatus,
-    validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
-use tracing::Instrument;
 
 use crate::EtcdClient;
 use crate::session::Inner;
@@ -91,47 +88,41 @@ async fn delete_own(inner: &Inner, key: &str) -> Result<()> {
     }
 }
 
-struct EtcdRegistration {
-    inner: Arc<Inner>,
-    id: u64,
-    key: String,
-}
-
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl RegistrationHandle for EtcdRegistration {
-    async fn update(&self, value: Vec<u8>) -> Result<()> {
-        self.inner.registrations.update(self.id, value.clone());
-        let Ok(lease) = self.inner.lease() else {
+impl InstanceStore for Inner {
+    fn client_state(&self) -> &ClientState {
+        self
+    }
+
+    async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()> {
+        create_instance(self, path, data).await
+    }
+
+    async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
+        let Ok(lease) = self.lease() else {
             return Ok(());
         };
-        let k = self.key.clone();
-        self.inner
-            .call(Counter::Txn, "update registration", true, |mut c| async move {
-                c.txn(
-                    etcd::Txn::new()
-                        .when([etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease.id)])
-                        .and_then([etcd::TxnOp::put(
-                            k,
-                            value,
-                            Some(etcd::PutOptions::new().with_lease(lease.id)),
-                        )]),
-                )
-                .await
-            })
+        let (k, value) = (path.to_owned(), data.to_vec());
+        self.call(Counter::Txn, "update registration", true, |mut c| async move {
+            c.txn(
+                etcd::Txn::new()
+                    .when([etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease.id)])
+                    .and_then([etcd::TxnOp::put(
+                        k,
+                        value,
+                        Some(etcd::PutOptions::new().with_lease(lease.id)),
+                    )]),
+            )
             .await
-            .map(|_| ())
+        })
+        .await
+        .map(|_| ())
     }
 
-    fn forget(&self) {
-        self.inner.registrations.remove(self.id);
-    }
-
-    async fn delete(&self) -> Result<()> {
-        delete_own(&self.inner, &self.key).await
-    }
-
-    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
-        self.inner.session.subscribe()
+    async fn delete_instance(&self, path: &str) -> Result<()> {
+        delete_own(self, path).await
     }
 }
 
@@ -164,29 +155,7 @@ fn decode(dir: &str, kvs: impl IntoIterator<Item = Kv>) -> BTreeMap<String, Serv
 #[async_trait]
 impl Registry for EtcdClient {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
-        let data = instance.encode().map_err(|e| e.with_operation("register"))?;
-        let span = tracing::debug_span!("coord.register", backend = "etcd", service, id = %instance.id);
-        let key = format!("{}/{}", self.service_dir(service), instance.id);
-        create_instance(&self.inner, &key, &data)
-            .instrument(span)
-            .await
-            .map_err(|e| e.with_operation("register"))?;
-        let (id, state) = self.inner.registrations.add(RegistrationEntry {
-            path: key.clone(),
-            data,
-        });
-        let handle = EtcdRegistration {
-            inner: self.inner.clone(),
-            id,
-            key,
-        };
-        Ok(coord_core::raw::registration(
-            service,
-            instance,
-            Box::new(handle),
-            state,
-        ))
+        coord_core::raw::register(&self.inner, service, instance, &self.service_dir(service)).await
     }
 
     #[tracing::instrument(

@@ -23,6 +23,15 @@ pub(crate) struct Lease {
     pub generation: u64,
 }
 
+/// A lease just granted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    pub id: i64,
+    pub ttl: Duration,
+    /// When the grant was sent: the server's TTL cannot have started earlier.
+    pub sent: Instant,
+}
+
 /// Shared state of one etcd client.
 pub(crate) struct Inner {
     pub options: EtcdOptions,
@@ -272,22 +281,40 @@ impl Inner {
         }
     }
 
-    /// Grants a lease of the configured TTL; returns its id and granted TTL.
-    pub(crate) async fn grant(&self) -> Result<(i64, Duration)> {
+    /// Grants a lease of the configured TTL.
+    pub(crate) async fn grant(&self) -> Result<Granted> {
         let ttl = self.options.ttl_secs();
+        let sent = Instant::now();
         let resp = self
             .call(Counter::SessionRequest, "lease grant", true, |mut c| async move {
                 c.lease_grant(ttl, None).await
             })
             .await?;
         let granted = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(1).max(1));
-        Ok((resp.id(), granted))
+        Ok(Granted {
+            id: resp.id(),
+            ttl: granted,
+            sent,
+        })
     }
 
-    /// Installs a freshly granted lease as session `generation`.
-    pub(crate) fn install(&self, id: i64, generation: u64) {
-        *self.lease.write().unwrap_or_else(|p| p.into_inner()) = Some(Lease { id, generation });
+    /// Installs a freshly granted lease as session `generation`; false (nothing
+    /// installed: revoke it) if the client was closed meanwhile. Checked under the lock
+    /// `close` takes the lease with, so a lease is either installed and revoked by
+    /// `close`, or refused here.
+    pub(crate) fn install(&self, granted: &Granted, generation: u64) -> bool {
+        {
+            let mut slot = self.lease.write().unwrap_or_else(|p| p.into_inner());
+            if self.is_closed() {
+                return false;
+            }
+            *slot = Some(Lease {
+                id: granted.id,
+                generation,
+            });
+        }
         self.session.set(SessionState::Connected, generation, &self.stats);
+        true
     }
 
     /// Revokes the lease (deleting its keys) and stops supervision.
@@ -320,11 +347,11 @@ impl Inner {
         Ok(())
     }
 
-    /// The supervision loop; ends when the client is closed.
-    pub(crate) async fn supervise(self: Arc<Self>, mut ttl: Duration) {
+    /// The supervision loop, from the lease `granted`; ends when the client is closed.
+    pub(crate) async fn supervise(self: Arc<Self>, mut granted: Granted) {
         loop {
             let Ok(lease) = self.lease() else { return };
-            let reason = self.keep_alive(lease, ttl).await;
+            let reason = self.keep_alive(lease, &granted).await;
             let Some(reason) = reason else { return };
             if self.is_closed() {
                 return;
@@ -346,17 +373,19 @@ impl Inner {
                     .await;
             });
             match self.regrant(lease.generation + 1).await {
-                Some(t) => ttl = t,
+                Some(g) => granted = g,
                 None => return,
             }
         }
     }
 
     /// Keeps `lease` alive until it is lost (returns why) or the client closes (`None`).
-    async fn keep_alive(&self, lease: Lease, ttl: Duration) -> Option<&'static str> {
+    async fn keep_alive(&self, lease: Lease, granted: &Granted) -> Option<&'static str> {
+        let ttl = granted.ttl;
         let interval = ttl / 3;
         let margin = (ttl / 10).max(Duration::from_millis(100));
-        let mut last_ok_sent = Instant::now();
+        // The server started the TTL when it handled the grant: no earlier than its send.
+        let mut last_ok_sent = granted.sent;
         let mut stream: Option<(etcd::LeaseKeeper, etcd::LeaseKeepAliveStream)> = None;
         loop {
             if self.is_closed() {
@@ -432,10 +461,11 @@ impl Inner {
         }
     }
 
-    /// Grants the next lease with backoff; its TTL, or `None` if closed meanwhile.
-    async fn regrant(self: &Arc<Self>, generation: u64) -> Option<Duration> {
-        let (id, ttl) = self.retry_until_closed("lease grant", || self.grant()).await?;
-        if self.is_closed() {
+    /// Grants the next lease with backoff; `None` if closed meanwhile.
+    async fn regrant(self: &Arc<Self>, generation: u64) -> Option<Granted> {
+        let granted = self.retry_until_closed("lease grant", || self.grant()).await?;
+        if !self.install(&granted, generation) {
+            let id = granted.id;
             let _ = self
                 .call(
                     Counter::SessionRequest,
@@ -446,10 +476,7 @@ impl Inner {
                 .await;
             return None;
         }
-        self.install(id, generation);
-        ClientState::reregister_all(self, generation, |inner, entry| async move {
-            crate::registry::create_instance(&inner, &entry.path, &entry.data).await
-        });
-        Some(ttl)
+        coord_core::raw::reregister_all(self, generation);
+        Some(granted)
     }
 }

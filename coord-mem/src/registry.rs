@@ -2,54 +2,50 @@
 //! `<ns>/services/<service>/<id>` as JSON, bound to the session, re-created after loss.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, InstanceTracker, RegistrationEntry, RegistrationHandle};
-use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, SessionStatus,
-    validate_name,
-};
+use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, RegistrationEntry};
+use coord_core::{Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name};
 use futures::stream::BoxStream;
 
 use crate::client::{Inner, MemClient};
 use crate::watch::{self, Raw};
 
-struct MemRegistration {
-    inner: Arc<Inner>,
-    id: u64,
-    key: String,
-}
-
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl RegistrationHandle for MemRegistration {
-    async fn update(&self, value: Vec<u8>) -> Result<()> {
-        self.inner.registrations.update(self.id, value.clone());
-        let session = self.inner.slot().id;
-        let key = self.key.clone();
-        self.inner.request(Counter::Write, move |s| {
+impl InstanceStore for Inner {
+    fn client_state(&self) -> &ClientState {
+        self.state()
+    }
+
+    async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()> {
+        let (session, _) = self.live_session()?;
+        let entry = RegistrationEntry {
+            path: path.to_owned(),
+            data: data.to_vec(),
+        };
+        crate::session::create_instance(self, session, &entry)
+    }
+
+    async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
+        let session = self.slot().id;
+        let (key, value) = (path.to_owned(), data.to_vec());
+        self.request(Counter::Write, move |s| {
             if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
                 s.put(&key, value, None);
             }
         })
     }
 
-    fn forget(&self) {
-        self.inner.registrations.remove(self.id);
-    }
-
-    async fn delete(&self) -> Result<()> {
-        let session = self.inner.slot().id;
-        let key = self.key.clone();
-        self.inner.request(Counter::Txn, move |s| {
+    async fn delete_instance(&self, path: &str) -> Result<()> {
+        let session = self.slot().id;
+        let key = path.to_owned();
+        self.request(Counter::Txn, move |s| {
             if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
                 s.delete(&key);
             }
         })
-    }
-
-    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
-        self.inner.session.subscribe()
     }
 }
 
@@ -79,49 +75,7 @@ fn decode_children(
 #[async_trait]
 impl Registry for MemClient {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        let op = "register";
-        validate_name("service name", service).map_err(|e| e.with_operation(op))?;
-        let data = instance.encode().map_err(|e| e.with_operation(op))?;
-        let _span =
-            tracing::debug_span!("coord.register", backend = "mem", service, id = %instance.id).entered();
-        // (No await below: the span cannot stay entered across a suspension.)
-        let (session, _) = self.inner.live_session().map_err(|e| e.with_operation(op))?;
-        let key = format!("{}/{}", self.service_dir(service), instance.id);
-        let created = self
-            .inner
-            .request(Counter::Txn, |s| match s.get(&key) {
-                Some(_) => false,
-                None => {
-                    s.put(&key, data.clone(), Some(session));
-                    true
-                }
-            })
-            .map_err(|e| e.with_operation(op))?;
-        if !created {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!(
-                    "instance {:?} of service {service:?} is already registered; pick a unique id",
-                    instance.id
-                ),
-            )
-            .with_operation(op));
-        }
-        let (id, state) = self.inner.registrations.add(RegistrationEntry {
-            path: key.clone(),
-            data,
-        });
-        let handle = MemRegistration {
-            inner: self.inner.clone(),
-            id,
-            key,
-        };
-        Ok(coord_core::raw::registration(
-            service,
-            instance,
-            Box::new(handle),
-            state,
-        ))
+        coord_core::raw::register(&self.inner, service, instance, &self.service_dir(service)).await
     }
 
     #[tracing::instrument(

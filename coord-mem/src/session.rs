@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use coord_core::raw::{ClientState, Counter, RegistrationEntry};
+use coord_core::raw::{Counter, RegistrationEntry};
 use coord_core::{Error, ErrorKind, Result, SessionState};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -45,10 +45,7 @@ impl Inner {
             slot.generation
         };
         self.session.set(SessionState::Connected, generation, &self.stats);
-        ClientState::reregister_all(self, generation, move |inner, entry| {
-            let created = create_instance(&inner, id, &entry);
-            async move { created }
-        });
+        coord_core::raw::reregister_all(self, generation);
         expired
     }
 

@@ -119,7 +119,6 @@ async fn read_head(
     marker: &str,
     watch: bool,
 ) -> Result<(Option<LeaderInfo>, Vec<zk::OneshotWatcher>)> {
-    let mut attempts = 0;
     loop {
         let d = dir.to_owned();
         let listed = if watch {
@@ -138,12 +137,22 @@ async fn read_head(
         let (children, child_watch) = match listed {
             Ok(x) => x,
             Err(zk::Error::NoNode) if !watch => return Ok((None, Vec::new())),
-            // Watching an election nobody has joined yet: make its directory (a
-            // container, gone again once candidates came and went).
-            Err(zk::Error::NoNode) if attempts < DIR_ATTEMPTS => {
-                attempts += 1;
-                inner.ensure_dir(dir).await?;
-                continue;
+            // Nobody has joined the election (or its directory was swept): no leader, and
+            // watch for the directory to appear — without creating it, which would leave
+            // an empty container behind.
+            Err(zk::Error::NoNode) => {
+                let d = dir.to_owned();
+                let exists = inner
+                    .call(Counter::WatchSet, "observe", false, |zk| async move {
+                        zk.check_and_watch_stat(&d).await
+                    })
+                    .await?
+                    .map_err(|e| map_at(e, "leader", false, dir))?;
+                match exists {
+                    (None, watcher) => return Ok((None, vec![watcher])),
+                    // Created meanwhile: list it.
+                    (Some(_), _) => continue,
+                }
             }
             Err(e) => return Err(map_at(e, "leader", false, dir)),
         };
@@ -420,7 +429,8 @@ async fn follow_head(
         let (head, w) = loop {
             match read_head(&inner, &dir, marker, true).await {
                 Ok(x) => break x,
-                Err(e) if e.kind() == ErrorKind::Closed => {
+                // Closed, or refused for good: the stream ends with the error.
+                Err(e) if e.kind() == ErrorKind::Closed || !e.is_retryable() => {
                     let _ = tx.send(Err(e)).await;
                     return;
                 }

@@ -2,18 +2,15 @@
 //! JSON; re-created after session loss; watched with a persistent recursive watch.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, InstanceTracker, RegistrationEntry, RegistrationHandle};
+use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker};
 use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, SessionStatus,
-    validate_name,
+    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
 };
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::Instrument;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -108,48 +105,41 @@ async fn delete_own(inner: &Inner, path: &str) -> Result<()> {
     }
 }
 
-struct ZkRegistration {
-    inner: Arc<Inner>,
-    id: u64,
-    path: String,
-}
-
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl RegistrationHandle for ZkRegistration {
-    async fn update(&self, value: Vec<u8>) -> Result<()> {
-        self.inner.registrations.update(self.id, value.clone());
-        let p = self.path.clone();
+impl InstanceStore for Inner {
+    fn client_state(&self) -> &ClientState {
+        self
+    }
+
+    async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()> {
+        create_instance(self, path, data).await
+    }
+
+    async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
+        let p = path.to_owned();
         let stat = self
-            .inner
             .call_mapped(Counter::Read, "update registration", false, |zk| async move {
                 zk.check_stat(&p).await
             })
             .await?;
         match stat {
-            Some(stat) if stat.ephemeral_owner == self.inner.session_id() => {
-                let p = self.path.clone();
-                self.inner
-                    .call_mapped(Counter::Write, "update registration", true, |zk| async move {
-                        zk.set_data(&p, &value, Some(stat.version)).await
-                    })
-                    .await
-                    .map(|_| ())
+            Some(stat) if stat.ephemeral_owner == self.session_id() => {
+                let (p, d) = (path.to_owned(), data.to_vec());
+                self.call_mapped(Counter::Write, "update registration", true, |zk| async move {
+                    zk.set_data(&p, &d, Some(stat.version)).await
+                })
+                .await
+                .map(|_| ())
             }
             // Not (yet) re-registered: the new data is used when it is.
             _ => Ok(()),
         }
     }
 
-    fn forget(&self) {
-        self.inner.registrations.remove(self.id);
-    }
-
-    async fn delete(&self) -> Result<()> {
-        delete_own(&self.inner, &self.path).await
-    }
-
-    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
-        self.inner.session.subscribe()
+    async fn delete_instance(&self, path: &str) -> Result<()> {
+        delete_own(self, path).await
     }
 }
 
@@ -183,29 +173,7 @@ async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, Ser
 #[async_trait]
 impl Registry for ZkClient {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
-        let data = instance.encode().map_err(|e| e.with_operation("register"))?;
-        let span = tracing::debug_span!("coord.register", backend = "zk", service, id = %instance.id);
-        let path = format!("{}/{}", self.service_dir(service), instance.id);
-        create_instance(&self.inner, &path, &data)
-            .instrument(span)
-            .await
-            .map_err(|e| e.with_operation("register"))?;
-        let (id, state) = self.inner.registrations.add(RegistrationEntry {
-            path: path.clone(),
-            data,
-        });
-        let handle = ZkRegistration {
-            inner: self.inner.clone(),
-            id,
-            path,
-        };
-        Ok(coord_core::raw::registration(
-            service,
-            instance,
-            Box::new(handle),
-            state,
-        ))
+        coord_core::raw::register(&self.inner, service, instance, &self.service_dir(service)).await
     }
 
     #[tracing::instrument(level = "debug", name = "coord.instances", skip(self), fields(backend = "zk"))]

@@ -404,28 +404,30 @@ impl Inner {
             // 7/10 T − T/6 (about half of T) to come back.
             let probe_every = negotiated / 6;
             let give_up_after = negotiated * 7 / 10;
-            let mut probes = tokio::time::interval(probe_every);
-            probes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_probe: Option<Instant> = None;
             let mut suspended = false;
             let closed = self.closed();
             tokio::pin!(closed);
             let lost_reason = loop {
-                let deadline = suspended.then(|| {
-                    self.acked_at(generation)
-                        .map_or_else(Instant::now, |sent| sent + give_up_after)
-                });
+                let acked = self.acked_at(generation);
+                let deadline =
+                    suspended.then(|| acked.map_or_else(Instant::now, |sent| sent + give_up_after));
+                // The next probe: T/6 after the last answered request (or the last probe,
+                // if that is later and still unanswered).
+                let next_probe = acked
+                    .into_iter()
+                    .chain(last_probe)
+                    .max()
+                    .unwrap_or_else(Instant::now)
+                    + probe_every;
                 let state = tokio::select! {
                     s = states.changed() => s,
                     _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
                         break "suspended until the server may expire the session";
                     }
-                    _ = probes.tick() => {
-                        let stale = self
-                            .acked_at(generation)
-                            .is_none_or(|sent| sent.elapsed() >= probe_every);
-                        if !suspended && stale {
-                            self.probe();
-                        }
+                    _ = tokio::time::sleep_until(next_probe), if !suspended => {
+                        last_probe = Some(Instant::now());
+                        self.probe();
                         continue;
                     }
                     _ = &mut closed => return,
@@ -492,15 +494,18 @@ impl Inner {
             })
             .await;
         let Some(zk) = opened else { return false };
-        if self.is_closed() {
-            return false;
+        {
+            // Checked under the lock `close` takes the client with: the new session is
+            // either installed and closed by `close`, or dropped (and so closed) here.
+            let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+            if self.is_closed() {
+                return false;
+            }
+            *current = Some(Current { zk, generation });
         }
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Current { zk, generation });
         self.note_acked(generation, Instant::now());
         self.session.set(SessionState::Connected, generation, &self.stats);
-        ClientState::reregister_all(self, generation, |inner, entry| async move {
-            crate::registry::create_instance(&inner, &entry.path, &entry.data).await
-        });
+        coord_core::raw::reregister_all(self, generation);
         true
     }
 }

@@ -12,8 +12,9 @@
 //!    - the session: [`Backend`] (state signal, id, close), kept with [`ClientState`];
 //!    - key-value operations with guarded transactions and prefix watches: the backend's
 //!      [`ConfigStore`](crate::ConfigStore);
-//!    - session-bound registrations re-created on every session: its
-//!      [`Registry`](crate::Registry), kept with [`RegistrationBook`];
+//!    - session-bound registrations: an [`InstanceStore`] (create, update, delete one
+//!      instance on the current session); [`register`] and [`reregister_all`] do the
+//!      rest, with the [`RegistrationBook`];
 //!    - the contender [`Queue`]: join with a value (entry and fencing token), read the
 //!      entry ahead, wait until an entry is gone, update or remove one's own entry.
 //!
@@ -30,8 +31,8 @@ pub mod tls_probe;
 pub use crate::client_state::ClientState;
 pub use crate::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
 pub use crate::name::{key_matches_prefix, validate_prefix, validate_segment_name, validate_value};
-pub use crate::registration_handle::RegistrationHandle;
-pub use crate::registrations::{RegistrationBook, RegistrationEntry};
+pub use crate::recipes::registration::{InstanceStore, register, reregister_all};
+pub use crate::registrations::{RegistrationBook, RegistrationEntry, Reregistered};
 pub use crate::session_signal::SessionSignal;
 pub use crate::stats::{Counter, StatsRecorder};
 pub use crate::trackers::{InstanceTracker, LeaderTracker};
@@ -40,20 +41,8 @@ pub use backoff::Backoff;
 pub use queue::{HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Ticket};
 
 use crate::fencing::{Fence, FencingToken};
-use crate::registry::{Registration, RegistrationState, ServiceInstance};
 
 /// A fence on the contender node or key at `path` (a backend path) created with `token`.
 pub fn fence(path: impl Into<String>, token: FencingToken) -> Fence {
     Fence::new(path, token)
-}
-
-/// A registration of `instance` under `service`, removed and updated through `handle`,
-/// showing `state` (from [`RegistrationBook::add`]).
-pub fn registration(
-    service: impl Into<String>,
-    instance: ServiceInstance,
-    handle: Box<dyn RegistrationHandle>,
-    state: tokio::sync::watch::Receiver<RegistrationState>,
-) -> Registration {
-    Registration::new(service, instance, handle, state)
 }

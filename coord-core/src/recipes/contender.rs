@@ -7,14 +7,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::hold::{HoldSignal, HoldState, HoldWatch};
 use crate::local_queue::LocalTurn;
-use crate::raw::{Backend, Backoff, Position, QueueEntry, QueueId, QueueKind, Ticket};
-use crate::removal::{self, ended, over};
+use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Ticket};
+use crate::recipes::removal::{self, ended, over};
 use crate::session::{SessionState, SessionStatus};
 
 /// A granted turn: the contender, its fence and its hold state.
@@ -39,6 +40,10 @@ pub(crate) struct Contender {
     backend: Arc<dyn Backend>,
     ticket: Ticket,
     own: Option<QueueEntry>,
+    /// The join, run as a task of its own so that a dropped acquisition cannot cut it
+    /// off halfway: a removal first waits for it, so the create it removes can never
+    /// overtake it (etcd runs concurrent requests in any order).
+    joining: Option<JoinHandle<Result<Joined>>>,
     turn: Turn,
     settled: bool,
 }
@@ -62,17 +67,52 @@ impl Contender {
     ///
     /// # Errors
     ///
-    /// Only errors retrying cannot help (a refusal by the server); the entry then goes
-    /// with its session.
+    /// Only a refusal retrying cannot change; the entry then goes with its session, and
+    /// the local turn is held until then.
     ///
     /// # Cancel safety
     ///
     /// If dropped, the removal continues in the background.
     pub(crate) async fn leave(mut self) -> Result<()> {
-        let result = remove_until_gone(&*self.backend, &self.ticket, self.own.as_ref()).await;
+        // A task of its own: dropping this future does not stop the removal.
+        tokio::spawn(self.take_removal().run())
+            .await
+            .map_err(|e| Error::new(ErrorKind::Unexpected, format!("the removal task failed: {e}")))?
+    }
+
+    /// One removal attempt now; if it does not get through, the removal goes on in the
+    /// background (as on drop) and this returns at once.
+    ///
+    /// # Errors
+    ///
+    /// A refusal retrying cannot change.
+    pub(crate) async fn leave_soon(mut self) -> Result<()> {
+        let attempt = match (&self.joining, &self.own) {
+            (None, Some(own)) => self.backend.leave(&self.ticket, Some(own)).await,
+            _ => Err(Error::new(ErrorKind::Unavailable, "the join is still under way")),
+        };
+        match attempt {
+            Ok(()) => {
+                self.settled = true;
+                release_turn(&self.turn);
+                Ok(())
+            }
+            // Dropping `self` retries in the background.
+            Err(e) if removal::refused(&e) => Err(e),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Everything a removal needs; the contender counts as settled from here on.
+    fn take_removal(&mut self) -> Removal {
         self.settled = true;
-        release_turn(&self.turn);
-        result
+        Removal {
+            backend: self.backend.clone(),
+            ticket: self.ticket.clone(),
+            own: self.own.take(),
+            joining: self.joining.take(),
+            turn: self.turn.clone(),
+        }
     }
 }
 
@@ -81,24 +121,61 @@ impl Drop for Contender {
         if self.settled {
             return;
         }
-        self.settled = true;
-        let (backend, ticket, own, turn) = (
-            self.backend.clone(),
-            self.ticket.clone(),
-            self.own.take(),
-            self.turn.clone(),
-        );
+        let removal = self.take_removal();
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             // No runtime: nothing can run any more; the entry goes with its session.
-            release_turn(&turn);
+            release_turn(&removal.turn);
             return;
         };
-        rt.spawn(async move {
-            if let Err(e) = remove_until_gone(&*backend, &ticket, own.as_ref()).await {
-                tracing::warn!(error = %e, entry = %ticket.locator, "coord.contender_cleanup_failed: the entry goes when its session ends");
+        rt.spawn(removal.run());
+    }
+}
+
+/// A contender's removal, run on a task of its own.
+struct Removal {
+    backend: Arc<dyn Backend>,
+    ticket: Ticket,
+    own: Option<QueueEntry>,
+    joining: Option<JoinHandle<Result<Joined>>>,
+    turn: Turn,
+}
+
+impl Removal {
+    /// Waits for the join (if still running), removes the entry until confirmed or its
+    /// session ended, and gives up the local turn — at once, or, when the server refused
+    /// the removal, once the session ends (the entry stays until then, and the next
+    /// local contender would only queue behind it).
+    async fn run(self) -> Result<()> {
+        let Removal {
+            backend,
+            ticket,
+            own,
+            joining,
+            turn,
+        } = self;
+        let own = match joining {
+            // A join that failed or was cut off may still have made the entry: it is
+            // found by its ticket.
+            Some(task) => match task.await {
+                Ok(Ok(joined)) => Some(joined.own),
+                _ => None,
+            },
+            None => own,
+        };
+        let result = remove_until_gone(&*backend, &ticket, own.as_ref()).await;
+        match &result {
+            Ok(()) => release_turn(&turn),
+            Err(e) => {
+                tracing::warn!(error = %e, entry = %ticket.locator, "coord.contender_removal_refused: the entry goes when its session ends");
+                let mut session = backend.session();
+                let generation = ticket.generation;
+                tokio::spawn(async move {
+                    ended(&mut session, generation).await;
+                    release_turn(&turn);
+                });
             }
-            release_turn(&turn);
-        });
+        }
+        result
     }
 }
 
@@ -199,14 +276,29 @@ pub(crate) async fn acquire(
     let ticket = backend.ticket(&queue)?;
     let generation = ticket.generation;
     let mut session = backend.session();
+    let joining = tokio::spawn({
+        let (backend, ticket) = (backend.clone(), ticket.clone());
+        async move { backend.join(&ticket, value).await }
+    });
     let mut contender = Contender {
         backend: backend.clone(),
         ticket,
         own: None,
+        joining: Some(joining),
         turn: Arc::new(Mutex::new(Some(turn))),
         settled: false,
     };
-    let joined = in_session(&mut session, generation, backend.join(&contender.ticket, value)).await?;
+    let joined = match &mut contender.joining {
+        Some(task) => {
+            in_session(&mut session, generation, async {
+                task.await
+                    .map_err(|e| Error::new(ErrorKind::Unexpected, format!("the join task failed: {e}")))?
+            })
+            .await?
+        }
+        None => return Err(Error::new(ErrorKind::Unexpected, "no join under way")),
+    };
+    contender.joining = None;
     contender.own = Some(joined.own.clone());
     let mut own = joined.own;
     let mut known = joined.position;
@@ -237,7 +329,8 @@ pub(crate) async fn acquire(
                 break;
             }
             Position::Behind(_) if !wait => {
-                contender.leave().await?;
+                // Not waiting: one removal attempt now, the rest in the background.
+                contender.leave_soon().await?;
                 return Ok(None);
             }
             Position::Behind(ahead) => {

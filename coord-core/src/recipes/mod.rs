@@ -1,7 +1,10 @@
 //! Recipes, written once over the backend contract ([`crate::raw`]): every backend gets
 //! the same lock and election — FIFO, herd-free, cancel-safe, with local queueing, hold
-//! states and guaranteed removal — so a fix to any of them is one change.
+//! states and guaranteed removal — and the same registration lifecycle (register,
+//! re-register on every session, deregister), so a fix to any of them is one change.
 
 pub(crate) mod contender;
 mod election;
 mod lock;
+pub(crate) mod registration;
+pub(crate) mod removal;

@@ -22,14 +22,25 @@ pub(crate) async fn ended(session: &mut watch::Receiver<SessionStatus>, generati
     let _ = session.wait_for(|s| over(*s, generation)).await;
 }
 
+/// Whether the server refused the delete for a reason retrying cannot change.
+pub(crate) fn refused(e: &crate::error::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::PermissionDenied
+            | ErrorKind::InvalidArgument
+            | ErrorKind::ConfigInvalid
+            | ErrorKind::Unsupported
+    )
+}
+
 /// Runs `attempt` (one delete that is `Ok` once the thing is gone, including when it
 /// already was) until it succeeds, fails with an error retrying cannot help, or session
 /// `generation` ends. `what` names the thing in logs.
 ///
 /// # Errors
 ///
-/// Only errors retrying cannot help (a refusal by the server); the thing then goes when
-/// its session ends.
+/// Only a refusal retrying cannot change (`PermissionDenied`, `InvalidArgument`,
+/// `ConfigInvalid`, `Unsupported`); the thing then goes when its session ends.
 ///
 /// # Cancel safety
 ///
@@ -57,7 +68,9 @@ where
             Ok(()) => return Ok(()),
             // Closing ended the session, and everything bound to it.
             Err(e) if e.kind() == ErrorKind::Closed => return Ok(()),
-            Err(e) if !e.is_retryable() => return Err(e),
+            // A delete is idempotent: only a refusal retrying cannot change ends the
+            // attempts (a transport error the client calls permanent may pass).
+            Err(e) if refused(&e) => return Err(e),
             Err(e) => {
                 tracing::debug!(error = %e, what, "coord.removal_retry");
                 tokio::select! {

@@ -1,0 +1,210 @@
+//! Registrations written once over a backend's [`InstanceStore`]: register, re-register
+//! on every new session, update, and deregister with guaranteed removal — including the
+//! node of a create whose outcome was unknown, or whose future was dropped.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::client_state::ClientState;
+use crate::error::{Error, Result};
+use crate::name::validate_name;
+use crate::recipes::removal;
+use crate::registrations::{RegistrationEntry, Reregistered};
+use crate::registry::{Registration, RegistrationState, ServiceInstance};
+use crate::session::SessionStatus;
+
+/// How a backend keeps one instance's session-bound node or key, always on its current
+/// session. Each backend implements it once; everything else about registrations is
+/// written once in `coord-core` ([`register`], [`reregister_all`]).
+#[async_trait]
+pub trait InstanceStore: Send + Sync + 'static {
+    /// The state every backend keeps (its registration book and session signal).
+    fn client_state(&self) -> &ClientState;
+
+    /// Creates the node at `path` holding `data`: `Ok` if it exists and is the current
+    /// session's; `Unavailable` (retried) while a node of one of this client's earlier
+    /// sessions still holds it; `AlreadyExists` while another client's does.
+    async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()>;
+
+    /// Replaces the data at `path` if the current session owns it; nothing otherwise.
+    async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()>;
+
+    /// One attempt to delete `path` if the current session owns it: `Ok` once it is not
+    /// the current session's any more (including when it never was).
+    async fn delete_instance(&self, path: &str) -> Result<()>;
+}
+
+/// Deletes `path` through `store` until gone or session `generation` has ended.
+async fn delete_until_gone<S: InstanceStore>(store: &S, path: &str, generation: u64) -> Result<()> {
+    let session = store.client_state().session.subscribe();
+    removal::until_gone(session, generation, path, || store.delete_instance(path)).await
+}
+
+/// A node that may exist and must not outlive its create: deleted in the background on
+/// drop unless disarmed.
+struct Pending<S: InstanceStore> {
+    store: Arc<S>,
+    path: String,
+    generation: u64,
+    armed: bool,
+}
+
+impl<S: InstanceStore> Drop for Pending<S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, path, generation) = (
+            self.store.clone(),
+            std::mem::take(&mut self.path),
+            self.generation,
+        );
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = delete_until_gone(&*store, &path, generation).await {
+                    tracing::warn!(error = %e, %path, "coord.register_cleanup_failed: the instance goes when the session ends");
+                }
+            });
+        }
+    }
+}
+
+/// `Registry::register` for a backend: validates `service` and the instance, creates
+/// `<dir>/<id>` on the current session, and records it for re-registration.
+///
+/// # Errors
+///
+/// `InvalidArgument` before any request; `AlreadyExists` when another client holds the
+/// id; the store's errors.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: if dropped after the create was sent — or when the create failed with
+/// an unknown outcome — the node is removed in the background.
+pub async fn register<S: InstanceStore>(
+    store: &Arc<S>,
+    service: &str,
+    instance: ServiceInstance,
+    dir: &str,
+) -> Result<Registration> {
+    let op = "register";
+    validate_name("service name", service).map_err(|e| e.with_operation(op))?;
+    let data = instance.encode().map_err(|e| e.with_operation(op))?;
+    let state = store.client_state();
+    let span =
+        tracing::debug_span!("coord.register", backend = state.session.backend(), service, id = %instance.id);
+    let path = format!("{dir}/{}", instance.id);
+    async {
+        if state.is_closed() {
+            return Err(Error::closed().with_operation(op));
+        }
+        let generation = state.session.current().generation;
+        let mut pending = Pending {
+            store: store.clone(),
+            path: path.clone(),
+            generation,
+            armed: true,
+        };
+        if let Err(e) = store.create_instance(&path, &data).await {
+            pending.armed = e.outcome_unknown();
+            return Err(e.with_operation(op));
+        }
+        pending.armed = false;
+        let (id, rx) = state.registrations.add(RegistrationEntry {
+            path: path.clone(),
+            data,
+        });
+        let now = state.session.current().generation;
+        if now != generation {
+            // The session changed during the create: the new session's re-registration
+            // started before this entry existed, so start one for it.
+            state.registrations.set_state(id, RegistrationState::Retrying);
+            reregister(store.clone(), id, now);
+        }
+        let handle = StoreRegistration {
+            store: store.clone(),
+            id,
+            path,
+        };
+        Ok(Registration::new(service, instance, Box::new(handle), rx))
+    }
+    .instrument(span)
+    .await
+}
+
+/// Re-creates every registration of `store`'s client on its new session `generation`,
+/// one task each (an instance may have to wait for a node of an earlier session to
+/// expire), with [`RegistrationBook::reregister`](crate::raw::RegistrationBook::reregister)'s
+/// retries. A task stops when that session ends; the next session starts its own.
+pub fn reregister_all<S: InstanceStore>(store: &Arc<S>, generation: u64) {
+    for (id, _) in store.client_state().registrations.all() {
+        reregister(store.clone(), id, generation);
+    }
+}
+
+fn reregister<S: InstanceStore>(store: Arc<S>, id: u64, generation: u64) {
+    tokio::spawn(async move {
+        let state = store.client_state();
+        let still_current = || !removal::over(state.session.current(), generation);
+        let mut path = String::new();
+        let create = |entry: RegistrationEntry| {
+            path = entry.path.clone();
+            let store = store.clone();
+            async move { store.create_instance(&entry.path, &entry.data).await }
+        };
+        let outcome = state.registrations.reregister(id, still_current, create).await;
+        // Deregistered while a create was under way: that create may have landed after
+        // the deregistration's delete. Delete it again.
+        if outcome == Reregistered::ForgottenAfterCreate && !path.is_empty() {
+            if let Err(e) = delete_until_gone(&*store, &path, generation).await {
+                tracing::warn!(error = %e, %path, "coord.reregister_cleanup_failed: the instance goes when the session ends");
+            }
+        }
+    });
+}
+
+/// What a registration holds to update or remove its instance.
+#[async_trait]
+pub(crate) trait RegistrationHandle: Send + Sync + 'static {
+    /// Replaces the instance's data on the server (if registered now) and for every
+    /// later re-registration.
+    async fn update(&self, value: Vec<u8>) -> Result<()>;
+    /// Stops re-registering the instance. Called once, first thing on deregistration.
+    fn forget(&self);
+    /// One attempt to delete the instance's node of the current session.
+    async fn delete(&self) -> Result<()>;
+    /// The client's session status, which bounds the retries of `delete`.
+    fn session(&self) -> watch::Receiver<SessionStatus>;
+}
+
+struct StoreRegistration<S: InstanceStore> {
+    store: Arc<S>,
+    id: u64,
+    path: String,
+}
+
+#[async_trait]
+impl<S: InstanceStore> RegistrationHandle for StoreRegistration<S> {
+    async fn update(&self, value: Vec<u8>) -> Result<()> {
+        self.store
+            .client_state()
+            .registrations
+            .update(self.id, value.clone());
+        self.store.update_instance(&self.path, &value).await
+    }
+
+    fn forget(&self) {
+        self.store.client_state().registrations.remove(self.id);
+    }
+
+    async fn delete(&self) -> Result<()> {
+        self.store.delete_instance(&self.path).await
+    }
+
+    fn session(&self) -> watch::Receiver<SessionStatus> {
+        self.store.client_state().session.subscribe()
+    }
+}
