@@ -457,7 +457,8 @@ pub async fn holder_entry_deleted_during_gap_reports_lost(ctx: Ctx) -> CaseResul
 }
 
 /// Locks, elections and services with many distinct names leave nothing on the server
-/// once released (ZooKeeper's directories are container nodes, removed when empty).
+/// once released, and observed elections nobody joined leave nothing either
+/// (ZooKeeper's directories are container nodes, removed when empty).
 pub async fn distinct_names_leave_nothing_behind(ctx: Ctx) -> CaseResult {
     use coord_core::{Election, Registry, ServiceInstance};
     let a = ctx.client().await?;
@@ -488,6 +489,11 @@ pub async fn distinct_names_leave_nothing_behind(ctx: Ctx) -> CaseResult {
             t,
         )
         .await???;
+    }
+    // Observing elections nobody joins leaves nothing either.
+    for i in 0..10 {
+        let mut leaders = a.observe(&format!("watched/{i}")).await?;
+        crate::util::next_event(&mut leaders, QUICK, "the first observation").await?;
     }
     let deadline = tokio::time::Instant::now() + QUICK;
     loop {
