@@ -40,6 +40,12 @@ pub struct Faults {
 /// Cases call [`Factory::open`] for every client they need, each in the case's own
 /// fresh namespace, so cases never see each other's data.
 ///
+/// # Errors
+///
+/// A fault or operator method fails with `Unsupported` when the factory cannot inject it
+/// (its [`Faults`] flag is off), `NotFound` for a client it did not open, and with the
+/// server's error otherwise.
+///
 /// # Cancel safety
 ///
 /// The suite awaits every method to completion (or abandons the whole case at its

@@ -165,3 +165,30 @@ pub async fn expect_fenced_write(
     anyhow::ensure!(now.value == expect, "a fenced write changed {key}");
     Ok(())
 }
+
+/// Cuts `client` off for a quarter of the session timeout (its connections reset and
+/// refused) — short enough for its session to survive — and runs `during`, which sees
+/// the outage and its end; then checks that the session was indeed kept: a case about
+/// retrying through an outage proves nothing if the session went and took its nodes.
+///
+/// # Errors
+///
+/// `during`'s error, the fault's, or a replaced session.
+///
+/// # Cancel safety
+///
+/// Cancel-safe as `during`; the outage ends by itself.
+pub async fn through_short_outage<T>(
+    ctx: &crate::harness::Ctx,
+    client: &coord_core::Client,
+    during: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let generation = client.session().borrow().generation;
+    ctx.factory().suspend(client, ctx.session_timeout() / 4).await?;
+    let out = during.await?;
+    anyhow::ensure!(
+        client.session().borrow().generation == generation,
+        "the session was replaced: the outage was meant to be survivable, so this proves nothing"
+    );
+    Ok(out)
+}

@@ -215,15 +215,20 @@ impl Queue for ZkClient {
         loop {
             let (p, v) = (ticket.locator.clone(), value.clone());
             let options = inner.acl().ephemeral_sequential();
-            let created = inner
-                .call_on(
-                    ticket.generation,
-                    Counter::Write,
-                    "create contender",
-                    true,
-                    |zk| async move { zk.create(&p, &v, &options).await },
-                )
-                .await;
+            let created = match inner.current_on(ticket.generation) {
+                Ok(current) => {
+                    inner
+                        .send(
+                            current,
+                            Counter::Write,
+                            "create contender",
+                            true,
+                            |zk| async move { zk.create(&p, &v, &options).await },
+                        )
+                        .await
+                }
+                Err(e) => Err(e.with_operation("create contender")),
+            };
             let unknown = match created {
                 Ok(Ok((stat, seq))) => {
                     let own = QueueEntry {
@@ -320,20 +325,20 @@ impl Queue for ZkClient {
 
     async fn update(&self, ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
         let path = own.path.clone();
-        let result = self
+        // The grant's session only: a proclaim never writes on a later session.
+        let current = self
             .inner
-            .call_on(
-                ticket.generation,
-                Counter::Write,
-                "proclaim",
-                true,
-                |zk| async move { zk.set_data(&path, &value, None).await },
-            )
-            .await
+            .current_on(ticket.generation)
             .map_err(|e| match e.kind() {
                 ErrorKind::SessionLost => Error::new(ErrorKind::Fenced, "the session of this grant was lost"),
-                _ => e,
+                _ => e.with_operation("proclaim"),
             })?;
+        let result = self
+            .inner
+            .send(current, Counter::Write, "proclaim", true, |zk| async move {
+                zk.set_data(&path, &value, None).await
+            })
+            .await?;
         match result {
             Ok(_) => Ok(()),
             Err(zk::Error::NoNode) => Err(Error::new(

@@ -237,34 +237,23 @@ impl Inner {
         self.send(current, counter, op, write, f).await
     }
 
-    /// As [`Inner::call`], but only on session `generation`: `SessionLost` once that
-    /// session has been replaced, so that nothing meant for one session (a contender's
-    /// node) is ever created on another.
-    pub(crate) async fn call_on<T, F, Fut>(
-        &self,
-        generation: u64,
-        counter: Counter,
-        op: &'static str,
-        write: bool,
-        f: F,
-    ) -> Result<std::result::Result<T, zk::Error>>
-    where
-        F: FnOnce(zk::Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, zk::Error>>,
-    {
-        let current = self.current().map_err(|e| e.with_operation(op))?;
+    /// The current client if it still carries session `generation`; `SessionLost` once
+    /// that session has been replaced — so that nothing meant for one session (a
+    /// contender's node) is ever created on another: send with [`Inner::send`].
+    pub(crate) fn current_on(&self, generation: u64) -> Result<Current> {
+        let current = self.current()?;
         if current.generation != generation {
             return Err(Error::new(
                 ErrorKind::SessionLost,
                 "the ZooKeeper session of this request was lost; retry on the new session",
-            )
-            .with_operation(op));
+            ));
         }
-        self.send(current, counter, op, write, f).await
+        Ok(current)
     }
 
-    /// Sends on `current`'s session; a server answer moves [`Inner::acked`].
-    async fn send<T, F, Fut>(
+    /// As [`Inner::call`], on `current`'s session; a server answer moves
+    /// [`Inner::acked`].
+    pub(crate) async fn send<T, F, Fut>(
         &self,
         current: Current,
         counter: Counter,

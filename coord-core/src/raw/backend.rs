@@ -51,6 +51,11 @@ pub trait Backend: Queue + ConfigStore + Registry + Send + Sync + 'static {
     ///
     /// `Unavailable`/`Timeout` if the server could not be told; the session then ends by
     /// timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// The client is marked closed at once; if dropped, the server may not have been
+    /// told, and the session ends by timeout.
     async fn close(&self) -> Result<()>;
 
     /// The concrete backend, for its own extra API (e.g. mem fault hooks).

@@ -24,16 +24,44 @@ pub trait InstanceStore: Send + Sync + 'static {
     /// The state every backend keeps (its registration book and session signal).
     fn client_state(&self) -> &ClientState;
 
-    /// Creates the node at `path` holding `data`: `Ok` if it exists and is the current
-    /// session's; `Unavailable` (retried) while a node of one of this client's earlier
-    /// sessions still holds it; `AlreadyExists` while another client's does.
+    /// Creates the node at `path` holding `data`, bound to the current session.
+    ///
+    /// # Errors
+    ///
+    /// `AlreadyExists` while another client's node holds `path`; `Unavailable` (retried)
+    /// while a node of one of this client's earlier sessions still does; `SessionLost`,
+    /// `Unavailable`, `Timeout` (with [`outcome_unknown`](crate::Error::outcome_unknown)
+    /// when the create may have landed); `PermissionDenied`, `InvalidArgument`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the node may exist; the callers in `coord-core` remove
+    /// it in that case.
     async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()>;
 
-    /// Replaces the data at `path` if the current session owns it; nothing otherwise.
+    /// Replaces the data at `path` if the current session owns it; nothing otherwise
+    /// (re-registration writes the new data later).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout` (outcome unknown), `PermissionDenied`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the data may or may not have been written.
     async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()>;
 
     /// One attempt to delete `path` if the current session owns it: `Ok` once it is not
     /// the current session's any more (including when it never was).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `SessionLost` (the callers retry until the session
+    /// ends); `PermissionDenied`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the delete may or may not have happened.
     async fn delete_instance(&self, path: &str) -> Result<()>;
 }
 
