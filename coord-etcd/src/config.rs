@@ -42,8 +42,9 @@ impl ConfigStore for EtcdClient {
         let k = format!("{}{key}", self.config_root());
         let resp = self
             .inner
-            .call(Counter::Read, "get", false, |mut c| async move {
-                c.get(k, None).await
+            .call(Counter::Read, "get", false, move |mut c| {
+                let k = k.clone();
+                async move { c.get(k, None).await }
             })
             .await?;
         Ok(resp
@@ -112,8 +113,9 @@ impl ConfigStore for EtcdClient {
         let request = etcd::Txn::new().when(compares).and_then(ops).or_else(diagnose);
         let resp = self
             .inner
-            .call(Counter::Txn, "commit", true, |mut c| async move {
-                c.txn(request).await
+            .call(Counter::Txn, "commit", true, move |mut c| {
+                let request = request.clone();
+                async move { c.txn(request).await }
             })
             .await?;
         let responses = resp.op_responses();

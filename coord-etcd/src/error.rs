@@ -28,6 +28,16 @@ pub(crate) fn map(err: E, op: &'static str, write: bool) -> Error {
         .with_source(err)
 }
 
+/// Whether `err` is the member's fault, so another member may do better: it is
+/// unreachable, did not answer in time, or has no leader. Never a compaction or an
+/// answer about the request itself.
+pub(crate) fn member_failure(err: &E) -> bool {
+    let (kind, retryable, _) = classify(err);
+    matches!(kind, ErrorKind::Unavailable | ErrorKind::Timeout)
+        && retryable
+        && !matches!(err, E::LeaseKeepAliveError(_) | E::WatchError(_))
+}
+
 fn is_auth_disabled(err: &E) -> bool {
     matches!(err, E::GRpcStatus(s) if s.message().contains("authentication is not enabled"))
 }

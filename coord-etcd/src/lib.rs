@@ -88,6 +88,7 @@
 
 mod config;
 mod error;
+mod members;
 mod options;
 mod queue;
 mod registry;
@@ -135,9 +136,12 @@ impl EtcdClient {
         options.validate()?;
         let span = tracing::info_span!("coord.etcd.connect", endpoints = ?options.urls(), namespace = %options.namespace);
         let establish = async {
-            let client = session::open_client(&options).await?;
-            let inner = Inner::new(options.clone(), client);
-            let granted = inner.grant().await.map_err(|e| e.with_operation("connect"))?;
+            let members = session::open_members(&options)?;
+            let inner = Inner::new(options.clone(), members);
+            let granted = tokio::time::timeout(options.connect_timeout, inner.grant())
+                .await
+                .map_err(|_| session::connect_timeout(&options))?
+                .map_err(|e| session::connect_error(e, &options))?;
             Ok((inner, granted))
         };
         let (inner, granted) = session::explain_failures(&options, establish)

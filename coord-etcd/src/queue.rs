@@ -96,8 +96,9 @@ fn header_rev(header: Option<&etcd::ResponseHeader>) -> i64 {
 async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
     let k = key.to_owned();
     let resp = inner
-        .call(Counter::Read, "read contender", false, |mut c| async move {
-            c.get(k, None).await
+        .call(Counter::Read, "read contender", false, move |mut c| {
+            let k = k.clone();
+            async move { c.get(k, None).await }
         })
         .await?;
     Ok((header_rev(resp.header()), resp.kvs().first().and_then(Kv::from)))
@@ -123,27 +124,34 @@ impl Queue for EtcdClient {
         let (k, d, lease) = (ticket.locator.clone(), format!("{dir}/"), ticket.session_id);
         let resp = self
             .inner
-            .call(Counter::Txn, "join queue", true, |mut c| async move {
-                let read = [
-                    etcd::TxnOp::get(k.clone(), None),
-                    etcd::TxnOp::get(
-                        d.clone(),
-                        Some(etcd::GetOptions::new().with_prefix().with_keys_only()),
-                    ),
-                ];
-                let txn = etcd::Txn::new()
-                    .when([etcd::Compare::create_revision(
-                        k.clone(),
-                        etcd::CompareOp::Equal,
-                        0,
-                    )])
-                    .and_then([
-                        etcd::TxnOp::put(k.clone(), value, Some(etcd::PutOptions::new().with_lease(lease))),
-                        read[0].clone(),
-                        read[1].clone(),
-                    ])
-                    .or_else(read);
-                c.txn(txn).await
+            .call(Counter::Txn, "join queue", true, move |mut c| {
+                let (k, d, value) = (k.clone(), d.clone(), value.clone());
+                async move {
+                    let read = [
+                        etcd::TxnOp::get(k.clone(), None),
+                        etcd::TxnOp::get(
+                            d.clone(),
+                            Some(etcd::GetOptions::new().with_prefix().with_keys_only()),
+                        ),
+                    ];
+                    let txn = etcd::Txn::new()
+                        .when([etcd::Compare::create_revision(
+                            k.clone(),
+                            etcd::CompareOp::Equal,
+                            0,
+                        )])
+                        .and_then([
+                            etcd::TxnOp::put(
+                                k.clone(),
+                                value,
+                                Some(etcd::PutOptions::new().with_lease(lease)),
+                            ),
+                            read[0].clone(),
+                            read[1].clone(),
+                        ])
+                        .or_else(read);
+                    c.txn(txn).await
+                }
             })
             .await?;
         let seen_at = header_rev(resp.header());
@@ -181,9 +189,12 @@ impl Queue for EtcdClient {
         let d = format!("{dir}/");
         let resp = self
             .inner
-            .call(Counter::Read, "read queue", false, |mut c| async move {
-                c.get(d, Some(etcd::GetOptions::new().with_prefix().with_keys_only()))
-                    .await
+            .call(Counter::Read, "read queue", false, move |mut c| {
+                let d = d.clone();
+                async move {
+                    c.get(d, Some(etcd::GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
             })
             .await?;
         let queue = contenders(&dir, resp.kvs());
@@ -197,10 +208,14 @@ impl Queue for EtcdClient {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             let (k, from) = (entry.path.clone(), start);
+            let mut moves = inner.member_moves();
             let opened = inner
-                .call(Counter::WatchSet, "watch contender", false, |mut c| async move {
-                    c.watch(k, Some(etcd::WatchOptions::new().with_start_revision(from)))
-                        .await
+                .call(Counter::WatchSet, "watch contender", false, move |mut c| {
+                    let k = k.clone();
+                    async move {
+                        c.watch(k, Some(etcd::WatchOptions::new().with_start_revision(from)))
+                            .await
+                    }
                 })
                 .await;
             let mut stream = match opened {
@@ -213,7 +228,12 @@ impl Queue for EtcdClient {
                 Err(e) => return Err(e),
             };
             loop {
-                match stream.message().await {
+                let message = tokio::select! {
+                    m = stream.message() => m,
+                    // The client moved to another member: follow it there.
+                    _ = moves.changed() => break,
+                };
+                match message {
                     Ok(Some(resp)) if resp.canceled() => {
                         if resp.compact_revision() > 0 {
                             // The history since `start` is gone: ask the key itself, then
@@ -262,21 +282,24 @@ impl Queue for EtcdClient {
         let (k, rev, lease) = (own.path.clone(), own.token.get() as i64, ticket.session_id);
         let resp = self
             .inner
-            .call(Counter::Txn, "proclaim", true, |mut c| async move {
-                c.txn(
-                    etcd::Txn::new()
-                        .when([etcd::Compare::create_revision(
-                            k.clone(),
-                            etcd::CompareOp::Equal,
-                            rev,
-                        )])
-                        .and_then([etcd::TxnOp::put(
-                            k,
-                            value,
-                            Some(etcd::PutOptions::new().with_lease(lease)),
-                        )]),
-                )
-                .await
+            .call(Counter::Txn, "proclaim", true, move |mut c| {
+                let (k, value) = (k.clone(), value.clone());
+                async move {
+                    c.txn(
+                        etcd::Txn::new()
+                            .when([etcd::Compare::create_revision(
+                                k.clone(),
+                                etcd::CompareOp::Equal,
+                                rev,
+                            )])
+                            .and_then([etcd::TxnOp::put(
+                                k,
+                                value,
+                                Some(etcd::PutOptions::new().with_lease(lease)),
+                            )]),
+                    )
+                    .await
+                }
             })
             .await?;
         if resp.succeeded() {
@@ -298,17 +321,20 @@ impl Queue for EtcdClient {
             ticket.session_id,
         );
         self.inner
-            .call(Counter::Txn, "release", true, |mut c| async move {
-                let guard = match rev {
-                    Some(rev) => etcd::Compare::create_revision(k.clone(), etcd::CompareOp::Equal, rev),
-                    None => etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease),
-                };
-                c.txn(
-                    etcd::Txn::new()
-                        .when([guard])
-                        .and_then([etcd::TxnOp::delete(k, None)]),
-                )
-                .await
+            .call(Counter::Txn, "release", true, move |mut c| {
+                let k = k.clone();
+                async move {
+                    let guard = match rev {
+                        Some(rev) => etcd::Compare::create_revision(k.clone(), etcd::CompareOp::Equal, rev),
+                        None => etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease),
+                    };
+                    c.txn(
+                        etcd::Txn::new()
+                            .when([guard])
+                            .and_then([etcd::TxnOp::delete(k, None)]),
+                    )
+                    .await
+                }
             })
             .await
             .map(|_| ())

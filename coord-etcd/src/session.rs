@@ -14,6 +14,7 @@ use etcd_client as etcd;
 use tokio::time::Instant;
 
 use crate::error::map;
+use crate::members::{MemberId, Members};
 use crate::options::EtcdOptions;
 
 /// The current lease and which of our sessions it is.
@@ -37,7 +38,7 @@ pub(crate) struct Inner {
     pub options: EtcdOptions,
     /// `<namespace>/`, or empty.
     pub prefix: String,
-    client: etcd::Client,
+    members: Members,
     lease: RwLock<Option<Lease>>,
     /// Session status, counters, local queues, registrations, closed flag.
     state: ClientState,
@@ -51,14 +52,23 @@ impl std::ops::Deref for Inner {
     }
 }
 
-/// Opens the gRPC client (no global request timeout: it would cut blocking waits).
+/// The members' gRPC clients (no global request timeout: it would cut blocking waits),
+/// connected lazily by [`Members`].
 ///
-/// With credentials the client authenticates at once, so a wrong password fails here,
-/// and refreshes its token whenever the server says it expired (etcd's simple tokens
-/// expire after `--auth-token-ttl` unused), so a long-held lock outlives any token.
-pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
+/// With credentials each member's client authenticates when first used, so a wrong
+/// password fails the first request, and refreshes its token whenever the server says it
+/// expired (etcd's simple tokens expire after `--auth-token-ttl` unused), so a long-held
+/// lock outlives any token. Requests carry `require_leader`: a member cut off from the
+/// cluster's leader refuses them (and ends its watches) instead of stalling, and the
+/// client moves on to another member.
+///
+/// # Errors
+///
+/// `ConfigInvalid` for unreadable TLS files; `Unsupported` for TLS without the feature.
+pub(crate) fn open_members(options: &EtcdOptions) -> Result<Members> {
     let mut connect = etcd::ConnectOptions::new()
         .with_connect_timeout(options.connect_timeout)
+        .with_require_leader(true)
         // etcd refuses pings more often than every 5 s by default.
         .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
         .with_keep_alive_while_idle(true);
@@ -70,7 +80,7 @@ pub(crate) async fn open_client(options: &EtcdOptions) -> Result<etcd::Client> {
     if let Some(tls) = &options.tls {
         connect = with_tls(connect, tls)?;
     }
-    connect_with(connect, options).await
+    Ok(Members::new(options.urls(), connect))
 }
 
 /// Runs `establish` (connect and first lease); with the `tls` feature, a TLS probe
@@ -105,32 +115,9 @@ pub(crate) async fn explain_failures<T>(
     }
 }
 
-async fn connect_with(connect: etcd::ConnectOptions, options: &EtcdOptions) -> Result<etcd::Client> {
-    let urls = options.urls();
-    let endpoints = urls.join(",");
-    match tokio::time::timeout(
-        options.connect_timeout,
-        etcd::Client::connect(&urls, Some(connect)),
-    )
-    .await
-    {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(connect_error(e, options, &endpoints)),
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "no answer from etcd at {endpoints} within {:?}{}",
-                options.connect_timeout,
-                plaintext_hint(options)
-            ),
-        )
-        .with_operation("connect")),
-    }
-}
-
-/// What a failed connect means, keeping the cause.
-fn connect_error(e: etcd::Error, options: &EtcdOptions, endpoints: &str) -> Error {
-    let mapped = map(e, "connect", false);
+/// What a failed first request of `connect` means, keeping the cause.
+pub(crate) fn connect_error(mapped: Error, options: &EtcdOptions) -> Error {
+    let endpoints = options.urls().join(",");
     match mapped.kind() {
         ErrorKind::Unavailable | ErrorKind::Timeout => Error::new(
             mapped.kind(),
@@ -142,7 +129,7 @@ fn connect_error(e: etcd::Error, options: &EtcdOptions, endpoints: &str) -> Erro
         )
         .with_operation("connect")
         .with_retryable(true),
-        ErrorKind::PermissionDenied => Error::new(
+        ErrorKind::PermissionDenied if mapped.message().contains("authentication failed") => Error::new(
             ErrorKind::PermissionDenied,
             format!(
                 "etcd at {endpoints} refused the credentials of user {:?}: check the user:password in the connection string",
@@ -151,8 +138,22 @@ fn connect_error(e: etcd::Error, options: &EtcdOptions, endpoints: &str) -> Erro
         )
         .with_operation("connect")
         .with_retryable(false),
-        _ => mapped,
+        _ => mapped.with_operation("connect"),
     }
+}
+
+/// `connect` got no lease within `connect_timeout`.
+pub(crate) fn connect_timeout(options: &EtcdOptions) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "no answer from etcd at {} within {:?}{}",
+            options.urls().join(","),
+            options.connect_timeout,
+            plaintext_hint(options)
+        ),
+    )
+    .with_operation("connect")
 }
 
 /// A hint for plaintext clients: a TLS-only server looks like a dead one to them.
@@ -210,7 +211,7 @@ fn read_pem(path: &std::path::Path, key: &str, what: &str) -> Result<Vec<u8>> {
 }
 
 impl Inner {
-    pub(crate) fn new(options: EtcdOptions, client: etcd::Client) -> Arc<Inner> {
+    pub(crate) fn new(options: EtcdOptions, members: Members) -> Arc<Inner> {
         let prefix = if options.namespace.is_empty() {
             String::new()
         } else {
@@ -224,7 +225,7 @@ impl Inner {
         Arc::new(Inner {
             options,
             prefix,
-            client,
+            members,
             lease: RwLock::new(None),
             state,
         })
@@ -252,7 +253,11 @@ impl Inner {
         self.lease().map(|l| l.id).unwrap_or(0)
     }
 
-    /// One request with the request deadline and error mapping.
+    /// One request to the current member, with the request deadline and error mapping.
+    /// When the member fails it (unreachable, no answer, no leader), the next member
+    /// becomes current and, for a read or a request that provably never left, the request
+    /// is sent there; a write that may have arrived is not repeated: its outcome is
+    /// unknown. Each member is tried at most once.
     pub(crate) async fn call<T, F, Fut>(
         &self,
         counter: Counter,
@@ -261,24 +266,58 @@ impl Inner {
         f: F,
     ) -> Result<T>
     where
-        F: FnOnce(etcd::Client) -> Fut,
+        F: Fn(etcd::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd::Error>>,
     {
         if self.is_closed() {
             return Err(Error::closed().with_operation(op));
         }
-        self.stats.incr(counter);
+        self.request(counter, op, write, f).await
+    }
+
+    /// [`Inner::call`], even after `close` (for the revoke that ends the session).
+    async fn request<T, F, Fut>(&self, counter: Counter, op: &'static str, write: bool, f: F) -> Result<T>
+    where
+        F: Fn(etcd::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd::Error>>,
+    {
         let deadline = self.options.request_timeout;
-        match tokio::time::timeout(deadline, Box::pin(f(self.client.clone()))).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map(e, op, write)),
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                format!("no answer from etcd within {deadline:?}"),
-            )
-            .with_operation(op)
-            .with_outcome_unknown(write)),
+        let mut tries = self.members.len();
+        loop {
+            tries -= 1;
+            let (member, client) = self.members.client().await.map_err(|e| map(e, op, write))?;
+            self.stats.incr(counter);
+            let e = match tokio::time::timeout(deadline, Box::pin(f(client))).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    self.members.failed(member);
+                    if !write && tries > 0 {
+                        continue;
+                    }
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("no answer from etcd within {deadline:?}"),
+                    )
+                    .with_operation(op)
+                    .with_outcome_unknown(write));
+                }
+            };
+            if !crate::error::member_failure(&e) {
+                return Err(map(e, op, write));
+            }
+            self.members.failed(member);
+            let unsent = crate::members::never_sent(&e);
+            if tries == 0 || (write && !unsent) {
+                return Err(map(e, op, write && !unsent));
+            }
+            tracing::debug!(op, error = %e, "coord.etcd.retry_on_next_member");
         }
+    }
+
+    /// Changes whenever the client moves to another member: streams re-open there.
+    pub(crate) fn member_moves(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.members.moves()
     }
 
     /// Grants a lease of the configured TTL.
@@ -325,23 +364,22 @@ impl Inner {
         let old = self.lease.write().unwrap_or_else(|p| p.into_inner()).take();
         tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
         if let Some(lease) = old {
-            self.stats.incr(Counter::SessionRequest);
-            let mut c = self.client.clone();
-            match tokio::time::timeout(self.options.request_timeout, c.lease_revoke(lease.id)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    let e = map(e, "close", true);
-                    if e.kind() != ErrorKind::SessionLost {
-                        return Err(e);
-                    }
-                }
-                Err(_) => {
+            match self
+                .request(Counter::SessionRequest, "close", true, |mut c| async move {
+                    c.lease_revoke(lease.id).await
+                })
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::SessionLost => {}
+                Err(e) if e.kind() == ErrorKind::Timeout => {
                     return Err(Error::new(
                         ErrorKind::Timeout,
                         "lease revoke timed out; the lease expires by TTL",
                     )
                     .with_operation("close"));
                 }
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -386,7 +424,7 @@ impl Inner {
         let margin = (ttl / 10).max(Duration::from_millis(100));
         // The server started the TTL when it handled the grant: no earlier than its send.
         let mut last_ok_sent = granted.sent;
-        let mut stream: Option<(etcd::LeaseKeeper, etcd::LeaseKeepAliveStream)> = None;
+        let mut stream: Option<(MemberId, etcd::LeaseKeeper, etcd::LeaseKeepAliveStream)> = None;
         loop {
             if self.is_closed() {
                 return None;
@@ -399,14 +437,18 @@ impl Inner {
             let wait = interval.min(deadline - sent_at);
             let answered = tokio::time::timeout(wait, async {
                 if stream.is_none() {
-                    let mut c = self.client.clone();
-                    stream = Some(
-                        c.lease_keep_alive(lease.id)
-                            .await
-                            .map_err(|e| map(e, "keep-alive", false))?,
-                    );
+                    let (member, mut c) = self
+                        .members
+                        .client()
+                        .await
+                        .map_err(|e| map(e, "keep-alive", false))?;
+                    let (keeper, responses) = c.lease_keep_alive(lease.id).await.map_err(|e| {
+                        self.members.failed(member);
+                        map(e, "keep-alive", false)
+                    })?;
+                    stream = Some((member, keeper, responses));
                 }
-                let (keeper, responses) = stream
+                let (_, keeper, responses) = stream
                     .as_mut()
                     .ok_or_else(|| Error::new(ErrorKind::Unexpected, "no stream"))?;
                 self.stats.incr(Counter::SessionRequest);
@@ -436,12 +478,17 @@ impl Inner {
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "coord.etcd.keep_alive_failed");
-                    stream = None;
+                    // A broken or overdue stream: the member is suspect; use another.
+                    if let Some((member, ..)) = stream.take() {
+                        self.members.failed(member);
+                    }
                     self.session
                         .set(SessionState::Suspended, lease.generation, &self.stats);
                 }
                 Err(_overdue) => {
-                    stream = None;
+                    if let Some((member, ..)) = stream.take() {
+                        self.members.failed(member);
+                    }
                     self.session
                         .set(SessionState::Suspended, lease.generation, &self.stats);
                 }

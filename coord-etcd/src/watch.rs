@@ -53,8 +53,9 @@ pub(crate) enum Raw {
 pub(crate) async fn range(inner: &Inner, prefix: &str) -> Result<(i64, Vec<Kv>)> {
     let p = prefix.to_owned();
     let resp = inner
-        .call(Counter::Read, "range", false, |mut c| async move {
-            c.get(p, Some(etcd::GetOptions::new().with_prefix())).await
+        .call(Counter::Read, "range", false, move |mut c| {
+            let p = p.clone();
+            async move { c.get(p, Some(etcd::GetOptions::new().with_prefix())).await }
         })
         .await?;
     let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
@@ -112,14 +113,17 @@ where
             // Follow until compaction forces a resync.
             loop {
                 let p = prefix.clone();
+                let mut moves = inner.member_moves();
                 let Some(mut stream) = retry(&inner, &tx, || {
-                    let p = p.clone();
-                    inner.call(Counter::WatchSet, "watch", false, move |mut c| async move {
-                        c.watch(
-                            p,
-                            Some(etcd::WatchOptions::new().with_prefix().with_start_revision(next)),
-                        )
-                        .await
+                    inner.call(Counter::WatchSet, "watch", false, |mut c| {
+                        let p = p.clone();
+                        async move {
+                            c.watch(
+                                p,
+                                Some(etcd::WatchOptions::new().with_prefix().with_start_revision(next)),
+                            )
+                            .await
+                        }
                     })
                 })
                 .await
@@ -130,6 +134,8 @@ where
                     let msg = tokio::select! {
                         m = stream.message() => m,
                         _ = tx.closed() => return,
+                        // The client moved to another member: follow it there.
+                        _ = moves.changed() => break false,
                         // Closing ends every watch, with a last item that says so.
                         _ = inner.closed() => {
                             let _ = tx.send(Err(Error::closed())).await;
