@@ -22,18 +22,6 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# free_port START : the first port at or above START (below 32768) nobody listens on.
-free_port() {
-  local p=$1
-  while port_in_use "$p"; do
-    p=$((p + 1))
-    [ "$p" -lt 32768 ] || { log "no free port below 32768"; return 1; }
-  done
-  echo "$p"
-}
-
 # alive PID : the process exists and is not a zombie.
 alive() {
   local state
@@ -54,125 +42,45 @@ stop_pidfile() {
   rm -f "$f"
 }
 
-zk_mode() {
-  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; printf srvr >&3; cat <&3" 2>/dev/null | sed -n 's/^Mode: //p'
+# ensure_testkit : builds the coord-testkit command (it starts servers and clusters and
+# injects member faults; see coord-testkit/src/bin) and exports its path.
+ensure_testkit() {
+  [ -n "${COORD_TESTKIT:-}" ] && [ -x "$COORD_TESTKIT" ] && return 0
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  cargo build -q --manifest-path "$root/Cargo.toml" -p coord-testkit --bin coord-testkit >&2
+  export COORD_TESTKIT="${CARGO_TARGET_DIR:-$root/target}/debug/coord-testkit"
 }
 
-# start_zk NAME PORT : a standalone ZooKeeper 3.8 on 127.0.0.1:PORT (tickTime 100 ms, so
-# session timeouts of 200 ms .. 2 s are allowed) with a fresh data directory. Prints
-# nothing; PID in NAME.pid.
-start_zk() {
-  local name=$1 port=$2
-  apt_install zookeeper
-  write_zk_cfg "$name" "$port"
-  launch_zk "$name"
+# testkit ARGS... : runs the coord-testkit command.
+testkit() {
+  ensure_testkit
+  "$COORD_TESTKIT" "$@"
 }
 
-# write_zk_cfg NAME PORT [LINE...] : a fresh data directory and zoo.cfg for a standalone
-# server on 127.0.0.1:PORT, plus the extra config LINEs.
-write_zk_cfg() {
-  local name=$1 port=$2 dir="$COORD_SERVERS_DIR/$1"
-  shift 2
-  rm -rf "$dir" && mkdir -p "$dir/data"
-  {
-    cat <<CFG
-tickTime=100
-initLimit=10
-syncLimit=5
-dataDir=$dir/data
-clientPort=$port
-clientPortAddress=127.0.0.1
-maxClientCnxns=0
-admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr,stat,cons,wchs
-forceSync=no
-CFG
-    printf '%s\n' "$@"
-  } > "$dir/zoo.cfg"
-  echo "zk $port" > "$dir/endpoint"
+# start_server KIND NAME MEMBERS [coord-testkit start options...] : a ZooKeeper (zk) or
+# etcd server (MEMBERS 1) or cluster on loopback in $COORD_SERVERS_DIR/NAME, from the
+# Debian packages (installed if missing); prints its members' host:port,…. ZooKeeper
+# runs with 100 ms ticks (session timeouts of 200 ms .. 2 s are allowed); etcd with short
+# heartbeats (1-2 s leases work); both without fsync (tests only). Stop it with
+# stop_server NAME; fault its members with `testkit member $COORD_SERVERS_DIR/NAME I …`.
+start_server() {
+  local kind=$1 name=$2 members=$3
+  shift 3
+  case "$kind" in
+    zk) apt_install zookeeper libnetty-java ;;
+    etcd) apt_install etcd-server etcd-client ;;
+  esac
+  mkdir -p "$COORD_SERVERS_DIR"
+  ensure_testkit
+  testkit start "$kind" --members "$members" --dir "$COORD_SERVERS_DIR/$name" "$@"
 }
 
-# launch_zk NAME : runs the ZooKeeper configured in NAME/zoo.cfg, keeping its data, and
-# waits until it answers.
-launch_zk() {
-  local name=$1 dir="$COORD_SERVERS_DIR/$1" port
-  read -r _ port < "$dir/endpoint"
-  # netty-codec is not on zookeeper.jar's manifest class path, but its Netty connection
-  # factory (the TLS port) needs it.
-  local cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar
-  # Containers (the directories of locks, elections and services) are swept every
-  # 100 ms instead of every minute, so tests can see empty ones go.
-  nohup java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
-    -Dznode.container.checkIntervalMs=100 -Dznode.container.maxPerMinute=1000000 -cp "$cp" \
-    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >>"$dir/server.log" 2>&1 &
-  echo $! > "$dir.pid"
-  for _ in $(seq 300); do
-    [ -n "$(zk_mode "$port")" ] && return 0
-    alive "$(cat "$dir.pid")" || break
-    sleep 0.1
-  done
-  log "ZooKeeper did not come up on port $port; log: $dir/server.log"
-  tail -20 "$dir/server.log" >&2
-  return 1
-}
-
-# etcd_healthy PORT [CERTS] : the etcd on 127.0.0.1:PORT answers (over TLS with the test
-# client certificate when CERTS is given).
-etcd_healthy() {
-  local tls=()
-  [ -n "${2:-}" ] && tls=(--cacert "$2/ca.pem" --cert "$2/client.pem" --key "$2/client.key")
-  ETCDCTL_API=3 timeout 3 etcdctl --endpoints "127.0.0.1:$1" --dial-timeout 1s "${tls[@]}" endpoint health >/dev/null 2>&1
-}
-
-# start_etcd NAME CLIENT_PORT PEER_PORT : a single-node etcd 3.4 on 127.0.0.1 with short
-# heartbeat/election timeouts (so 1-2 s leases work), no fsync (tests only) and a fresh
-# data directory. PID in NAME.pid.
-start_etcd() {
-  local name=$1 port=$2 peer=$3 dir="$COORD_SERVERS_DIR/$1"
-  apt_install etcd-server etcd-client
-  rm -rf "$dir" && mkdir -p "$dir"
-  echo "etcd $port $peer" > "$dir/endpoint"
-  launch_etcd "$name"
-}
-
-# launch_etcd NAME : runs the etcd described by NAME/endpoint on its data directory
-# (kept) and waits until it is healthy.
-launch_etcd() {
-  local name=$1 dir="$COORD_SERVERS_DIR/$1" port peer scheme=http certs="" tls=() extra=()
-  read -r _ port peer < "$dir/endpoint"
-  if [ -f "$dir/tls" ]; then
-    read -ra tls < "$dir/tls"
-    scheme=https
-    certs=$(dirname "${tls[1]}")
-  fi
-  [ -f "$dir/extra" ] && read -ra extra < "$dir/extra"
-  nohup etcd --name "$name" --data-dir "$dir/data" "${tls[@]}" "${extra[@]}" \
-    --listen-client-urls "$scheme://127.0.0.1:$port" --advertise-client-urls "$scheme://127.0.0.1:$port" \
-    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-    --initial-cluster "$name=http://127.0.0.1:$peer" \
-    --heartbeat-interval 50 --election-timeout 250 --unsafe-no-fsync --logger zap --log-level error \
-    >>"$dir/server.log" 2>&1 &
-  echo $! > "$dir.pid"
-  for _ in $(seq 200); do
-    etcd_healthy "$port" "$certs" && return 0
-    alive "$(cat "$dir.pid")" || break
-    sleep 0.1
-  done
-  log "etcd did not come up on port $port; log: $dir/server.log"
-  tail -20 "$dir/server.log" >&2
-  return 1
-}
-
-# restart_server NAME : kills the server NAME with SIGKILL (a crash: no clean shutdown)
-# and starts it again on the same port and data directory.
-restart_server() {
-  local name=$1 dir="$COORD_SERVERS_DIR/$1" kind pid
-  read -r kind _ < "$dir/endpoint"
-  pid=$(cat "$dir.pid")
-  kill -CONT "$pid" 2>/dev/null || true
-  kill -9 "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do alive "$pid" || break; sleep 0.05; done
-  "launch_$kind" "$name"
+# stop_server NAME : kills the members of the server or cluster NAME, if any.
+stop_server() {
+  local dir="$COORD_SERVERS_DIR/$1"
+  [ -f "$dir/cluster.json" ] || return 0
+  testkit stop "$dir" || true
 }
 
 # ensure_protoc : etcd-client's build script needs protoc and the well-known protobuf
@@ -222,51 +130,19 @@ extendedKeyUsage=serverAuth,clientAuth"
   [ -f "$dir/other-client.key" ] || { log "could not make test certificates in $dir"; return 1; }
 }
 
-# start_zk_tls NAME PORT SECURE_PORT CERTS : a standalone ZooKeeper with a TLS client
-# port (Netty) that requires client certificates signed by CERTS/ca.pem, and a plaintext
-# port for readiness probes. PID in NAME.pid.
-start_zk_tls() {
-  local name=$1 port=$2 secure=$3 certs=$4
-  apt_install zookeeper libnetty-java
-  write_zk_cfg "$name" "$port" \
-    "secureClientPort=$secure" \
-    "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory" \
-    "ssl.keyStore.location=$certs/server-keystore.pem" \
-    "ssl.keyStore.type=PEM" \
-    "ssl.trustStore.location=$certs/ca.pem" \
-    "ssl.trustStore.type=PEM" \
-    "ssl.clientAuth=need"
-  launch_zk "$name"
-}
-
-# start_etcd_tls NAME CLIENT_PORT PEER_PORT CERTS : a single-node etcd serving its
-# clients over TLS only, requiring client certificates signed by CERTS/ca.pem.
-start_etcd_tls() {
-  local name=$1 port=$2 peer=$3 certs=$4 dir="$COORD_SERVERS_DIR/$1"
-  apt_install etcd-server etcd-client
-  rm -rf "$dir" && mkdir -p "$dir"
-  echo "etcd $port $peer" > "$dir/endpoint"
-  echo "--cert-file $certs/server.pem --key-file $certs/server.key --trusted-ca-file $certs/ca.pem --client-cert-auth" > "$dir/tls"
-  launch_etcd "$name"
-}
-
 # Test users of start_etcd_auth: coord-app may read and write keys starting with
 # `coordtest-` (the suite's namespaces), coord-other only keys starting with `other/`.
 ETCD_AUTH_ROOT_PASSWORD=coord-root-pw-7d1e
 ETCD_AUTH_APP_PASSWORD=coord-app-pw-5f3a
 ETCD_AUTH_OTHER_PASSWORD=coord-other-pw-91c4
 
-# start_etcd_auth NAME CLIENT_PORT PEER_PORT : a single-node etcd with authentication on
-# (users above; simple tokens that expire after 1 s unused, so long holds exercise the
-# client's token refresh).
+# start_etcd_auth NAME : a single-node etcd with authentication on (users above; simple
+# tokens that expire after 1 s unused, so long holds exercise the client's token
+# refresh); prints its host:port.
 start_etcd_auth() {
-  local name=$1 port=$2 peer=$3 dir="$COORD_SERVERS_DIR/$1"
-  apt_install etcd-server etcd-client
-  rm -rf "$dir" && mkdir -p "$dir"
-  echo "etcd $port $peer" > "$dir/endpoint"
-  echo "--auth-token simple --auth-token-ttl 1" > "$dir/extra"
-  launch_etcd "$name"
-  local ctl=(env ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$port" --dial-timeout 2s)
+  local name=$1 dir="$COORD_SERVERS_DIR/$1" endpoint
+  endpoint=$(start_server etcd "$name" 1 --extra=--auth-token --extra=simple --extra=--auth-token-ttl --extra=1)
+  local ctl=(env ETCDCTL_API=3 etcdctl --endpoints "$endpoint" --dial-timeout 2s)
   {
     "${ctl[@]}" user add "root:$ETCD_AUTH_ROOT_PASSWORD" --interactive=false
     "${ctl[@]}" user grant-role root root
@@ -280,4 +156,5 @@ start_etcd_auth() {
     "${ctl[@]}" user grant-role coord-other coord-other
     "${ctl[@]}" auth enable
   } >>"$dir/setup.log" 2>&1 || { log "could not set up etcd auth; log: $dir/setup.log"; cat "$dir/setup.log" >&2; return 1; }
+  echo "$endpoint"
 }

@@ -28,11 +28,17 @@ pub struct Faults {
     /// [`Factory::operator_delete`] and [`Factory::operator_list`]: act on the server as an
     /// operator would, beside coord.
     pub operator: bool,
+    /// [`Factory::open_links`]: a client with several links (one per member, or several
+    /// to a standalone server) whose faults can be set one by one.
+    pub links: bool,
     /// [`Factory::pause_server`]: stop the server process (SIGSTOP) for a while.
     pub server_pause: bool,
     /// [`Factory::restart_server`]: kill the server process (SIGKILL) and start it again
     /// on its data.
     pub server_restart: bool,
+    /// [`Factory::cluster`]: kill, pause and restart single members of a cluster of at
+    /// least 3.
+    pub member_faults: bool,
 }
 
 /// A backend under test.
@@ -104,7 +110,7 @@ pub trait Factory: Send + Sync + 'static {
     async fn blackhole(&self, client: &Client, duration: Duration) -> Result<()> {
         self.real_server()
             .ok_or_else(|| unsupported("blackhole"))?
-            .proxy(client)?
+            .links(client)?
             .blackhole_for(duration);
         Ok(())
     }
@@ -114,7 +120,7 @@ pub trait Factory: Send + Sync + 'static {
         let proxy = self
             .real_server()
             .ok_or_else(|| unsupported("delay"))?
-            .proxy(client)?;
+            .links(client)?;
         if delay.is_zero() {
             proxy.pass();
         } else {
@@ -126,7 +132,29 @@ pub trait Factory: Send + Sync + 'static {
     /// When the server last received bytes from `client` (for measuring how long before
     /// the server can expire its session the client gives it up), if known.
     fn last_heard(&self, client: &Client) -> Option<tokio::time::Instant> {
-        self.real_server()?.proxy(client).ok()?.last_upstream()
+        self.real_server()?.links(client).ok()?.last_upstream()
+    }
+
+    /// Opens a client under `namespace` through `n` links of its own (the `i`th to member
+    /// `i mod members`), for cases that cut single links: see [`Factory::links`].
+    async fn open_links(&self, namespace: &str, n: usize) -> Result<Client> {
+        let _ = (namespace, n);
+        Err(unsupported("open_links"))
+    }
+
+    /// The links of a client opened by [`Factory::open`] or [`Factory::open_links`].
+    fn links(&self, client: &Client) -> Result<coord_testkit::Links> {
+        self.real_server()
+            .ok_or_else(|| unsupported("links"))?
+            .links(client)
+    }
+
+    /// The cluster's member processes, to kill, pause and restart one.
+    fn cluster(&self) -> Result<std::sync::Arc<coord_testkit::Cluster>> {
+        self.real_server()
+            .and_then(|s| s.cluster().cloned())
+            .filter(|c| c.len() >= 3)
+            .ok_or_else(|| unsupported("member faults"))
     }
 
     /// Deletes the node or key at `path` (a backend path, e.g. a fence's resource) from

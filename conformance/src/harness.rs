@@ -43,8 +43,10 @@ impl Needs {
             blackhole: false,
             delay: false,
             operator: false,
+            links: false,
             server_pause: false,
             server_restart: false,
+            member_faults: false,
         },
         every_watch_event: false,
         every_leader_change: false,
@@ -65,6 +67,8 @@ impl Needs {
             (n.operator && !faults.operator, "fault operator"),
             (n.server_pause && !faults.server_pause, "fault server_pause"),
             (n.server_restart && !faults.server_restart, "fault server_restart"),
+            (n.links && !faults.links, "fault links"),
+            (n.member_faults && !faults.member_faults, "fault member_faults"),
             (
                 self.every_watch_event && !caps.every_watch_event,
                 "capability every_watch_event",
@@ -242,6 +246,7 @@ pub fn run_groups(groups: Vec<Group>) -> ! {
         let required = Required {
             backend: require.contains(&group.backend.as_str()),
             server_faults: require.contains(&"server-faults"),
+            member_faults: require.contains(&"member-faults"),
         };
         for case in group.cases {
             trials.push(trial(
@@ -263,6 +268,9 @@ struct Required {
     backend: bool,
     /// `server-faults`: cases must not be skipped for lack of server-side faults.
     server_faults: bool,
+    /// `member-faults`: cases must not be skipped for lack of a cluster whose members
+    /// can be faulted one by one.
+    member_faults: bool,
 }
 
 fn trial(
@@ -291,6 +299,15 @@ fn trial(
                      run against a server started by coord's scripts (./scripts/test sets \
                      COORD_TEST_{}_SERVER)",
                     missing.join(", "),
+                    backend.to_uppercase()
+                );
+                return Trial::test(name, move || Err(Failed::from(msg))).with_kind(backend);
+            }
+            if required.member_faults && missing.contains(&"fault member_faults") {
+                let msg = format!(
+                    "COORD_TEST_REQUIRE names member-faults, but the {backend} factory has no cluster \
+                     of 3 or more members to fault: run against a cluster started by coord's \
+                     scripts (./scripts/test does, and sets COORD_TEST_{}_SERVER)",
                     backend.to_uppercase()
                 );
                 return Trial::test(name, move || Err(Failed::from(msg))).with_kind(backend);

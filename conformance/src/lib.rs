@@ -24,7 +24,7 @@
 //! Server-side faults — the server process paused with SIGSTOP, or killed with SIGKILL
 //! and started again on its data — are in [`cases::server`]. A backend whose factory can
 //! inject them ([`Faults::server_pause`], [`Faults::server_restart`], typically through
-//! [`ServerCtl`] for servers started by coord's scripts) adds them to its extras;
+//! a `coord_testkit::Cluster` started by coord's scripts) adds them to its extras;
 //! `COORD_TEST_REQUIRE=…,server-faults` makes their absence a failure.
 //!
 //! Set `COORD_TEST_LOG=debug` to see the backend's tracing output.
@@ -33,13 +33,10 @@ pub mod cases;
 pub mod factory;
 pub mod harness;
 pub mod log_capture;
-pub mod proxy;
 pub mod real_server;
-pub mod server_ctl;
 pub mod util;
 
+pub use coord_testkit::{Cluster, FaultProxy, Links, ProxyMap};
 pub use factory::{Factory, Faults};
 pub use harness::{Case, CaseResult, Ctx, Group, Needs, run_groups, run_main, run_main_with};
-pub use proxy::{FaultProxy, ProxyMap};
 pub use real_server::{RealServer, UrlFactory};
-pub use server_ctl::ServerCtl;

@@ -1,62 +1,96 @@
-//! A real server under test: its address, one fault proxy per client, and — for servers
-//! started by coord's scripts — control of the server process. Real-server factories
-//! hold one and hand their client-side and server-side faults to it.
+//! A real server under test — a standalone server or a cluster's members — with one set
+//! of fault proxies per client (one proxy per member) and, for servers started by
+//! `coord-testkit` (coord's scripts use it), control of the member processes.
+//! Real-server factories hold one and hand their client-side and server-side faults to
+//! it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::{Client, Error, ErrorKind, Result};
+use coord_testkit::{Cluster, Links, ProxyMap};
 
 use crate::factory::Faults;
-use crate::proxy::{FaultProxy, ProxyMap};
-use crate::server_ctl::ServerCtl;
 
-/// A real server, reached by every client through its own [`FaultProxy`].
+/// A real server or cluster, reached by every client through its own fault proxies.
 #[derive(Debug)]
 pub struct RealServer {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     proxies: ProxyMap,
     /// Set from `COORD_TEST_<BACKEND>_SERVER`: enables the server-side faults.
-    ctl: Option<ServerCtl>,
+    cluster: Option<Arc<Cluster>>,
     ctl_var: String,
 }
 
 impl RealServer {
-    /// The server named by `COORD_TEST_<BACKEND>` (`-` written `_`; `host:port` of an IP address), with
-    /// process control when `COORD_TEST_<BACKEND>_SERVER` names a server started by
-    /// coord's scripts. `Ok(None)` when the endpoint variable is unset or empty.
+    /// The server or cluster named by `COORD_TEST_<BACKEND>` (`-` written `_`;
+    /// `ip:port`, or a comma-separated list of a cluster's members), with process
+    /// control when `COORD_TEST_<BACKEND>_SERVER` names the directory of a cluster
+    /// started by `coord-testkit` (a bare name is looked up under `.coord-servers/`).
+    /// `Ok(None)` when the endpoint variable is unset or empty.
     ///
     /// # Errors
     ///
-    /// A message naming the variable when the endpoint is not `ip:port`.
+    /// A message naming the variable when an endpoint is not `ip:port`, or the cluster
+    /// directory cannot be read.
     pub fn from_env(backend: &str) -> std::result::Result<Option<RealServer>, String> {
         let upper = backend.to_uppercase().replace('-', "_");
         let var = format!("COORD_TEST_{upper}");
-        let Some(endpoint) = std::env::var(&var).ok().filter(|s| !s.is_empty()) else {
+        let Some(endpoints) = std::env::var(&var).ok().filter(|s| !s.trim().is_empty()) else {
             return Ok(None);
         };
-        let addr = endpoint
-            .parse()
-            .map_err(|e| format!("{var}={endpoint:?} is not host:port of an IP address: {e}"))?;
+        let addrs = parse_members(&endpoints).map_err(|e| format!("{var}: {e}"))?;
         let ctl_var = format!("COORD_TEST_{upper}_SERVER");
+        let cluster = match std::env::var(&ctl_var).ok().filter(|n| !n.trim().is_empty()) {
+            None => None,
+            Some(name) => {
+                let name = name.trim();
+                let dir = if name.contains('/') {
+                    std::path::PathBuf::from(name)
+                } else {
+                    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.coord-servers"))
+                        .join(name)
+                };
+                Some(Arc::new(
+                    Cluster::attach(&dir).map_err(|e| format!("{ctl_var}={name}: {e}"))?,
+                ))
+            }
+        };
         Ok(Some(RealServer {
-            addr,
+            addrs,
             proxies: ProxyMap::default(),
-            ctl: ServerCtl::from_env(&ctl_var),
+            cluster,
             ctl_var,
         }))
     }
 
-    /// The server's address.
+    /// The first member's address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs[0]
+    }
+
+    /// Every member's address.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// `host:port,host:port,…` of every member (for an operator's tool).
+    pub fn hosts(&self) -> String {
+        join(&self.addrs)
+    }
+
+    /// The cluster's processes, when they can be controlled.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// The faults it can inject: every client-side fault through the proxies
     /// (`kill_session` and the operator's actions are the backend's own), and the
-    /// server-side ones when the server's process can be controlled.
+    /// server-side ones when the members' processes can be controlled (member faults
+    /// need a cluster of at least 3).
     pub fn faults(&self, kill_session: bool, operator: bool) -> Faults {
+        let members = self.cluster.as_ref().map_or(0, |c| c.len());
         Faults {
             kill_session,
             crash: true,
@@ -65,12 +99,15 @@ impl RealServer {
             blackhole: true,
             delay: true,
             operator,
-            server_pause: self.ctl.is_some(),
-            server_restart: self.ctl.is_some(),
+            links: true,
+            server_pause: members > 0,
+            server_restart: members > 0,
+            member_faults: members >= 3,
         }
     }
 
-    /// Opens a client through a new fault proxy: `connect` gets the proxy's address.
+    /// Opens a client through a new fault proxy per member: `connect` gets the proxies'
+    /// `host:port,…`.
     ///
     /// # Errors
     ///
@@ -81,18 +118,39 @@ impl RealServer {
     /// As [`ProxyMap::open`].
     pub async fn open<F, Fut>(&self, connect: F) -> Result<Client>
     where
-        F: FnOnce(SocketAddr) -> Fut,
+        F: FnOnce(String) -> Fut,
         Fut: std::future::Future<Output = Result<Client>>,
     {
-        self.proxies.open(self.addr, connect).await
+        self.proxies
+            .open(&self.addrs, |addrs| connect(join(&addrs)))
+            .await
     }
 
-    /// The proxy `client` goes through.
+    /// Opens a client through `n` links, the `i`th to member `i mod members` (so a
+    /// standalone server gets `n` links to itself): `connect` gets their `host:port,…`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ProxyMap::open`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ProxyMap::open`].
+    pub async fn open_links<F, Fut>(&self, n: usize, connect: F) -> Result<Client>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Client>>,
+    {
+        let upstreams: Vec<SocketAddr> = (0..n).map(|i| self.addrs[i % self.addrs.len()]).collect();
+        self.proxies.open(&upstreams, |addrs| connect(join(&addrs))).await
+    }
+
+    /// The links `client` goes through.
     ///
     /// # Errors
     ///
     /// `NotFound` for a client not opened by [`RealServer::open`].
-    pub fn proxy(&self, client: &Client) -> Result<Arc<FaultProxy>> {
+    pub fn links(&self, client: &Client) -> Result<Links> {
         self.proxies.get(client)
     }
 
@@ -101,9 +159,9 @@ impl RealServer {
     ///
     /// # Errors
     ///
-    /// As [`RealServer::proxy`].
+    /// As [`RealServer::links`].
     pub fn cut_off(&self, client: &Client) -> Result<()> {
-        self.proxy(client)?.refuse();
+        self.links(client)?.refuse();
         Ok(())
     }
 
@@ -111,9 +169,9 @@ impl RealServer {
     ///
     /// # Errors
     ///
-    /// As [`RealServer::proxy`].
+    /// As [`RealServer::links`].
     pub fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
-        self.proxy(client)?.refuse_for(duration);
+        self.links(client)?.refuse_for(duration);
         Ok(())
     }
 
@@ -121,49 +179,109 @@ impl RealServer {
     ///
     /// # Errors
     ///
-    /// As [`RealServer::proxy`].
+    /// As [`RealServer::links`].
     pub fn reconnect(&self, client: &Client) -> Result<()> {
-        self.proxy(client)?.pass();
+        self.links(client)?.pass();
         Ok(())
     }
 
-    /// Stops the server process now and lets it continue after `duration`.
+    /// Stops every member process now and lets them continue after `duration`.
     ///
     /// # Errors
     ///
-    /// `Unsupported` without process control; as [`ServerCtl::pause`].
+    /// `Unsupported` without process control; `Unavailable` if a signal fails.
     ///
     /// # Cancel safety
     ///
     /// The continue is sent by a detached process, whatever happens to the caller.
     pub async fn pause(&self, duration: Duration) -> Result<()> {
-        self.ctl()?.pause(duration).await
+        let cluster = self.ctl()?.clone();
+        let (paused_tx, paused_rx) = tokio::sync::oneshot::channel();
+        // The fault lock is held until the members are back.
+        tokio::task::spawn_blocking(move || {
+            let outcome = cluster.fault_lock().and_then(|lock| {
+                for i in 0..cluster.len() {
+                    cluster.pause_for(i, duration)?;
+                }
+                Ok(lock)
+            });
+            match outcome {
+                Ok(lock) => {
+                    let _ = paused_tx.send(Ok(()));
+                    std::thread::sleep(duration);
+                    drop(lock);
+                }
+                Err(e) => {
+                    let _ = paused_tx.send(Err(e));
+                }
+            }
+        });
+        paused_rx
+            .await
+            .map_err(|_| Error::new(ErrorKind::Unexpected, "pause task ended"))?
+            .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))
     }
 
-    /// Kills the server process and starts it again on its data.
+    /// Kills every member process and starts them again on their data.
     ///
     /// # Errors
     ///
-    /// `Unsupported` without process control; as [`ServerCtl::restart`].
+    /// `Unsupported` without process control; `Unavailable` if they do not come back.
     ///
     /// # Cancel safety
     ///
-    /// If dropped, the restart script still runs to its end.
+    /// If dropped, the restart still runs to its end.
     pub async fn restart(&self) -> Result<()> {
-        self.ctl()?.restart().await
+        let cluster = self.ctl()?.clone();
+        blocking(move || {
+            let _lock = cluster.fault_lock()?;
+            cluster.restart_all()
+        })
+        .await
     }
 
-    fn ctl(&self) -> Result<&ServerCtl> {
-        self.ctl.as_ref().ok_or_else(|| {
+    fn ctl(&self) -> Result<&Arc<Cluster>> {
+        self.cluster.as_ref().ok_or_else(|| {
             Error::new(
                 ErrorKind::Unsupported,
                 format!(
-                    "set {} to the name of a server started by coord's scripts",
+                    "set {} to the directory of a server started by coord-testkit",
                     self.ctl_var
                 ),
             )
         })
     }
+}
+
+/// Runs a blocking cluster action on the blocking pool.
+///
+/// # Errors
+///
+/// `Unavailable` with the action's message.
+pub async fn blocking<T, F>(f: F) -> Result<T>
+where
+    F: FnOnce() -> std::result::Result<T, coord_testkit::Error> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Unexpected, format!("cluster action panicked: {e}")))?
+        .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))
+}
+
+fn join(addrs: &[SocketAddr]) -> String {
+    addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// `ip:port[,ip:port…]`.
+fn parse_members(list: &str) -> std::result::Result<Vec<SocketAddr>, String> {
+    list.split(',')
+        .map(|m| {
+            m.trim()
+                .parse()
+                .map_err(|e| format!("{m:?} is not ip:port (a list is ip:port,ip:port,…): {e}"))
+        })
+        .collect()
 }
 
 /// A factory for cases that connect by URL themselves and need only the server's address

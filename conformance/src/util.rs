@@ -192,3 +192,28 @@ pub async fn through_short_outage<T>(
     );
     Ok(out)
 }
+
+/// Checks that a spawned waiter (a lock or campaign in its own task) is still waiting:
+/// one that finished either got what it waited for (`what` happened while it should
+/// not) or failed — a failure is reported as such, never counted as getting it.
+///
+/// # Errors
+///
+/// When the waiter finished, with which way it did.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only looks at a finished task's output.
+pub async fn still_waiting<T, E: std::fmt::Display>(
+    waiter: &mut tokio::task::JoinHandle<Result<T, E>>,
+    what: &str,
+) -> anyhow::Result<()> {
+    if !waiter.is_finished() {
+        return Ok(());
+    }
+    match (&mut *waiter).await {
+        Ok(Ok(_)) => bail!("{what}"),
+        Ok(Err(e)) => bail!("the waiter failed instead of waiting: {e}"),
+        Err(e) => bail!("the waiter's task ended: {e}"),
+    }
+}

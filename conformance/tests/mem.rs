@@ -37,9 +37,12 @@ impl Factory for MemFactory {
             blackhole: false,
             delay: false,
             operator: true,
+            // One in-memory store, no members to link to one by one.
+            links: false,
             // No server process: the in-memory cluster lives in the test process.
             server_pause: false,
             server_restart: false,
+            member_faults: false,
         }
     }
 

@@ -48,8 +48,25 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl EtcdFactory {
+    async fn connect_to(&self, hosts: String, namespace: &str) -> Result<Client> {
+        let url = format!(
+            "{}://{}{hosts}/{namespace}?lease_ttl={}s&request_timeout=3s{}",
+            self.scheme,
+            self.userinfo,
+            LEASE_TTL.as_secs(),
+            self.query
+        );
+        EtcdClient::connect(EtcdOptions::from_url(&url)?).await
+    }
+
     async fn admin(&self) -> Result<etcd_client::Client> {
-        etcd_client::Client::connect([format!("http://{}", self.server.addr())], None)
+        let urls: Vec<String> = self
+            .server
+            .addrs()
+            .iter()
+            .map(|a| format!("http://{a}"))
+            .collect();
+        etcd_client::Client::connect(urls, None)
             .await
             .map_err(|e| unavailable("admin connect", e))
     }
@@ -79,20 +96,17 @@ impl Factory for EtcdFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
-        let (scheme, userinfo, query) = (self.scheme, &self.userinfo, &self.query);
+        self.server.open(|hosts| self.connect_to(hosts, namespace)).await
+    }
+
+    async fn open_links(&self, namespace: &str, n: usize) -> Result<Client> {
         self.server
-            .open(|addr| async move {
-                let url = format!(
-                    "{scheme}://{userinfo}{addr}/{namespace}?lease_ttl={}s&request_timeout=3s{query}",
-                    LEASE_TTL.as_secs()
-                );
-                EtcdClient::connect(EtcdOptions::from_url(&url)?).await
-            })
+            .open_links(n, |hosts| self.connect_to(hosts, namespace))
             .await
     }
 
     fn url_base(&self) -> String {
-        format!("{}://{}{}", self.scheme, self.userinfo, self.server.addr())
+        format!("{}://{}{}", self.scheme, self.userinfo, self.server.hosts())
     }
 
     async fn connect_url(&self, url: &str) -> Result<Client> {

@@ -39,7 +39,7 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
 impl ZkFactory {
     /// A plain ZooKeeper client beside coord's, as an operator's tool would be.
     async fn operator(&self) -> Result<zookeeper_client::Client> {
-        zookeeper_client::Client::connect(&self.server.addr().to_string())
+        zookeeper_client::Client::connect(&self.server.hosts())
             .await
             .map_err(|e| unavailable("operator connect", e))
     }
@@ -63,7 +63,7 @@ impl ZkFactory {
             let attached = zookeeper_client::Client::connector()
                 .with_session(info.clone())
                 .with_session_timeout(Duration::from_secs(6))
-                .connect(&self.server.addr().to_string())
+                .connect(&self.server.hosts())
                 .await;
             match attached {
                 // The server no longer knows the session: it and its ephemerals are gone.
@@ -90,6 +90,18 @@ impl ZkFactory {
     }
 }
 
+impl ZkFactory {
+    async fn connect_to(&self, hosts: String, namespace: &str) -> Result<Client> {
+        let url = format!(
+            "{}://{hosts}/{namespace}?session_timeout={}ms&connect_timeout=10s{}",
+            self.scheme,
+            SESSION_TIMEOUT.as_millis(),
+            self.query
+        );
+        ZkClient::connect(ZkOptions::from_url(&url)?).await
+    }
+}
+
 #[async_trait]
 impl Factory for ZkFactory {
     fn name(&self) -> &str {
@@ -112,20 +124,17 @@ impl Factory for ZkFactory {
     }
 
     async fn open(&self, namespace: &str) -> Result<Client> {
-        let (scheme, query) = (self.scheme, &self.query);
+        self.server.open(|hosts| self.connect_to(hosts, namespace)).await
+    }
+
+    async fn open_links(&self, namespace: &str, n: usize) -> Result<Client> {
         self.server
-            .open(|addr| async move {
-                let url = format!(
-                    "{scheme}://{addr}/{namespace}?session_timeout={}ms&connect_timeout=10s{query}",
-                    SESSION_TIMEOUT.as_millis()
-                );
-                ZkClient::connect(ZkOptions::from_url(&url)?).await
-            })
+            .open_links(n, |hosts| self.connect_to(hosts, namespace))
             .await
     }
 
     fn url_base(&self) -> String {
-        format!("{}://{}", self.scheme, self.server.addr())
+        format!("{}://{}", self.scheme, self.server.hosts())
     }
 
     async fn connect_url(&self, url: &str) -> Result<Client> {
@@ -274,9 +283,9 @@ async fn failed_reread_is_retried(ctx: Ctx) -> CaseResult {
     // A request timeout shorter than the slow link's round trip, well inside the
     // session timeout: reads fail, the connection and session stay.
     let watcher = server
-        .open(|addr| async move {
+        .open(|hosts| async move {
             let url = format!(
-                "zk://{addr}/{namespace}?session_timeout={}ms&request_timeout=300ms",
+                "zk://{hosts}/{namespace}?session_timeout={}ms&request_timeout=300ms",
                 SESSION_TIMEOUT.as_millis()
             );
             ZkClient::connect(ZkOptions::from_url(&url)?).await

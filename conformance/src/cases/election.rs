@@ -7,7 +7,7 @@ use coord_core::{Election, HoldState, LeaderEvent};
 use futures::StreamExt;
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, next_event, retrying, settle, stays_pending, within};
+use crate::util::{eventually, next_event, retrying, settle, stays_pending, still_waiting, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -54,12 +54,9 @@ pub async fn resign_hands_over(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let la = a.campaign("svc", b"a".to_vec()).await?;
     let bc = b.clone();
-    let waiting = tokio::spawn(async move { bc.campaign("svc", b"b".to_vec()).await });
+    let mut waiting = tokio::spawn(async move { bc.campaign("svc", b"b".to_vec()).await });
     settle().await;
-    ensure!(
-        !waiting.is_finished(),
-        "second candidate won while the first leads"
-    );
+    still_waiting(&mut waiting, "second candidate won while the first leads").await?;
     let ta = la.token();
     la.resign().await?;
     let lb = within(QUICK, "second candidate takes over", waiting).await???;

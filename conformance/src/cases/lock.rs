@@ -9,7 +9,7 @@ use coord_core::{HoldState, Lock};
 use tokio::sync::Mutex;
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{retrying, settle, stays_pending, through_short_outage, within};
+use crate::util::{retrying, settle, stays_pending, still_waiting, through_short_outage, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -131,9 +131,9 @@ pub async fn tokens_increase_across_holders(ctx: Ctx) -> CaseResult {
 pub async fn killed_holder_passes_on(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let ga = a.lock("res").await?;
-    let waiter = tokio::spawn(async move { b.lock("res").await });
+    let mut waiter = tokio::spawn(async move { b.lock("res").await });
     settle().await;
-    ensure!(!waiter.is_finished(), "waiter got the lock while it was held");
+    still_waiting(&mut waiter, "waiter got the lock while it was held").await?;
     ctx.factory().kill_session(&a).await?;
     let gb = within(
         ctx.expiry_wait(),
@@ -299,12 +299,9 @@ pub async fn same_client_queues_locally(ctx: Ctx) -> CaseResult {
     let a = ctx.client().await?;
     let g1 = a.lock("res").await?;
     let a2 = a.clone();
-    let second = tokio::spawn(async move { a2.lock("res").await });
+    let mut second = tokio::spawn(async move { a2.lock("res").await });
     settle().await;
-    ensure!(
-        !second.is_finished(),
-        "second lock on the same client did not wait"
-    );
+    still_waiting(&mut second, "second lock on the same client did not wait").await?;
     let t1 = g1.token();
     g1.release().await?;
     let g2 = within(QUICK, "second local contender acquires", second).await???;
@@ -369,9 +366,9 @@ pub async fn release_during_outage_is_retried(ctx: Ctx) -> CaseResult {
     for dropped in [false, true] {
         let g = a.lock("res").await?;
         let bc = b.clone();
-        let waiter = tokio::spawn(async move { bc.lock("res").await });
+        let mut waiter = tokio::spawn(async move { bc.lock("res").await });
         settle().await;
-        ensure!(!waiter.is_finished(), "b got the lock while a held it");
+        still_waiting(&mut waiter, "b got the lock while a held it").await?;
         let gb = through_short_outage(&ctx, &a, async {
             if dropped {
                 drop(g);

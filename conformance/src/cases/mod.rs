@@ -4,6 +4,7 @@
 //! completion or abandons it at the deadline; cases have no cancel-safety contract.
 
 pub mod access;
+pub mod cluster;
 pub mod config;
 pub mod election;
 pub mod fencing;
@@ -82,6 +83,20 @@ const DELAY: Needs = Needs {
 };
 const EVERY_WATCH_EVENT: Needs = Needs {
     every_watch_event: true,
+    ..Needs::NONE
+};
+const LINKS: Needs = Needs {
+    faults: Faults {
+        links: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+const MEMBERS: Needs = Needs {
+    faults: Faults {
+        member_faults: true,
+        ..Needs::NONE.faults
+    },
     ..Needs::NONE
 };
 const EVERY_LEADER: Needs = Needs {
@@ -205,6 +220,10 @@ pub fn all() -> Vec<Case> {
         case!(session::blackholed_holder_lost_before_handover, BLACKHOLE),
         case!(session::short_blackhole_keeps_session, BLACKHOLE),
         case!(session::delayed_link_keeps_working, DELAY),
+        case!(cluster::dead_member_in_url_is_skipped, LINKS),
+        case!(cluster::client_follows_the_live_member, LINKS),
+        case!(cluster::short_cut_of_every_link_keeps_session, LINKS),
+        case!(cluster::member_killed_clients_keep_working, MEMBERS),
         case!(input::bad_names_rejected_everywhere),
         case!(input::oversized_values_rejected),
         case!(input::bad_transactions_rejected),

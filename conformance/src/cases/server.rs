@@ -2,7 +2,7 @@
 //! killed (SIGKILL) and started again on its data.
 //!
 //! Only a factory whose server it may stop offers these faults (servers started by
-//! coord's scripts; see [`crate::ServerCtl`]), so they are not in [`super::all`]: real
+//! coord's scripts with `coord-testkit`), so they are not in [`super::all`]: real
 //! backends add [`all`] to their extras. Each runs alone, since every client of the
 //! server is affected.
 

@@ -8,7 +8,7 @@ use coord_core::{
 };
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, settle, within};
+use crate::util::{eventually, settle, still_waiting, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -177,9 +177,9 @@ pub async fn dropping_last_handle_ends_session(ctx: Ctx) -> CaseResult {
     let hold = g.hold().clone();
     // A guard left alive (even leaked) does not keep the session open.
     std::mem::forget(g);
-    let waiter = tokio::spawn(async move { b.lock("res").await });
+    let mut waiter = tokio::spawn(async move { b.lock("res").await });
     settle().await;
-    ensure!(!waiter.is_finished(), "b got the lock while a held it");
+    still_waiting(&mut waiter, "b got the lock while a held it").await?;
     drop(a);
     let _next = within(
         ctx.session_timeout() + Duration::from_secs(2),
@@ -307,9 +307,9 @@ pub async fn delayed_link_keeps_working(ctx: Ctx) -> CaseResult {
     let generation = a.session().borrow().generation;
     ctx.factory().delay(&a, Duration::from_millis(50)).await?;
     let ga = a.lock("res").await?;
-    let waiter = tokio::spawn(async move { b.lock("res").await });
+    let mut waiter = tokio::spawn(async move { b.lock("res").await });
     settle().await;
-    ensure!(!waiter.is_finished(), "b got the lock while a held it");
+    still_waiting(&mut waiter, "b got the lock while a held it").await?;
     ga.release().await?;
     let gb = within(QUICK, "b acquires from the slow holder", waiter).await???;
     let ga = within(QUICK, "a queues behind b over the slow link", async {

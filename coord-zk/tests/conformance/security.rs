@@ -41,14 +41,10 @@ pub fn tls_factory() -> Option<Arc<dyn Factory>> {
     }))
 }
 
-/// `host:port` of the plain server, reached directly (not through a fault proxy).
+/// `host:port,…` of the plain server's members, reached directly (not through fault
+/// proxies).
 fn server_of(ctx: &Ctx) -> anyhow::Result<String> {
-    Ok(ctx
-        .factory()
-        .real_server()
-        .context("not a real server")?
-        .addr()
-        .to_string())
+    Ok(ctx.factory().real_server().context("not a real server")?.hosts())
 }
 
 fn certs_dir() -> anyhow::Result<String> {

@@ -247,11 +247,61 @@ async fn pump(
     futures::future::join(read, write).await;
 }
 
-/// Which proxy each client goes through, for factories that give every client its own.
+/// A client's links to the servers: one [`FaultProxy`] per server address it was given
+/// (per cluster member, say). The faults apply to every link at once; [`Links::member`]
+/// reaches one.
+#[derive(Debug, Clone)]
+pub struct Links {
+    proxies: Vec<Arc<FaultProxy>>,
+}
+
+impl Links {
+    /// Every link, in the order of the addresses the client was given.
+    pub fn all(&self) -> &[Arc<FaultProxy>] {
+        &self.proxies
+    }
+
+    /// The link to the `i`th address.
+    pub fn member(&self, i: usize) -> Option<&Arc<FaultProxy>> {
+        self.proxies.get(i)
+    }
+
+    /// [`FaultProxy::refuse`] on every link.
+    pub fn refuse(&self) {
+        self.proxies.iter().for_each(|p| p.refuse());
+    }
+
+    /// [`FaultProxy::refuse_for`] on every link.
+    pub fn refuse_for(&self, duration: Duration) {
+        self.proxies.iter().for_each(|p| p.refuse_for(duration));
+    }
+
+    /// [`FaultProxy::blackhole_for`] on every link.
+    pub fn blackhole_for(&self, duration: Duration) {
+        self.proxies.iter().for_each(|p| p.blackhole_for(duration));
+    }
+
+    /// [`FaultProxy::delay`] on every link.
+    pub fn delay(&self, delay: Duration) {
+        self.proxies.iter().for_each(|p| p.delay(delay));
+    }
+
+    /// [`FaultProxy::pass`] on every link.
+    pub fn pass(&self) {
+        self.proxies.iter().for_each(|p| p.pass());
+    }
+
+    /// When any server last received bytes from the client, if ever.
+    pub fn last_upstream(&self) -> Option<Instant> {
+        self.proxies.iter().filter_map(|p| p.last_upstream()).max()
+    }
+}
+
+/// Which links each client goes through, for harnesses that give every client its own.
 #[derive(Debug, Default)]
 pub struct ProxyMap {
     /// By the client's backend address, oldest first.
-    entries: Mutex<Vec<(usize, Arc<FaultProxy>)>>,
+    entries: Mutex<Vec<(usize, Links)>>,
 }
 
 fn client_id(client: &coord_core::Client) -> usize {
@@ -259,38 +309,46 @@ fn client_id(client: &coord_core::Client) -> usize {
 }
 
 impl ProxyMap {
-    /// Starts a proxy to `upstream`, opens a client through it with `open(proxy address)`,
-    /// and remembers the pair.
+    /// Starts one proxy per address in `upstreams`, opens a client through them with
+    /// `open(proxy addresses)`, and remembers the client's links.
     ///
     /// # Errors
     ///
-    /// `Unavailable` if the proxy cannot start; whatever `open` returns.
+    /// `Unavailable` if a proxy cannot start; whatever `open` returns.
     ///
     /// # Cancel safety
     ///
-    /// If dropped, the proxy (and any client being opened through it) is dropped.
-    pub async fn open<F, Fut>(&self, upstream: SocketAddr, open: F) -> coord_core::Result<coord_core::Client>
+    /// If dropped, the proxies (and any client being opened through them) are dropped.
+    pub async fn open<F, Fut>(
+        &self,
+        upstreams: &[SocketAddr],
+        open: F,
+    ) -> coord_core::Result<coord_core::Client>
     where
-        F: FnOnce(SocketAddr) -> Fut,
+        F: FnOnce(Vec<SocketAddr>) -> Fut,
         Fut: std::future::Future<Output = coord_core::Result<coord_core::Client>>,
     {
-        let proxy = FaultProxy::start(upstream).await.map_err(|e| {
-            coord_core::Error::new(coord_core::ErrorKind::Unavailable, format!("fault proxy: {e}"))
-        })?;
-        let client = open(proxy.addr()).await?;
+        let mut proxies = Vec::new();
+        for upstream in upstreams {
+            let proxy = FaultProxy::start(*upstream).await.map_err(|e| {
+                coord_core::Error::new(coord_core::ErrorKind::Unavailable, format!("fault proxy: {e}"))
+            })?;
+            proxies.push(Arc::new(proxy));
+        }
+        let client = open(proxies.iter().map(|p| p.addr()).collect()).await?;
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((client_id(&client), Arc::new(proxy)));
+            .push((client_id(&client), Links { proxies }));
         Ok(client)
     }
 
-    /// The proxy `client` goes through.
+    /// The links `client` goes through.
     ///
     /// # Errors
     ///
     /// `NotFound` for a client not opened by [`ProxyMap::open`].
-    pub fn get(&self, client: &coord_core::Client) -> coord_core::Result<Arc<FaultProxy>> {
+    pub fn get(&self, client: &coord_core::Client) -> coord_core::Result<Links> {
         let id = client_id(client);
         self.entries
             .lock()

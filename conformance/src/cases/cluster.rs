@@ -1,0 +1,176 @@
+//! Clusters: a client given several members keeps working while any minority of them is
+//! down, and through short cuts of every link.
+//!
+//! The link cases give one client several links of its own (one fault proxy per member,
+//! or several to a standalone server, which looks the same to the client) and take them
+//! down one by one. The member cases kill and restart members of a real 3-member
+//! cluster; they hold the cluster's fault lock, so no other fault injector takes a
+//! second member down meanwhile.
+//!
+//! Liveness bound: an operation must succeed within 3 session timeouts plus 10 s after a
+//! member is killed, which covers the cluster electing a new leader (etcd: election
+//! timeout 500 ms; ZooKeeper: a few ticks of 100 ms plus the new leader syncing), the
+//! client's move to a live member, and a new session if the old one could not be kept.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use coord_core::{Client, ConfigStore, HoldState, Lock, SessionState};
+
+use crate::harness::{CaseResult, Ctx};
+use crate::real_server::blocking;
+use crate::util::{eventually, retrying, still_waiting, within};
+
+/// How long an operation may take after a member went down or a link was cut.
+fn bound(ctx: &Ctx) -> Duration {
+    ctx.session_timeout() * 3 + Duration::from_secs(10)
+}
+
+/// One lock cycle and one config write read back, retried while the client moves.
+async fn works(ctx: &Ctx, client: &Client, round: usize) -> anyhow::Result<()> {
+    let value = format!("round-{round}").into_bytes();
+    within(
+        bound(ctx),
+        "a config write",
+        retrying(|| client.put("k", value.clone())),
+    )
+    .await??;
+    let read = within(bound(ctx), "a config read", retrying(|| client.get("k")))
+        .await??
+        .context("the value written is missing")?;
+    ensure!(read.value == value, "read back another value");
+    let guard = within(bound(ctx), "a lock", retrying(|| client.lock("l"))).await??;
+    within(bound(ctx), "a release", guard.release()).await??;
+    Ok(())
+}
+
+/// A connection string whose first member is dead (nothing listens there) connects, and
+/// the client works: the dead member is skipped at connect and for every request.
+pub async fn dead_member_in_url_is_skipped(ctx: Ctx) -> CaseResult {
+    let base = ctx.factory().url_base();
+    let (scheme, hosts) = base.split_once("://").context("a connection string")?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let url = format!("{scheme}://{dead},{hosts}/{}", ctx.namespace());
+    for round in 0..5 {
+        let client = within(bound(&ctx), "connect", ctx.factory().connect_url(&url))
+            .await?
+            .with_context(|| format!("connect {round} with the first member dead"))?;
+        works(&ctx, &client, round).await?;
+        client.close().await?;
+    }
+    Ok(())
+}
+
+/// A client with three links, only one of them up at a time, in turn: each time it
+/// moves to the live one and keeps working — and keeps its session, since each move is
+/// a reset answered at once.
+pub async fn client_follows_the_live_member(ctx: Ctx) -> CaseResult {
+    let client = ctx.factory().open_links(ctx.namespace(), 3).await?;
+    let links = ctx.factory().links(&client)?;
+    let generation = client.session().borrow().generation;
+    for round in 0..6 {
+        let live = round % 3;
+        for (i, link) in links.all().iter().enumerate() {
+            if i == live {
+                link.pass();
+            } else {
+                link.refuse();
+            }
+        }
+        works(&ctx, &client, round)
+            .await
+            .with_context(|| format!("with only link {live} up"))?;
+    }
+    ensure!(
+        client.session().borrow().generation == generation,
+        "the session was replaced while a live member was always reachable"
+    );
+    client.close().await?;
+    Ok(())
+}
+
+/// Every link of a multi-member client cut for a quarter of the session timeout, five
+/// times: the session survives each cut (a client must not give up a session it can
+/// still resume because it has several members to try).
+pub async fn short_cut_of_every_link_keeps_session(ctx: Ctx) -> CaseResult {
+    let client = ctx.factory().open_links(ctx.namespace(), 3).await?;
+    let links = ctx.factory().links(&client)?;
+    let generation = client.session().borrow().generation;
+    let cut = ctx.session_timeout() / 4;
+    for round in 0..5 {
+        links.refuse_for(cut);
+        tokio::time::sleep(cut).await;
+        eventually(ctx.session_timeout() * 2, "connected again", || async {
+            Ok(client.session_state() == SessionState::Connected)
+        })
+        .await?;
+        ensure!(
+            client.session().borrow().generation == generation,
+            "cut {round} of {cut:?} lost the session"
+        );
+        works(&ctx, &client, round).await?;
+    }
+    client.close().await?;
+    Ok(())
+}
+
+/// The cluster's leader member, then a follower, killed while one client holds a lock
+/// and another waits: the clients keep working within the bound, the lock stays
+/// exclusive (the waiter gets it only after the holder released it or was told it lost
+/// it), tokens keep increasing, and the member comes back.
+pub async fn member_killed_clients_keep_working(ctx: Ctx) -> CaseResult {
+    let cluster = ctx.factory().cluster()?;
+    let lock_guard = {
+        let c = cluster.clone();
+        blocking(move || c.fault_lock()).await?
+    };
+    let holder = ctx.client().await?;
+    let waiter = ctx.client().await?;
+    let mut last = None;
+    for role in ["leader", "follower"] {
+        let c = cluster.clone();
+        let victim = blocking(move || {
+            let leader = c.wait_leader(Duration::from_secs(30))?;
+            Ok(if role == "leader" {
+                leader
+            } else {
+                (leader + 1) % c.len()
+            })
+        })
+        .await?;
+        let held = within(bound(&ctx), "the holder's lock", retrying(|| holder.lock("m"))).await??;
+        if let Some(previous) = last {
+            ensure!(held.token() > previous, "a token went back");
+        }
+        let mut waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { retrying(|| waiter.lock("m")).await })
+        };
+        let c = cluster.clone();
+        blocking(move || c.kill(victim)).await?;
+        works(&ctx, &holder, 0)
+            .await
+            .with_context(|| format!("with the {role} member {victim} down"))?;
+        still_waiting(&mut waiting, "the waiter got the lock while it was held").await?;
+        // Unless the holder was told it lost the lock, the waiter must still wait.
+        if held.state() == HoldState::Held {
+            still_waiting(&mut waiting, "the waiter got the lock while it was held").await?;
+        }
+        let token = held.token();
+        let _ = held.release().await;
+        let next = within(bound(&ctx), "the waiter's lock", waiting)
+            .await?
+            .context("the waiter's task")?
+            .with_context(|| format!("the waiter failed with the {role} member down"))?;
+        ensure!(next.token() > token, "the waiter's token is not larger");
+        last = Some(next.token());
+        next.release().await?;
+        let c = cluster.clone();
+        blocking(move || c.restart_member(victim)).await?;
+        works(&ctx, &waiter, 1)
+            .await
+            .with_context(|| format!("after the {role} member {victim} came back"))?;
+    }
+    drop(lock_guard);
+    Ok(())
+}

@@ -1,0 +1,848 @@
+//! Real servers on loopback: a standalone ZooKeeper or etcd, or an ensemble / cluster of
+//! several members, each a process started from the Debian packages' binaries in a
+//! directory of its own; and control of each member (stop, kill, pause, restart).
+//!
+//! A cluster's directory holds `cluster.json` (what was started and how), one data
+//! directory and log per member (`m0/`, `m1/`, …) and their PID files (`m0.pid`, …), so
+//! another process can [`Cluster::attach`] to it and inject the same faults: scripts
+//! start servers with the `coord-testkit` command, tests attach.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Which server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Apache ZooKeeper 3.8 (Debian package `zookeeper`; `libnetty-java` for TLS).
+    Zk,
+    /// etcd 3.4 (Debian packages `etcd-server` and `etcd-client`).
+    Etcd,
+}
+
+impl std::str::FromStr for Kind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Kind> {
+        match s {
+            "zk" | "zookeeper" => Ok(Kind::Zk),
+            "etcd" => Ok(Kind::Etcd),
+            other => Err(Error(format!("unknown server kind {other:?}: use zk or etcd"))),
+        }
+    }
+}
+
+/// What went wrong starting or controlling a server; says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// This module's results.
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn err(message: impl Into<String>) -> Error {
+    Error(message.into())
+}
+
+/// What to start: see [`Cluster::start`].
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// ZooKeeper or etcd.
+    pub kind: Kind,
+    /// How many members: 1 is a standalone server, 3 a cluster surviving one member down.
+    pub members: usize,
+    /// The cluster's directory; `None` for a temporary one removed on drop.
+    pub dir: Option<PathBuf>,
+    /// A directory with `ca.pem`, `server.pem`, `server.key` and (ZooKeeper)
+    /// `server-keystore.pem`: clients must then use TLS with a certificate signed by the
+    /// CA. ZooKeeper keeps a plaintext port too (for probes), on the next port up.
+    pub tls: Option<PathBuf>,
+    /// Extra `zoo.cfg` lines (ZooKeeper) or command-line arguments (etcd).
+    pub extra: Vec<String>,
+    /// The first member's client port; `None` for a free one (every other port is free
+    /// ports picked at start).
+    pub port: Option<u16>,
+}
+
+impl ClusterOptions {
+    /// `members` members of `kind` in a temporary directory, plaintext.
+    pub fn new(kind: Kind, members: usize) -> ClusterOptions {
+        ClusterOptions {
+            kind,
+            members,
+            dir: None,
+            tls: None,
+            extra: Vec::new(),
+            port: None,
+        }
+    }
+}
+
+/// One member: its ports and how to run it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct MemberSpec {
+    /// The port clients use (TLS when the cluster has TLS).
+    client_port: u16,
+    /// ZooKeeper with TLS: the plaintext port for probes.
+    probe_port: u16,
+    peer_port: u16,
+    election_port: u16,
+    argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct State {
+    kind: Kind,
+    tls: Option<PathBuf>,
+    members: Vec<MemberSpec>,
+}
+
+/// A running server or cluster. Dropping a cluster started by [`Cluster::start`] stops
+/// its members (SIGKILL) and removes a temporary directory; an attached one is left
+/// running.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    state: State,
+    owned: bool,
+    _temp: Option<tempfile::TempDir>,
+}
+
+/// Picks a free loopback port (the kernel's choice; released before the server binds).
+fn free_port() -> Result<u16> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| err(format!("cannot find a free loopback port: {e}")))
+}
+
+const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+fn need(binary: &str, package: &str) -> Result<()> {
+    let found = if binary.starts_with('/') {
+        Path::new(binary).exists()
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(binary).is_file()))
+            .unwrap_or(false)
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "{binary} not found: install the Debian package {package} (apt-get install {package})"
+        )))
+    }
+}
+
+impl Cluster {
+    /// Starts the members and returns once every one answers (ZooKeeper: in an
+    /// ensemble, as leader or follower; etcd: healthy).
+    ///
+    /// # Errors
+    ///
+    /// The binaries are missing (naming the package to install), ports or directories
+    /// cannot be had, or a member does not come up within 60 s (with its log's tail).
+    pub fn start(options: ClusterOptions) -> Result<Cluster> {
+        if options.members == 0 {
+            return Err(err("a cluster needs at least one member"));
+        }
+        match options.kind {
+            Kind::Zk => {
+                need("java", "default-jre-headless")?;
+                need(ZK_JAR, "zookeeper")?;
+            }
+            Kind::Etcd => {
+                need("etcd", "etcd-server")?;
+                need("etcdctl", "etcd-client")?;
+            }
+        }
+        let (dir, temp) = match &options.dir {
+            Some(d) => {
+                if d.exists() {
+                    std::fs::remove_dir_all(d)
+                        .map_err(|e| err(format!("cannot clear {}: {e}", d.display())))?;
+                }
+                (d.clone(), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("coord-testkit-")
+                    .tempdir()
+                    .map_err(|e| err(format!("cannot make a temporary directory: {e}")))?;
+                (t.path().to_owned(), Some(t))
+            }
+        };
+        let mut members = Vec::new();
+        for i in 0..options.members {
+            let client_port = match options.port {
+                Some(p) if i == 0 => p,
+                _ => free_port()?,
+            };
+            let tls_zk = options.tls.is_some() && options.kind == Kind::Zk;
+            members.push(MemberSpec {
+                client_port,
+                // Without TLS, probes use the client port.
+                probe_port: if tls_zk { free_port()? } else { client_port },
+                peer_port: free_port()?,
+                election_port: free_port()?,
+                argv: Vec::new(),
+            });
+        }
+        for i in 0..members.len() {
+            let mdir = dir.join(format!("m{i}"));
+            std::fs::create_dir_all(mdir.join("data"))
+                .map_err(|e| err(format!("cannot create {}: {e}", mdir.display())))?;
+            members[i].argv = match options.kind {
+                Kind::Zk => zk_argv(&mdir, i, &members, &options)?,
+                Kind::Etcd => etcd_argv(&mdir, i, &members, &options, &dir),
+            };
+        }
+        let state = State {
+            kind: options.kind,
+            tls: options.tls.clone(),
+            members,
+        };
+        let json = serde_json::to_string_pretty(&state).map_err(|e| err(e.to_string()))?;
+        std::fs::write(dir.join("cluster.json"), json)
+            .map_err(|e| err(format!("cannot write {}/cluster.json: {e}", dir.display())))?;
+        let cluster = Cluster {
+            dir,
+            state,
+            owned: true,
+            _temp: temp,
+        };
+        for i in 0..cluster.len() {
+            cluster.launch(i)?;
+        }
+        for i in 0..cluster.len() {
+            cluster.wait_ready(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The cluster started in `dir` by another process (the `coord-testkit` command, say),
+    /// to control it; it is left running when this handle is dropped.
+    ///
+    /// # Errors
+    ///
+    /// No readable `cluster.json` in `dir`.
+    pub fn attach(dir: impl AsRef<Path>) -> Result<Cluster> {
+        let dir = dir.as_ref().to_owned();
+        let text = std::fs::read_to_string(dir.join("cluster.json")).map_err(|e| {
+            err(format!(
+                "no cluster in {} (cannot read cluster.json: {e}): start one with coord-testkit start",
+                dir.display()
+            ))
+        })?;
+        let state =
+            serde_json::from_str(&text).map_err(|e| err(format!("{}/cluster.json: {e}", dir.display())))?;
+        Ok(Cluster {
+            dir,
+            state,
+            owned: false,
+            _temp: None,
+        })
+    }
+
+    /// Leaves the members running when this handle is dropped (a script started them).
+    pub fn detach(mut self) {
+        self.owned = false;
+    }
+
+    /// ZooKeeper or etcd.
+    pub fn kind(&self) -> Kind {
+        self.state.kind
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        self.state.members.len()
+    }
+
+    /// Never: a cluster has at least one member.
+    pub fn is_empty(&self) -> bool {
+        self.state.members.is_empty()
+    }
+
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Each member's client address, in member order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        (0..self.len()).map(|i| self.addr(i)).collect()
+    }
+
+    /// Member `i`'s client address.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.state.members[i].client_port))
+    }
+
+    /// `host:port,host:port,…`: the hosts part of a coord connection string.
+    pub fn hosts(&self) -> String {
+        self.addrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A coord connection string for `namespace`: `zk://…/namespace` or
+    /// `etcd://…/namespace` (`+https` and the CA when the cluster has TLS; add the client
+    /// certificate with `&tls_cert=…&tls_key=…`).
+    pub fn url(&self, namespace: &str) -> String {
+        let scheme = match self.kind() {
+            Kind::Zk => "zk",
+            Kind::Etcd => "etcd",
+        };
+        match &self.state.tls {
+            Some(certs) => format!(
+                "{scheme}+https://{}/{namespace}?tls_ca={}",
+                self.hosts(),
+                certs.join("ca.pem").display()
+            ),
+            None => format!("{scheme}://{}/{namespace}", self.hosts()),
+        }
+    }
+
+    fn pidfile(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("m{i}.pid"))
+    }
+
+    /// Member `i`'s process id, if it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        let pid = std::fs::read_to_string(self.pidfile(i))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        alive(pid).then_some(pid)
+    }
+
+    fn launch(&self, i: usize) -> Result<()> {
+        self.check(i)?;
+        if self.pid(i).is_some() {
+            return Ok(());
+        }
+        let spec = &self.state.members[i];
+        let log_path = self.dir.join(format!("m{i}")).join("server.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| err(format!("cannot open {}: {e}", log_path.display())))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| err(format!("cannot open {}: {e}", log_path.display())))?;
+        // Its own process group: a terminal's Ctrl-C to the tests does not reach it, and
+        // it outlives the process that started it (scripts start, tests attach).
+        use std::os::unix::process::CommandExt as _;
+        let child = Command::new(&spec.argv[0])
+            .args(&spec.argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| err(format!("cannot run {}: {e}", spec.argv[0])))?;
+        std::fs::write(self.pidfile(i), child.id().to_string())
+            .map_err(|e| err(format!("cannot write {}: {e}", self.pidfile(i).display())))?;
+        // Reap it whenever it exits, so a killed member is not left a zombie that still
+        // looks alive.
+        std::thread::spawn(move || {
+            let mut child = child;
+            let _ = child.wait();
+        });
+        Ok(())
+    }
+
+    fn check(&self, i: usize) -> Result<()> {
+        if i < self.len() {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "no member {i}: the cluster has members 0..{}",
+                self.len()
+            )))
+        }
+    }
+
+    fn wait_ready(&self, i: usize) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if self.ready(i) {
+                return Ok(());
+            }
+            if self.pid(i).is_none() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = self.dir.join(format!("m{i}")).join("server.log");
+        let tail = std::fs::read_to_string(&log)
+            .map(|t| {
+                let lines: Vec<&str> = t.lines().collect();
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            })
+            .unwrap_or_default();
+        Err(err(format!(
+            "{:?} member {i} did not come up on {}; log {}:\n{tail}",
+            self.kind(),
+            self.addr(i),
+            log.display()
+        )))
+    }
+
+    /// Whether member `i` answers (ZooKeeper in an ensemble: as leader or follower).
+    pub fn ready(&self, i: usize) -> bool {
+        match self.kind() {
+            Kind::Zk => matches!(
+                zk_mode(self.state.members[i].probe_port).as_deref(),
+                Some("leader" | "follower" | "standalone")
+            ),
+            Kind::Etcd => self.etcdctl(i, &["endpoint", "health"]).is_ok(),
+        }
+    }
+
+    fn etcdctl(&self, i: usize, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.addr(i).to_string())
+            .args(["--dial-timeout", "1s", "--command-timeout", "2s"]);
+        if let Some(certs) = &self.state.tls {
+            cmd.arg("--cacert")
+                .arg(certs.join("ca.pem"))
+                .arg("--cert")
+                .arg(certs.join("client.pem"))
+                .arg("--key")
+                .arg(certs.join("client.key"));
+        }
+        let out = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| err(format!("cannot run etcdctl: {e}")))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(err(String::from_utf8_lossy(&out.stderr).trim().to_owned()))
+        }
+    }
+
+    /// The member that is the cluster's leader now, if one is (a standalone server is
+    /// its own leader).
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.len()).find(|&i| self.is_leader(i))
+    }
+
+    fn is_leader(&self, i: usize) -> bool {
+        if self.pid(i).is_none() {
+            return false;
+        }
+        match self.kind() {
+            Kind::Zk => matches!(
+                zk_mode(self.state.members[i].probe_port).as_deref(),
+                Some("leader" | "standalone")
+            ),
+            Kind::Etcd => {
+                let Ok(out) = self.etcdctl(i, &["endpoint", "status", "-w", "json"]) else {
+                    return false;
+                };
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
+                    return false;
+                };
+                let status = &v[0]["Status"];
+                let (leader, me) = (&status["leader"], &status["header"]["member_id"]);
+                leader.as_u64().is_some_and(|l| Some(l) == me.as_u64())
+            }
+        }
+    }
+
+    /// A member that is up and not the leader, if any.
+    pub fn follower(&self) -> Option<usize> {
+        let leader = self.leader();
+        (0..self.len()).find(|&i| Some(i) != leader && self.pid(i).is_some())
+    }
+
+    /// Waits until some member is leader (after a member was killed, say).
+    ///
+    /// # Errors
+    ///
+    /// None within `timeout`.
+    pub fn wait_leader(&self, timeout: Duration) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader() {
+                return Ok(l);
+            }
+            if Instant::now() >= deadline {
+                return Err(err(format!("no leader within {timeout:?}")));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, i: usize, signal: &str) -> Result<Option<u32>> {
+        self.check(i)?;
+        let Some(pid) = self.pid(i) else {
+            return Ok(None);
+        };
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .map_err(|e| err(format!("cannot run kill: {e}")))?;
+        if status.success() {
+            Ok(Some(pid))
+        } else {
+            Err(err(format!("kill {signal} {pid} failed")))
+        }
+    }
+
+    fn wait_dead(&self, pid: u32, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while alive(pid) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Kills member `i` with SIGKILL (a crash: no clean shutdown) and waits until it is
+    /// gone. Nothing if it is not running.
+    ///
+    /// # Errors
+    ///
+    /// No such member; the signal cannot be sent.
+    pub fn kill(&self, i: usize) -> Result<()> {
+        let _ = self.signal(i, "-CONT")?;
+        if let Some(pid) = self.signal(i, "-KILL")? {
+            self.wait_dead(pid, Duration::from_secs(10));
+        }
+        let _ = std::fs::remove_file(self.pidfile(i));
+        Ok(())
+    }
+
+    /// Stops member `i` cleanly (SIGTERM; SIGKILL after 10 s).
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill`].
+    pub fn stop(&self, i: usize) -> Result<()> {
+        let _ = self.signal(i, "-CONT")?;
+        if let Some(pid) = self.signal(i, "-TERM")?
+            && !self.wait_dead(pid, Duration::from_secs(10))
+        {
+            return self.kill(i);
+        }
+        let _ = std::fs::remove_file(self.pidfile(i));
+        Ok(())
+    }
+
+    /// Starts member `i` again on its data (after [`Cluster::kill`] or
+    /// [`Cluster::stop`]) and waits until it answers; nothing if it runs.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::start`].
+    pub fn restart_member(&self, i: usize) -> Result<()> {
+        self.launch(i)?;
+        self.wait_ready(i)
+    }
+
+    /// Kills member `i` and starts it again: [`Cluster::kill`], then
+    /// [`Cluster::restart_member`].
+    ///
+    /// # Errors
+    ///
+    /// As both.
+    pub fn restart(&self, i: usize) -> Result<()> {
+        self.kill(i)?;
+        self.restart_member(i)
+    }
+
+    /// Freezes member `i` (SIGSTOP): its connections stay open and silent.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill`].
+    pub fn pause(&self, i: usize) -> Result<()> {
+        self.signal(i, "-STOP").map(drop)
+    }
+
+    /// Lets a paused member `i` go on (SIGCONT).
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill`].
+    pub fn resume(&self, i: usize) -> Result<()> {
+        self.signal(i, "-CONT").map(drop)
+    }
+
+    /// Freezes member `i` now and lets it go on after `duration`, from a detached
+    /// process: the member resumes even if the caller dies first. Returns at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill`].
+    pub fn pause_for(&self, i: usize, duration: Duration) -> Result<()> {
+        let Some(pid) = self.signal(i, "-STOP")? else {
+            return Ok(());
+        };
+        use std::os::unix::process::CommandExt as _;
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("sleep {:.3}; kill -CONT {pid}", duration.as_secs_f64()),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                let _ = self.resume(i);
+                err(format!("cannot schedule the resume: {e}"))
+            })?;
+        Ok(())
+    }
+
+    /// Takes the cluster's fault lock (the file `faults.lock` in its directory), waiting
+    /// for it: whoever takes members down holds it until they are back, so two fault
+    /// injectors (a test and `scripts/member-chaos`, say) never take down a majority
+    /// between them. Released when the returned handle drops.
+    ///
+    /// # Errors
+    ///
+    /// The lock file cannot be opened or locked.
+    pub fn fault_lock(&self) -> Result<FaultLock> {
+        let path = self.dir.join("faults.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| err(format!("cannot open {}: {e}", path.display())))?;
+        file.lock()
+            .map_err(|e| err(format!("cannot lock {}: {e}", path.display())))?;
+        Ok(FaultLock { _file: file })
+    }
+
+    /// Kills every member and starts them all again on their data (a whole-service
+    /// crash); returns once each answers.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill`] and [`Cluster::start`].
+    pub fn restart_all(&self) -> Result<()> {
+        self.shutdown()?;
+        for i in 0..self.len() {
+            self.launch(i)?;
+        }
+        for i in 0..self.len() {
+            self.wait_ready(i)?;
+        }
+        Ok(())
+    }
+
+    /// Stops every member (SIGKILL), keeping the directory.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill`].
+    pub fn shutdown(&self) -> Result<()> {
+        for i in 0..self.len() {
+            self.kill(i)?;
+        }
+        Ok(())
+    }
+}
+
+/// The cluster's fault lock, held until dropped: see [`Cluster::fault_lock`].
+#[derive(Debug)]
+pub struct FaultLock {
+    _file: std::fs::File,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// ZooKeeper's `srvr` answer's mode (`leader`, `follower`, `standalone`), if it answers.
+fn zk_mode(port: u16) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"srvr").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.lines()
+        .find_map(|l| l.strip_prefix("Mode: "))
+        .map(|m| m.trim().to_owned())
+}
+
+fn zk_argv(dir: &Path, i: usize, members: &[MemberSpec], options: &ClusterOptions) -> Result<Vec<String>> {
+    let me = &members[i];
+    let data = dir.join("data");
+    let mut cfg = vec![
+        // 100 ms ticks: session timeouts of 200 ms .. 2 s are allowed.
+        "tickTime=100".to_owned(),
+        "initLimit=20".to_owned(),
+        "syncLimit=10".to_owned(),
+        format!("dataDir={}", data.display()),
+        "clientPortAddress=127.0.0.1".to_owned(),
+        "maxClientCnxns=0".to_owned(),
+        "admin.enableServer=false".to_owned(),
+        "4lw.commands.whitelist=ruok,srvr,stat,cons,wchs".to_owned(),
+        "forceSync=no".to_owned(),
+    ];
+    match &options.tls {
+        None => {
+            cfg.push(format!("clientPort={}", me.client_port));
+        }
+        Some(certs) => {
+            cfg.push(format!("clientPort={}", me.probe_port));
+            cfg.push(format!("secureClientPort={}", me.client_port));
+            cfg.push("serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory".to_owned());
+            cfg.push(format!(
+                "ssl.keyStore.location={}",
+                certs.join("server-keystore.pem").display()
+            ));
+            cfg.push("ssl.keyStore.type=PEM".to_owned());
+            cfg.push(format!(
+                "ssl.trustStore.location={}",
+                certs.join("ca.pem").display()
+            ));
+            cfg.push("ssl.trustStore.type=PEM".to_owned());
+            cfg.push("ssl.clientAuth=need".to_owned());
+        }
+    }
+    if members.len() > 1 {
+        for (n, m) in members.iter().enumerate() {
+            cfg.push(format!(
+                "server.{}=127.0.0.1:{}:{}",
+                n + 1,
+                m.peer_port,
+                m.election_port
+            ));
+        }
+        std::fs::write(data.join("myid"), format!("{}\n", i + 1))
+            .map_err(|e| err(format!("cannot write myid: {e}")))?;
+    }
+    cfg.extend(options.extra.iter().cloned());
+    let cfg_path = dir.join("zoo.cfg");
+    std::fs::write(&cfg_path, cfg.join("\n") + "\n")
+        .map_err(|e| err(format!("cannot write {}: {e}", cfg_path.display())))?;
+    Ok(zk_command(&cfg_path))
+}
+
+fn zk_command(cfg: &Path) -> Vec<String> {
+    // netty-codec is not on zookeeper.jar's manifest class path, but its Netty connection
+    // factory (the TLS port) needs it.
+    let cp = format!("{ZK_JAR}:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar");
+    vec![
+        "java".to_owned(),
+        "-Xmx256m".to_owned(),
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn".to_owned(),
+        // Containers (the directories of locks, elections and services) are swept every
+        // 100 ms instead of every minute, so tests can see empty ones go.
+        "-Dznode.container.checkIntervalMs=100".to_owned(),
+        "-Dznode.container.maxPerMinute=1000000".to_owned(),
+        "-cp".to_owned(),
+        cp,
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain".to_owned(),
+        cfg.display().to_string(),
+    ]
+}
+
+fn etcd_argv(
+    dir: &Path,
+    i: usize,
+    members: &[MemberSpec],
+    options: &ClusterOptions,
+    cluster_dir: &Path,
+) -> Vec<String> {
+    let me = &members[i];
+    let scheme = if options.tls.is_some() { "https" } else { "http" };
+    let initial: Vec<String> = members
+        .iter()
+        .enumerate()
+        .map(|(n, m)| format!("m{n}=http://127.0.0.1:{}", m.peer_port))
+        .collect();
+    // Short heartbeats so 1–2 s leases work; a cluster's election timeout leaves room
+    // for a busy machine.
+    let election = if members.len() > 1 { "500" } else { "250" };
+    let mut argv: Vec<String> = vec![
+        "etcd".into(),
+        "--name".into(),
+        format!("m{i}"),
+        "--data-dir".into(),
+        dir.join("data").display().to_string(),
+        "--listen-client-urls".into(),
+        format!("{scheme}://127.0.0.1:{}", me.client_port),
+        "--advertise-client-urls".into(),
+        format!("{scheme}://127.0.0.1:{}", me.client_port),
+        "--listen-peer-urls".into(),
+        format!("http://127.0.0.1:{}", me.peer_port),
+        "--initial-advertise-peer-urls".into(),
+        format!("http://127.0.0.1:{}", me.peer_port),
+        "--initial-cluster".into(),
+        initial.join(","),
+        "--initial-cluster-token".into(),
+        cluster_dir.display().to_string(),
+        "--heartbeat-interval".into(),
+        "50".into(),
+        "--election-timeout".into(),
+        election.into(),
+        "--unsafe-no-fsync".into(),
+        "--logger".into(),
+        "zap".into(),
+        "--log-level".into(),
+        "error".into(),
+    ];
+    if let Some(certs) = &options.tls {
+        for (flag, file) in [
+            ("--cert-file", "server.pem"),
+            ("--key-file", "server.key"),
+            ("--trusted-ca-file", "ca.pem"),
+        ] {
+            argv.push(flag.into());
+            argv.push(certs.join(file).display().to_string());
+        }
+        argv.push("--client-cert-auth".into());
+    }
+    argv.extend(options.extra.iter().cloned());
+    argv
+}
