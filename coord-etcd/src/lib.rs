@@ -138,7 +138,7 @@ impl EtcdClient {
         let establish = async {
             let members = session::open_members(&options)?;
             let inner = Inner::new(options.clone(), members);
-            let granted = tokio::time::timeout(options.connect_timeout, inner.grant())
+            let granted = tokio::time::timeout(options.connect_timeout, inner.first_grant())
                 .await
                 .map_err(|_| session::connect_timeout(&options))?
                 .map_err(|e| session::connect_error(e, &options))?;

@@ -324,10 +324,15 @@ impl Inner {
     pub(crate) async fn grant(&self) -> Result<Granted> {
         let ttl = self.options.ttl_secs();
         let sent = Instant::now();
+        // Sent as a read: a grant that may have been applied is sent again (on the next
+        // member); the lease nobody heard of expires by its TTL.
         let resp = self
-            .call(Counter::SessionRequest, "lease grant", true, |mut c| async move {
-                c.lease_grant(ttl, None).await
-            })
+            .call(
+                Counter::SessionRequest,
+                "lease grant",
+                false,
+                |mut c| async move { c.lease_grant(ttl, None).await },
+            )
             .await?;
         let granted = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(1).max(1));
         Ok(Granted {
@@ -335,6 +340,32 @@ impl Inner {
             ttl: granted,
             sent,
         })
+    }
+
+    /// The first lease, for `connect`: a grant that fails because no member could
+    /// serve it (all down or electing a leader) is tried again until it succeeds or
+    /// fails otherwise; the caller bounds it with `connect_timeout`.
+    pub(crate) async fn first_grant(&self) -> Result<Granted> {
+        let mut backoff = coord_core::raw::Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut tries = 0;
+        loop {
+            match self.grant().await {
+                Err(e)
+                    if e.is_retryable()
+                        && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) =>
+                {
+                    tries += 1;
+                    // Each try asked every member: after a few, an unreachable cluster is
+                    // reported rather than waited out.
+                    if tries >= 5 {
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, "coord.etcd.connect_retry");
+                    backoff.wait().await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Installs a freshly granted lease as session `generation`; false (nothing

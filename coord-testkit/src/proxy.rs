@@ -75,7 +75,8 @@ async fn while_silent(mode: &mut watch::Receiver<Mode>) {
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
-    mode: watch::Sender<Mode>,
+    mode: Arc<watch::Sender<Mode>>,
+    trip: Arc<Trip>,
     last_upstream: Arc<Mutex<Option<Instant>>>,
     accept_task: tokio::task::JoinHandle<()>,
 }
@@ -94,11 +95,23 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Pass);
+        let mode = Arc::new(mode);
+        let trip = Arc::new(Trip {
+            mode: mode.clone(),
+            armed: Mutex::new(None),
+        });
         let last_upstream = Arc::new(Mutex::new(None));
-        let accept_task = tokio::spawn(accept_loop(listener, upstream, mode_rx, last_upstream.clone()));
+        let accept_task = tokio::spawn(accept_loop(
+            listener,
+            upstream,
+            mode_rx,
+            last_upstream.clone(),
+            trip.clone(),
+        ));
         Ok(FaultProxy {
             addr,
             mode,
+            trip,
             last_upstream,
             accept_task,
         })
@@ -132,6 +145,30 @@ impl FaultProxy {
         self.mode.send_replace(Mode::Delay(delay));
     }
 
+    /// Cuts every connection (as [`FaultProxy::refuse_for`] `duration`) right after the
+    /// next chunk from the client reaches the server: a request that arrived, whose
+    /// answer is lost.
+    pub fn reset_after_next_request(&self, duration: Duration) {
+        *self.trip.armed.lock().unwrap_or_else(|p| p.into_inner()) = Some((Direction::Up, 1, duration));
+    }
+
+    /// Cuts every connection (as [`FaultProxy::refuse_for`] `duration`) right after the
+    /// `n`th chunk from now from the server reaches the client (an answer delivered, and
+    /// the link gone before the client's next request).
+    pub fn reset_after_reply(&self, n: usize, duration: Duration) {
+        *self.trip.armed.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Direction::Down, n.max(1), duration));
+    }
+
+    /// Whether an armed reset is still waiting for its chunk.
+    pub fn reset_pending(&self) -> bool {
+        self.trip
+            .armed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
     /// Lets traffic through again.
     pub fn pass(&self) {
         self.mode.send_replace(Mode::Pass);
@@ -141,6 +178,38 @@ impl FaultProxy {
     /// the server can have heard from this client.
     pub fn last_upstream(&self) -> Option<Instant> {
         *self.last_upstream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Up,
+    Down,
+}
+
+/// A reset armed to fire after the next chunk one way.
+#[derive(Debug)]
+struct Trip {
+    mode: Arc<watch::Sender<Mode>>,
+    /// The direction, how many more chunks, and how long to refuse then.
+    armed: Mutex<Option<(Direction, usize, Duration)>>,
+}
+
+impl Trip {
+    /// A chunk went `direction`: fires the reset if one is armed for it.
+    fn delivered(&self, direction: Direction) {
+        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((d, n, duration)) = *armed
+            && d == direction
+        {
+            if n > 1 {
+                *armed = Some((d, n - 1, duration));
+                return;
+            }
+            *armed = None;
+            self.mode
+                .send_replace(Mode::Refuse(Some(Instant::now() + duration)));
+        }
     }
 }
 
@@ -155,6 +224,7 @@ async fn accept_loop(
     upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
     last_upstream: Arc<Mutex<Option<Instant>>>,
+    trip: Arc<Trip>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
@@ -166,7 +236,13 @@ async fn accept_loop(
             drop(client);
             continue;
         }
-        conns.spawn(relay(client, upstream, mode.clone(), last_upstream.clone()));
+        conns.spawn(relay(
+            client,
+            upstream,
+            mode.clone(),
+            last_upstream.clone(),
+            trip.clone(),
+        ));
         while conns.try_join_next().is_some() {}
     }
 }
@@ -177,6 +253,7 @@ async fn relay(
     upstream: SocketAddr,
     mut mode: watch::Receiver<Mode>,
     last_upstream: Arc<Mutex<Option<Instant>>>,
+    trip: Arc<Trip>,
 ) {
     // A blackholed client's connection attempt reaches nobody until it ends.
     while_silent(&mut mode).await;
@@ -188,8 +265,14 @@ async fn relay(
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let refused = {
-        let up = pump(&mut cr, &mut sw, mode.clone(), Some(&last_upstream));
-        let down = pump(&mut sr, &mut cw, mode.clone(), None);
+        let up = pump(
+            &mut cr,
+            &mut sw,
+            mode.clone(),
+            Some(&last_upstream),
+            (&trip, Direction::Up),
+        );
+        let down = pump(&mut sr, &mut cw, mode.clone(), None, (&trip, Direction::Down));
         tokio::select! {
             _ = futures::future::join(up, down) => false,
             _ = mode.wait_for(|m| refusing(*m)) => true,
@@ -212,6 +295,7 @@ async fn pump(
     to: &mut OwnedWriteHalf,
     mode: watch::Receiver<Mode>,
     last_forward: Option<&Mutex<Option<Instant>>>,
+    (trip, direction): (&Trip, Direction),
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let mut read_mode = mode.clone();
@@ -241,6 +325,7 @@ async fn pump(
             if let Some(last) = last_forward {
                 *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             }
+            trip.delivered(direction);
         }
         let _ = to.shutdown().await;
     };

@@ -11,12 +11,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, key_matches_prefix, validate_prefix};
+use coord_core::raw::{Backoff, Counter, key_matches_prefix, validate_prefix};
 use coord_core::{
     Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
     validate_name,
 };
 use futures::stream::BoxStream;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
@@ -277,23 +278,58 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         };
         out.push(OpResult::Put(version(&stat)));
     }
-    // Some servers return no stat for a create inside multi: read it back.
+    // Some servers return no stat for a create inside multi (ZOOKEEPER-4026): read it
+    // back. The write is applied whatever happens to that read, so a failed read never
+    // reports the commit as not applied: it is retried, and then reported with an
+    // unknown outcome (the strongest true thing a caller can act on).
     for (i, op) in txn.ops().iter().enumerate() {
         if let (Op::Put { key, .. }, OpResult::Put(v)) = (op, out[i]) {
             if v.parts().0 == 0 || v.parts().0 == u64::MAX {
-                let p = node_path(inner, key);
-                if let Some(stat) = inner
-                    .call_mapped(Counter::Read, "commit", false, |zk| async move {
-                        zk.check_stat(&p).await
-                    })
-                    .await?
-                {
+                if let Some(stat) = read_back(inner, &node_path(inner, key)).await? {
                     out[i] = OpResult::Put(version(&stat));
                 }
             }
         }
     }
     Ok(Some(out))
+}
+
+/// The stat of `path`, just written by a commit that succeeded: read again on retryable
+/// failures for a while.
+///
+/// # Errors
+///
+/// The last failure, as outcome-unknown (the commit *was* applied; only its version is
+/// unknown).
+async fn read_back(inner: &Inner, path: &str) -> Result<Option<zk::Stat>> {
+    let deadline = tokio::time::Instant::now() + inner.options.session_timeout * 2;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+    loop {
+        let p = path.to_owned();
+        match inner
+            .call_mapped(Counter::Read, "commit", false, |zk| async move {
+                zk.check_stat(&p).await
+            })
+            .await
+        {
+            Ok(stat) => return Ok(stat),
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "coord.zk.commit_read_back_retry");
+                backoff.wait().await;
+            }
+            Err(e) => {
+                return Err(Error::new(
+                    e.kind(),
+                    format!(
+                        "the commit was applied, but reading back its new version failed: {}",
+                        e.message()
+                    ),
+                )
+                .with_retryable(false)
+                .with_outcome_unknown(true));
+            }
+        }
+    }
 }
 
 /// One planned `multi` operation.

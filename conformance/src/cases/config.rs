@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail, ensure};
 use coord_core::{ConfigEvent, ConfigStore, Entry, ErrorKind, OpResult, Txn};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::next_event;
+use crate::util::{next_event, retrying};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -303,5 +303,42 @@ pub async fn watch_snapshot_is_taken_at_call(ctx: Ctx) -> CaseResult {
         ConfigEvent::Put(e) => ensure!(e.key == "s/new" && e.value == b"2", "got {e:?}"),
         other => bail!("got {other:?}, expected Put(s/new)"),
     }
+    Ok(())
+}
+
+/// A commit whose answer arrives and whose link is then cut for a session timeout
+/// (before any follow-up request gets through) is reported applied, or as of unknown
+/// outcome — never as not applied when it was: five creating commits, each followed by
+/// such a cut, each checked against the key afterwards. (A follow-up read must not
+/// decide a write's outcome.)
+pub async fn applied_commit_is_never_reported_not_applied(ctx: Ctx) -> CaseResult {
+    let client = ctx.client().await?;
+    let links = ctx.factory().links(&client)?;
+    let mut failed = 0;
+    for round in 0..6 {
+        let key = format!("k{round}");
+        // The commit's own reads come first on some backends: cut after its first,
+        // second or third answer.
+        for link in links.all() {
+            link.reset_after_reply(round % 3 + 1, ctx.session_timeout());
+        }
+        let outcome = client.commit(Txn::new().put(&key, b"v".to_vec())).await;
+        let there = retrying(|| client.get(&key)).await?.is_some();
+        match outcome {
+            Ok(_) => ensure!(there, "round {round}: a commit reported applied left no key"),
+            Err(e) if e.outcome_unknown() => failed += 1,
+            Err(e) => {
+                ensure!(
+                    !there,
+                    "round {round}: the commit failed with {e}, saying it was not applied, but the key is there"
+                );
+                failed += 1;
+            }
+        }
+        for link in links.all() {
+            link.pass();
+        }
+    }
+    tracing::info!(failed, "commits that reported a failure");
     Ok(())
 }

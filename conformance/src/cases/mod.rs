@@ -209,6 +209,7 @@ pub fn all() -> Vec<Case> {
         case!(config::watch_key_is_segment_wise),
         case!(config::watch_resync_on_gap, GAP),
         case!(config::watch_snapshot_is_taken_at_call),
+        case!(config::applied_commit_is_never_reported_not_applied, LINKS),
         case!(session::starts_connected),
         case!(session::kill_reported_then_new_session, KILL),
         case!(session::short_suspension_keeps_session, SUSPEND),

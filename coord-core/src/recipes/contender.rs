@@ -276,9 +276,25 @@ pub(crate) async fn acquire(
     let ticket = backend.ticket(&queue)?;
     let generation = ticket.generation;
     let mut session = backend.session();
+    // A join that failed for the link's or the cluster's sake (a member down, a leader
+    // election) is sent again: joining twice on one ticket never makes a second entry.
     let joining = tokio::spawn({
         let (backend, ticket) = (backend.clone(), ticket.clone());
-        async move { backend.join(&ticket, value).await }
+        async move {
+            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            loop {
+                match backend.join(&ticket, value.clone()).await {
+                    Err(e)
+                        if e.is_retryable()
+                            && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) =>
+                    {
+                        tracing::debug!(error = %e, "coord.join_retry");
+                        backoff.wait().await;
+                    }
+                    other => return other,
+                }
+            }
+        }
     });
     let mut contender = Contender {
         backend: backend.clone(),
