@@ -363,14 +363,52 @@ pub fn namespace_for(case: &str) -> String {
 static CLUSTER_WIDE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
+    // On a cluster whose members are being killed (./scripts/test's cluster phase sets
+    // COORD_TEST_CASE_ATTEMPTS=2), an operation can fail because the member it went to
+    // died: a case that failed only with such an error (unavailable, no answer, outcome
+    // unknown) runs once more in a fresh namespace, and its first failure is printed.
+    // A failed check of the contract itself is never run again.
+    let attempts: usize = std::env::var("COORD_TEST_CASE_ATTEMPTS")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut attempt = 1;
+    loop {
+        match run_once(factory.clone(), &case, attempt) {
+            Err(e) if attempt < attempts && member_failure(&e) => {
+                eprintln!(
+                    "{} (attempt {attempt}) failed on a member fault, running it again: {e}",
+                    case.name
+                );
+                attempt += 1;
+            }
+            other => return other.map_err(Failed::from),
+        }
+    }
+}
+
+/// Whether a case's failure is an operation failing because of the server it went to.
+fn member_failure(message: &str) -> bool {
+    let m = message.to_lowercase();
+    ["unavailable", "no answer from", "outcome unknown", "timeout:"]
+        .iter()
+        .any(|w| m.contains(w))
+}
+
+fn run_once(factory: Arc<dyn Factory>, case: &Case, attempt: usize) -> Result<(), String> {
     let (_shared, _alone);
     if case.needs.exclusive {
         _alone = CLUSTER_WIDE.write().unwrap_or_else(|p| p.into_inner());
     } else {
         _shared = CLUSTER_WIDE.read().unwrap_or_else(|p| p.into_inner());
     }
-    let rt = runtime().map_err(|e| Failed::from(format!("cannot build a runtime: {e}")))?;
-    let ctx = Ctx::new(factory, namespace_for(case.name));
+    let rt = runtime().map_err(|e| format!("cannot build a runtime: {e}"))?;
+    let mut namespace = namespace_for(case.name);
+    if attempt > 1 {
+        namespace.push_str(&format!("-{attempt}"));
+    }
+    let ctx = Ctx::new(factory, namespace);
     let result = rt.block_on(async {
         let outcome = tokio::time::timeout(CASE_DEADLINE, (case.run)(ctx.clone())).await;
         ctx.close_all().await;
@@ -379,9 +417,9 @@ fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
     rt.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Failed::from(format!("{e:#}"))),
-        Err(_) => Err(Failed::from(format!(
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(_) => Err(format!(
             "deadline of {CASE_DEADLINE:?} exceeded: a liveness bug (a wait that never ends)"
-        ))),
+        )),
     }
 }

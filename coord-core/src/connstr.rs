@@ -102,7 +102,13 @@ impl ConnectionString {
                 (Some(name), pw)
             }
         };
-        let namespace = path.trim_end_matches('/');
+        // One trailing slash is allowed; empty segments are not the root namespace.
+        let namespace = path.strip_suffix('/').unwrap_or(path);
+        if namespace.is_empty() && !path.is_empty() {
+            return Err(Error::config_invalid(
+                "connection string namespace has an empty segment ('//'); write /myapp, or nothing for the root",
+            ));
+        }
         if !namespace.is_empty() {
             validate_name("namespace", namespace).map_err(|e| {
                 Error::config_invalid(format!("connection string namespace: {}", e.message()))
@@ -177,6 +183,13 @@ impl ConnectionString {
                 self.scheme, self.scheme
             )));
         }
+        let count = self.authority.split(',').count();
+        if count > MAX_HOSTS {
+            return Err(Error::config_invalid(format!(
+                "{}:// connection string names {count} hosts; the limit is {MAX_HOSTS} (list a cluster's members, not more)",
+                self.scheme
+            )));
+        }
         self.authority
             .split(',')
             .map(|h| parse_host(h, default_port))
@@ -227,11 +240,20 @@ fn is_secret_key(key: &str) -> bool {
 
 /// Drops a `user:password@` part from text that failed to parse, for error messages.
 fn redact_guess(input: &str) -> String {
-    match input.rsplit_once('@') {
+    let shown = match input.rsplit_once('@') {
         Some((_, rest)) => format!("***@{rest}"),
         None => input.to_owned(),
+    };
+    // Error messages stay short whatever was passed.
+    if shown.chars().count() > 80 {
+        format!("{}…", shown.chars().take(80).collect::<String>())
+    } else {
+        shown
     }
 }
+
+/// The most hosts a connection string may name.
+pub const MAX_HOSTS: usize = 64;
 
 fn parse_host(text: &str, default_port: u16) -> Result<HostPort> {
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {

@@ -43,7 +43,12 @@ impl fmt::Display for FencingToken {
 /// [`Txn::fenced_by`](crate::Txn::fenced_by).
 ///
 /// A fence is plain data: it stays valid to *check* after its guard is dropped, and such
-/// a check fails with `Fenced`.
+/// a check fails with `Fenced`. Only a grant makes one: a fence cannot be built by hand
+/// (nor deserialized), so no write can pass a check it was not granted:
+///
+/// ```compile_fail
+/// let forged = coord_core::Fence::new("/", coord_core::FencingToken(1));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Fence {
     resource: String,
@@ -52,7 +57,7 @@ pub struct Fence {
 
 impl Fence {
     /// A fence on the contender node/key at `resource` (a backend path) created with
-    /// `token` (backends: `raw::fence`).
+    /// `token`. Only the contender recipe makes fences, from a grant.
     pub(crate) fn new(resource: impl Into<String>, token: FencingToken) -> Self {
         Fence {
             resource: resource.into(),

@@ -75,7 +75,7 @@ pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
 pub use registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
 pub use session::{SessionState, SessionStatus};
 pub use stats::Stats;
-pub use txn::{Check, MAX_TXN_OPS, Op, OpResult, Txn};
+pub use txn::{Check, MAX_TXN_BYTES, MAX_TXN_OPS, Op, OpResult, Txn};
 pub use version::{Version, Versioned};
 
 /// The traits, for `use coord_core::prelude::*`.

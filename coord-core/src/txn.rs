@@ -63,6 +63,12 @@ pub struct Txn {
 /// The largest number of ops plus checks in one [`Txn`] (etcd's default limit is 128).
 pub const MAX_TXN_OPS: usize = 128;
 
+/// The largest total size in bytes of the keys and values one [`Txn`] writes (one value
+/// of [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) and its key fit): the servers refuse larger
+/// requests (ZooKeeper's `jute.maxbuffer` is 1 MiB by default and it drops the
+/// connection; etcd's request limit is 1.5 MiB), so coord refuses them first.
+pub const MAX_TXN_BYTES: usize = 1_040_000;
+
 impl Txn {
     /// An empty transaction.
     pub fn new() -> Self {
@@ -137,6 +143,19 @@ impl Txn {
             if let Check::Version { key, .. } = check {
                 validate_name("config key", key)?;
             }
+        }
+        let total: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value } => key.len() + value.len(),
+                Op::Delete { key } => key.len(),
+            })
+            .sum();
+        if total > MAX_TXN_BYTES {
+            return Err(Error::invalid_argument(format!(
+                "transaction writes {total} bytes of keys and values; the limit is {MAX_TXN_BYTES}: split it"
+            )));
         }
         let mut seen = std::collections::HashSet::new();
         for op in &self.ops {

@@ -59,16 +59,23 @@ impl EtcdFactory {
         EtcdClient::connect(EtcdOptions::from_url(&url)?).await
     }
 
+    /// A plain etcd client beside coord's, on the first member that answers (a member
+    /// may be down while the suite runs on a cluster).
     async fn admin(&self) -> Result<etcd_client::Client> {
-        let urls: Vec<String> = self
-            .server
-            .addrs()
-            .iter()
-            .map(|a| format!("http://{a}"))
-            .collect();
-        etcd_client::Client::connect(urls, None)
-            .await
-            .map_err(|e| unavailable("admin connect", e))
+        let mut last = String::from("no members");
+        for addr in self.server.addrs() {
+            let attempt = async {
+                let mut c = etcd_client::Client::connect([format!("http://{addr}")], None).await?;
+                c.status().await?;
+                Ok::<_, etcd_client::Error>(c)
+            };
+            match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = format!("{addr}: no answer"),
+            }
+        }
+        Err(unavailable("admin connect", last))
     }
 }
 

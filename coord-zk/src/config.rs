@@ -124,7 +124,12 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
     paths.extend(keys.iter().map(|k| node_path(inner, k)));
     let read = stats(inner, &paths).await?;
     let (fence_stats, key_stats) = read.split_at(fences.len());
-    if fence_stats.iter().any(Option::is_none) {
+    // The fence's node must be the very node of the grant: its create zxid is the token.
+    let live = fences
+        .iter()
+        .zip(fence_stats)
+        .all(|(f, stat)| stat.as_ref().is_some_and(|s| s.czxid as u64 == f.token().get()));
+    if !live {
         return Err(fenced());
     }
     let current: HashMap<&str, Option<&zk::Stat>> = keys

@@ -292,10 +292,10 @@ pub async fn observe_reports_resync_on_gap(ctx: Ctx) -> CaseResult {
         loop {
             let event = next_event(&mut obs, ctx.expiry_wait(), "after the gap").await?;
             seen.push(event.clone());
-            if let LeaderEvent::Leader(Some(l)) = &event {
-                if l.token == lb.token() {
-                    return anyhow::Ok(());
-                }
+            if let LeaderEvent::Leader(Some(l)) = &event
+                && l.token == lb.token()
+            {
+                return anyhow::Ok(());
             }
         }
     })

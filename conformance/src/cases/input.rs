@@ -123,6 +123,18 @@ pub async fn bad_transactions_rejected(ctx: Ctx) -> CaseResult {
         many = many.put(format!("k{i}"), vec![]);
     }
     expect_kind("oversized txn", c.commit(many).await, inv)?;
+    // Each value within its limit, the whole over the request limits of the servers.
+    let big = vec![7u8; 600_000];
+    expect_kind(
+        "two 600 kB values",
+        c.commit(Txn::new().put("k", big.clone()).put("k0", big)).await,
+        inv,
+    )?;
+    let mut heavy = Txn::new();
+    for i in 0..20 {
+        heavy = heavy.put(format!("k{i}"), vec![1u8; 60_000]);
+    }
+    expect_kind("20 values of 60 kB", c.commit(heavy).await, inv)?;
     expect_kind(
         "bad check key",
         c.commit(Txn::new().check_absent("a//b").put("k", vec![])).await,
@@ -153,6 +165,11 @@ pub async fn bad_connection_strings_rejected(ctx: Ctx) -> CaseResult {
         format!("{base}/bad name"),
         format!("{scheme}:/missing-slash"),
         "no-scheme-at-all".to_owned(),
+        // Empty path segments are not the root namespace.
+        format!("{base}///"),
+        format!("{base}//"),
+        // Too many hosts to be a cluster: refused with a short message.
+        format!("{scheme}://{}/ns", vec!["127.0.0.1:1"; 10_000].join(",")),
     ];
     for url in bad {
         let r = tokio::time::timeout(
@@ -161,7 +178,15 @@ pub async fn bad_connection_strings_rejected(ctx: Ctx) -> CaseResult {
         )
         .await
         .with_context(|| format!("{url:?}: connect hung instead of rejecting"))?;
-        expect_kind(&format!("connect({url:?})"), r, ErrorKind::ConfigInvalid)?;
+        let shown: String = url.chars().take(60).collect();
+        if let Err(e) = &r {
+            ensure!(
+                e.to_string().len() < 1_000,
+                "connect({shown:?}…): a {}-byte error message",
+                e.to_string().len()
+            );
+        }
+        expect_kind(&format!("connect({shown:?}…)"), r, ErrorKind::ConfigInvalid)?;
     }
     Ok(())
 }

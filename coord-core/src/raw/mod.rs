@@ -39,10 +39,3 @@ pub use crate::trackers::{InstanceTracker, LeaderTracker};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
 pub use queue::{HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Ticket};
-
-use crate::fencing::{Fence, FencingToken};
-
-/// A fence on the contender node or key at `path` (a backend path) created with `token`.
-pub fn fence(path: impl Into<String>, token: FencingToken) -> Fence {
-    Fence::new(path, token)
-}
