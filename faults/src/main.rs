@@ -54,16 +54,24 @@ enum Scenario {
     LeaderMemberKilled,
     /// A follower member is killed mid-run and restarted.
     FollowerMemberKilled,
+    /// A lock's create arrives and its answer is lost (the link reset right after the
+    /// request is sent): the contender must not be left twice, nor stuck.
+    AmbiguousCreate,
+    /// A waiter's links are cut for 3 session timeouts while it is queued: its session
+    /// expires under it.
+    WaiterSessionExpired,
     /// PausedHolder without fencing: the checker must find the lost update.
     NegativeControl,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 7] = [
         Scenario::PausedHolder,
         Scenario::KilledHolder,
         Scenario::LeaderMemberKilled,
         Scenario::FollowerMemberKilled,
+        Scenario::AmbiguousCreate,
+        Scenario::WaiterSessionExpired,
         Scenario::NegativeControl,
     ];
 
@@ -73,6 +81,8 @@ impl Scenario {
             Scenario::KilledHolder => "holder killed",
             Scenario::LeaderMemberKilled => "leader member killed",
             Scenario::FollowerMemberKilled => "follower member killed",
+            Scenario::AmbiguousCreate => "ambiguous lock create",
+            Scenario::WaiterSessionExpired => "waiter's session expired while queued",
             Scenario::NegativeControl => "negative control (no fence)",
         }
     }
@@ -224,7 +234,11 @@ async fn run(
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     tokio::time::sleep(Duration::from_secs(2)).await;
     match scenario {
-        Scenario::PausedHolder | Scenario::KilledHolder | Scenario::NegativeControl => {
+        Scenario::PausedHolder
+        | Scenario::KilledHolder
+        | Scenario::NegativeControl
+        | Scenario::AmbiguousCreate
+        | Scenario::WaiterSessionExpired => {
             state.strike.store(true, Ordering::SeqCst);
         }
         Scenario::LeaderMemberKilled | Scenario::FollowerMemberKilled => {
@@ -313,6 +327,36 @@ async fn worker(
     use rand::{Rng as _, SeedableRng as _};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     while !state.stop.load(Ordering::SeqCst) {
+        // Faults that strike a contender before it holds.
+        let before = matches!(
+            scenario,
+            Scenario::AmbiguousCreate | Scenario::WaiterSessionExpired
+        );
+        if before && state.strike.swap(false, Ordering::SeqCst) {
+            state.faults.fetch_add(1, Ordering::SeqCst);
+            let links = proxies.get(&client)?;
+            if scenario == Scenario::AmbiguousCreate {
+                for link in links.all() {
+                    link.reset_after_next_request(Duration::from_millis(300));
+                }
+            } else {
+                // Queue behind the holder, then lose the session while waiting.
+                let waiting = {
+                    let client = client.clone();
+                    tokio::spawn(async move { client.lock("counter").await })
+                };
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                links.refuse_for(SESSION * 3);
+                match waiting.await {
+                    // Granted on a new session after the cut: hold and release it.
+                    Ok(Ok(g)) => {
+                        let _ = g.release().await;
+                    }
+                    Ok(Err(e)) => eprintln!("waiter whose session expired: {e}"),
+                    Err(e) => eprintln!("waiter task: {e}"),
+                }
+            }
+        }
         let guard = match retry(|| client.lock("counter")).await {
             Ok(g) => g,
             Err(e) => {
@@ -331,7 +375,11 @@ async fn worker(
             continue;
         };
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
-        if state.strike.swap(false, Ordering::SeqCst) {
+        let during = matches!(
+            scenario,
+            Scenario::PausedHolder | Scenario::KilledHolder | Scenario::NegativeControl
+        );
+        if during && state.strike.swap(false, Ordering::SeqCst) {
             state.faults.fetch_add(1, Ordering::SeqCst);
             let links = proxies.get(&client)?;
             match scenario {
