@@ -171,13 +171,17 @@ async fn held_lock_outlives_token_expiry(ctx: Ctx) -> CaseResult {
 }
 
 /// Credentials against an etcd without authentication: `ConfigInvalid`, not retryable,
-/// saying to remove them.
+/// saying to remove them, with the server's answer kept as the cause.
 pub async fn credentials_without_server_auth_rejected(ctx: Ctx) -> CaseResult {
     let addr = ctx.factory().real_server().context("not a real server")?.hosts();
     let e = connect_error(&format!("etcd://someone:pw-6c2d@{addr}/{}", ctx.namespace())).await?;
     ensure!(e.kind() == ErrorKind::ConfigInvalid, "{:?}: {e}", e.kind());
     ensure!(!e.is_retryable(), "{e}");
     ensure!(e.to_string().contains("authentication off"), "{e}");
+    ensure!(
+        std::error::Error::source(&e).is_some(),
+        "the server's answer was dropped: {e:?}"
+    );
     ensure!(
         !format!("{e:?}").contains("pw-6c2d"),
         "the error shows the password: {e:?}"
