@@ -366,7 +366,7 @@ fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
     // On a cluster whose members are being killed (./scripts/test's cluster phase sets
     // COORD_TEST_CASE_ATTEMPTS=2), an operation can fail because the member it went to
     // died: a case that failed only with such an error (unavailable, no answer, outcome
-    // unknown) runs once more in a fresh namespace, and its first failure is printed.
+    // unknown, session lost) runs once more in a fresh namespace, and its first failure is printed.
     // A failed check of the contract itself is never run again.
     let attempts: usize = std::env::var("COORD_TEST_CASE_ATTEMPTS")
         .ok()
@@ -391,9 +391,17 @@ fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
 /// Whether a case's failure is an operation failing because of the server it went to.
 fn member_failure(message: &str) -> bool {
     let m = message.to_lowercase();
-    ["unavailable", "no answer from", "outcome unknown", "timeout:"]
-        .iter()
-        .any(|w| m.contains(w))
+    // A session can also end under a member fault: a leader election that outlasts the
+    // client's give-up point (7/10 of the session timeout on ZooKeeper).
+    [
+        "unavailable",
+        "no answer from",
+        "outcome unknown",
+        "timeout:",
+        "session lost",
+    ]
+    .iter()
+    .any(|w| m.contains(w))
 }
 
 fn run_once(factory: Arc<dyn Factory>, case: &Case, attempt: usize) -> Result<(), String> {
