@@ -258,6 +258,11 @@ impl RealServer {
 /// # Errors
 ///
 /// `Unavailable` with the action's message.
+///
+/// # Cancel safety
+///
+/// If dropped, the action still runs to its end on the blocking pool (a member being
+/// restarted comes back).
 pub async fn blocking<T, F>(f: F) -> Result<T>
 where
     F: FnOnce() -> std::result::Result<T, coord_testkit::Error> + Send + 'static,

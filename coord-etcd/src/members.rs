@@ -6,8 +6,8 @@
 //!
 //! `etcd-client` balances one channel over all members, but a member that is down when
 //! a request is routed to it fails that request; and a request can go to any member, so
-//! with one member down most requests fail. Pinning one member and moving on failure, as
-//! etcd's own Go client does, keeps a client working while any minority is down.
+//! with one member down most requests fail. Pinning one member and moving on failure
+//! keeps a client working while any minority is down.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
