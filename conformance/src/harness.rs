@@ -327,7 +327,7 @@ fn capabilities_of(backend: &str, factory: &dyn Factory) -> Capabilities {
     if let Some((_, c)) = cache.iter().find(|(b, _)| b == backend) {
         return *c;
     }
-    let caps = runtime()
+    let caps = runtime("coord-capabilities")
         .ok()
         .and_then(|rt| {
             rt.block_on(async {
@@ -343,11 +343,46 @@ fn capabilities_of(backend: &str, factory: &dyn Factory) -> Capabilities {
     caps
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+fn runtime(threads: &str) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(threads)
         .enable_all()
         .build()
+}
+
+/// Panics seen on the runtime threads of the cases: (thread name, message). A panic in a
+/// spawned task is caught by the runtime and would pass unseen; the hook records it so
+/// that the case it happened in fails (coord must not panic on any input).
+static PANICS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+fn record_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(name) = std::thread::current().name()
+                && name.starts_with("coord-case-")
+            {
+                PANICS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((name.to_owned(), info.to_string()));
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// The panics recorded on the threads named `threads`.
+fn panics_on(threads: &str) -> Vec<String> {
+    PANICS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(name, _)| name == threads)
+        .map(|(_, message)| message.clone())
+        .collect()
 }
 
 /// A fresh namespace for `case`: unique per run and per case.
@@ -411,7 +446,13 @@ fn run_once(factory: Arc<dyn Factory>, case: &Case, attempt: usize) -> Result<()
     } else {
         _shared = CLUSTER_WIDE.read().unwrap_or_else(|p| p.into_inner());
     }
-    let rt = runtime().map_err(|e| format!("cannot build a runtime: {e}"))?;
+    record_panics();
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let threads = format!(
+        "coord-case-{}",
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let rt = runtime(&threads).map_err(|e| format!("cannot build a runtime: {e}"))?;
     let mut namespace = namespace_for(case.name);
     if attempt > 1 {
         namespace.push_str(&format!("-{attempt}"));
@@ -423,6 +464,13 @@ fn run_once(factory: Arc<dyn Factory>, case: &Case, attempt: usize) -> Result<()
         outcome
     });
     rt.shutdown_timeout(Duration::from_secs(1));
+    let panics = panics_on(&threads);
+    if let Some(first) = panics.first() {
+        return Err(format!(
+            "{} task(s) panicked during the case (a bug whatever the case checks); the first: {first}",
+            panics.len()
+        ));
+    }
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("{e:#}")),

@@ -35,7 +35,7 @@ pub fn expect_denied<T: std::fmt::Debug>(
     }
 }
 
-/// Every kind of write by `client` — `try_lock` and `lock` on `lock`, `try_lock` on a
+/// Every kind of write by `client` — `try_lock` and `lock` (twice) on `lock`, `try_lock` on a
 /// fresh name, `campaign` on `election`, `register` in `service`, `put` of `key` and of
 /// a fresh key — fails at once with `PermissionDenied` mentioning each of `mentions`.
 /// Blocking calls get 5 s: a refusal must not turn into a wait.
@@ -62,6 +62,16 @@ pub async fn writes_refused(
         tokio::time::timeout(quick, client.lock(lock))
             .await
             .context("lock waited instead of failing")?
+            .map(|g| g.token()),
+        mentions,
+    )?;
+    // A refused lock leaves nothing behind on the client either: the next call on the
+    // same name is refused again, not queued behind the first.
+    expect_denied(
+        "lock again",
+        tokio::time::timeout(quick, client.lock(lock))
+            .await
+            .context("a second lock waited behind the refused first one")?
             .map(|g| g.token()),
         mentions,
     )?;

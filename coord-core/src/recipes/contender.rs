@@ -304,17 +304,46 @@ pub(crate) async fn acquire(
         turn: Arc::new(Mutex::new(Some(turn))),
         settled: false,
     };
-    let joined = match &mut contender.joining {
-        Some(task) => {
-            in_session(&mut session, generation, async {
-                task.await
-                    .map_err(|e| Error::new(ErrorKind::Unexpected, format!("the join task failed: {e}")))?
-            })
-            .await?
-        }
-        None => return Err(Error::new(ErrorKind::Unexpected, "no join under way")),
+    let Some(mut task) = contender.joining.take() else {
+        return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
     };
-    contender.joining = None;
+    // The join's outcome, once it finished. A finished join is never awaited again (its
+    // handle is gone); an unfinished one stays with the contender, whose removal waits
+    // for it.
+    let mut finished = None;
+    let waited = in_session(&mut session, generation, async {
+        finished = Some((&mut task).await);
+        Ok(())
+    })
+    .await;
+    let joined = match finished {
+        None => {
+            contender.joining = Some(task);
+            waited?;
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                "the join neither finished nor failed",
+            ));
+        }
+        Some(Ok(Ok(joined))) => joined,
+        // Failed for sure (refused, say): nothing was made, so nothing is removed and the
+        // local turn is free at once — the next call on the name is not queued behind a
+        // removal the server would refuse too.
+        Some(Ok(Err(e))) if !e.outcome_unknown() => {
+            contender.settled = true;
+            release_turn(&contender.turn);
+            return Err(e);
+        }
+        // Of unknown outcome: the dropped contender removes whatever the join may have
+        // made, found by its ticket.
+        Some(Ok(Err(e))) => return Err(e),
+        Some(Err(e)) => {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                format!("the join task failed: {e}"),
+            ));
+        }
+    };
     contender.own = Some(joined.own.clone());
     let mut own = joined.own;
     let mut known = joined.position;
