@@ -45,8 +45,12 @@
 //! server answered ⇒ `Lost`. The server cannot expire the session earlier than T after
 //! that send, so `Lost` comes at least 3/10 T before it (measured against a silent
 //! partition: 600 ms of a 2 s timeout). An idle client sends a cheap probe (a stat of
-//! `/`) whenever nothing was answered for T/6, so a reset connection has at least
-//! 7/10 T − T/6 (about half of T) to come back before the session is given up.
+//! `/`) whenever nothing was answered for T/10, so a reset connection has at least
+//! 7/10 T − T/10 (3/5 of T) to come back before the session is given up. That much is
+//! needed with several hosts: after every host refused once, the client library waits
+//! between passes over them (about 0.3 s, then 0.6 s, doubling, for three hosts), so a
+//! cut of T/4 may take until about T/2 + 0.2 s to heal. The probes also stand in for the
+//! library's own pings, which it sends only after 0.15 T without a request.
 //! After `Lost` the old client is dropped — if its session is still alive it is *closed*
 //! on reconnect, deleting its nodes, never resumed — and a new session is opened with
 //! backoff; registrations are re-created on it.

@@ -389,9 +389,10 @@ impl Inner {
             // 7/10 T: 3/10 T before the server can expire the session (for a slow
             // scheduler, a clock running fast, the round trip). So that "the last request
             // answered" is recent on an idle client too, a cheap probe goes out whenever
-            // nothing was answered for T/6; a reset connection then has at least
-            // 7/10 T − T/6 (about half of T) to come back.
-            let probe_every = negotiated / 6;
+            // nothing was answered for T/10; a reset connection then has at least
+            // 3/5 T to come back (see the crate docs, # Sessions, for why less is not
+            // enough with several hosts).
+            let probe_every = negotiated / 10;
             let give_up_after = negotiated * 7 / 10;
             let mut last_probe: Option<Instant> = None;
             let mut suspended = false;
@@ -401,7 +402,7 @@ impl Inner {
                 let acked = self.acked_at(generation);
                 let deadline =
                     suspended.then(|| acked.map_or_else(Instant::now, |sent| sent + give_up_after));
-                // The next probe: T/6 after the last answered request (or the last probe,
+                // The next probe: T/10 after the last answered request (or the last probe,
                 // if that is later and still unanswered).
                 let next_probe = acked
                     .into_iter()

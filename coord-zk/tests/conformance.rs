@@ -252,7 +252,7 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
     tokio::time::sleep(Duration::from_millis(250)).await;
     ensure!(!waiter.is_finished(), "waiter got the lock while it was held");
     // 3/5 of the timeout: near coord's local Lost point (at most 7/10 of it after the last
-    // answered request, which a probe keeps within the last T/6), and short enough that
+    // answered request, which a probe keeps within the last T/10), and short enough that
     // the client library's reconnect backoff brings the old connection back before the
     // server expires the session — the moment a resumed zombie would appear.
     ctx.factory().suspend(&a, SESSION_TIMEOUT * 3 / 5).await?;
