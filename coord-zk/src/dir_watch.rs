@@ -3,7 +3,9 @@
 //! (and what a snapshot is) is the [`DirFollower`]'s business.
 //!
 //! - A node event or a reconnect (changes during the outage may not be replayed) asks
-//!   the follower for the events since what it has reported. A read that fails is
+//!   the follower for the events since what it has reported. On a reconnect the watch
+//!   is first added again: the client library re-registers only one-shot watches when
+//!   it resumes a session, not persistent ones. A read that fails is
 //!   retried with backoff until it succeeds or the session ends, so a change is never
 //!   dropped because the read after its notification failed.
 //! - A terminal session state ends the watch with the session: the stream gets the
@@ -85,8 +87,18 @@ pub(crate) async fn follow<F: DirFollower>(
             };
             let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
             let generation = inner.session.current().generation;
+            // After a reconnect the watch is added again before the re-read: the client
+            // library re-registers only one-shot watches with the server, so the
+            // persistent one would otherwise go silent on the resumed session.
+            let mut rearmed = None;
             let events = loop {
-                match follower.changed(&inner, node_event).await {
+                let attempt = async {
+                    if node_event.is_none() && rearmed.is_none() {
+                        rearmed = Some(arm(&inner, &dir).await?);
+                    }
+                    follower.changed(&inner, node_event).await
+                };
+                match attempt.await {
                     Ok(events) => break Some(events),
                     Err(e) if e.kind() == ErrorKind::Closed => {
                         let _ = tx.send(Err(e)).await;
@@ -106,6 +118,11 @@ pub(crate) async fn follow<F: DirFollower>(
                     }
                 }
             };
+            if let Some(w) = rearmed {
+                // The old watcher goes after the new one is in place: with a watch of the
+                // same kind left on the path, dropping it sends the server nothing.
+                watcher = w;
+            }
             let Some(events) = events else { break };
             for ev in events {
                 if tx.send(Ok(ev)).await.is_err() {

@@ -1,190 +1,194 @@
-//! The coord fault campaign (`scripts/faults`): on a 3-member ZooKeeper ensemble and a
-//! 3-member etcd cluster, workers increment a shared counter under a coord lock, each
-//! write fenced by the lock's grant, while a scenario injects one kind of fault. Every
-//! operation is recorded, and the history is checked:
+//! The coord fault campaign (`scripts/faults`): every scenario runs against a 3-member
+//! ZooKeeper ensemble and a 3-member etcd cluster, records every operation, and checks
+//! the history:
 //!
-//! - every write reported applied is in the counter's history exactly once (no lost
-//!   and no duplicated update), and the counter ends at the number of applied writes;
-//! - the tokens of the applied writes strictly increase in the order they were applied
-//!   (no two writes with overlapping validity);
-//! - every write of unknown outcome is resolved: it either is in the history or not.
+//! - [`counter`]: workers increment a shared counter under a coord lock (or as the
+//!   elected leader), each write fenced by the grant. Every write reported applied is in
+//!   the counter's history exactly once (no lost, no duplicated update), the tokens of
+//!   the applied writes strictly increase, every write of unknown outcome is resolved
+//!   either way, and no two workers ever see their grants held at once. Faults: holder
+//!   paused, killed or blackholed; the cluster's leader member killed or paused; a
+//!   follower member killed; an ambiguous create; a waiter whose session expires while
+//!   queued; the election's leader killed, paused or blackholed (then exactly one
+//!   leader, and the stale one fenced).
+//! - [`registry`]: 8 members register, 3 are killed and 2 join; every watcher's view
+//!   converges to the live set.
+//! - [`config`]: watchers follow a key written 1, 2, 3, … across connection resets and
+//!   (etcd) history compaction: no version reordered or repeated, none missed unless a
+//!   `Resync` said so, and the last one always arrives.
 //!
-//! Each scenario shows its fault happened (a stale write attempted and rejected, a
-//! failover timed). The negative control runs the paused-holder scenario without fencing
-//! and must fail the checker.
+//! Each scenario shows its fault happened (a stale write attempted and rejected, a new
+//! holder timed, a `Resync` delivered). The negative control runs the paused-holder
+//! scenario without fencing and must fail the checker. `--soak` adds a mixed random
+//! soak of the counter's faults.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod config;
+mod counter;
+mod registry;
 
-use anyhow::{Context as _, bail};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
 use clap::Parser;
-use coord::{Client, ConfigStore, ErrorKind, Lock, Txn};
+use coord::Client;
 use coord_testkit::{Cluster, ClusterOptions, Kind, ProxyMap};
 
-/// The session timeout / lease TTL of every worker.
-const SESSION: Duration = Duration::from_secs(2);
+/// The session timeout / lease TTL of every client.
+pub(crate) const SESSION: Duration = Duration::from_secs(2);
 
 #[derive(Parser)]
 #[command(about = "Run coord's fault campaign against 3-member ZooKeeper and etcd clusters")]
-struct Args {
+pub(crate) struct Args {
     /// How long each scenario runs, in seconds (the quick form: 8).
     #[arg(long, default_value_t = 8)]
-    seconds: u64,
-    /// Workers per scenario.
+    pub seconds: u64,
+    /// Workers per counter scenario.
     #[arg(long, default_value_t = 3)]
-    workers: usize,
-    /// Seed of the workers' hold times.
+    pub workers: usize,
+    /// Seed of the workers' hold times and of the soak's fault choices.
     #[arg(long, default_value_t = 7)]
-    seed: u64,
+    pub seed: u64,
     /// Only these backends (zk, etcd).
     #[arg(long, value_delimiter = ',', default_value = "zk,etcd")]
-    backends: Vec<String>,
+    pub backends: Vec<String>,
+    /// Also run the mixed random soak (one fault every few seconds, for --seconds).
+    #[arg(long)]
+    pub soak: bool,
+    /// Only the scenarios whose name contains this.
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scenario {
+pub(crate) enum Scenario {
     /// The holder stops (its links silent, itself idle) past the session timeout between
     /// its read and its write, while the others contend; then it writes.
     PausedHolder,
     /// The holder crashes between its read and its write: its links refuse for good.
     KilledHolder,
+    /// The holder's links go silent between its read and its write, and it writes at
+    /// once: the write waits in the network and arrives after the session is gone.
+    BlackholedHolder,
     /// The cluster's leader member is killed mid-run and restarted on its data.
     LeaderMemberKilled,
     /// A follower member is killed mid-run and restarted.
     FollowerMemberKilled,
+    /// The cluster's leader member is stopped (SIGSTOP) for longer than the session
+    /// timeout, then resumed.
+    LeaderMemberPaused,
     /// A lock's create arrives and its answer is lost (the link reset right after the
     /// request is sent): the contender must not be left twice, nor stuck.
     AmbiguousCreate,
     /// A waiter's links are cut for 3 session timeouts while it is queued: its session
     /// expires under it.
     WaiterSessionExpired,
+    /// The elected leader crashes between its read and its write.
+    ElectionLeaderKilled,
+    /// The elected leader stops past the session timeout, then writes.
+    ElectionLeaderPaused,
+    /// The elected leader's links go silent and it writes at once.
+    ElectionLeaderBlackholed,
+    /// 8 registered members, 3 killed, 2 joining; a watcher's link reset meanwhile.
+    RegistryChurn,
+    /// Config watchers across connection resets and (etcd) history compaction.
+    ConfigWatchers,
+    /// A random mix of the counter's faults, one every few seconds (`--soak`).
+    Soak,
     /// PausedHolder without fencing: the checker must find the lost update.
     NegativeControl,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 7] = [
+    /// The quick form, in order.
+    const QUICK: [Scenario; 14] = [
         Scenario::PausedHolder,
         Scenario::KilledHolder,
+        Scenario::BlackholedHolder,
         Scenario::LeaderMemberKilled,
         Scenario::FollowerMemberKilled,
+        Scenario::LeaderMemberPaused,
         Scenario::AmbiguousCreate,
         Scenario::WaiterSessionExpired,
+        Scenario::ElectionLeaderKilled,
+        Scenario::ElectionLeaderPaused,
+        Scenario::ElectionLeaderBlackholed,
+        Scenario::RegistryChurn,
+        Scenario::ConfigWatchers,
         Scenario::NegativeControl,
     ];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
-            Scenario::PausedHolder => "holder paused past timeout",
-            Scenario::KilledHolder => "holder killed",
+            Scenario::PausedHolder => "lock holder paused past timeout",
+            Scenario::KilledHolder => "lock holder killed",
+            Scenario::BlackholedHolder => "lock holder blackholed",
             Scenario::LeaderMemberKilled => "leader member killed",
             Scenario::FollowerMemberKilled => "follower member killed",
+            Scenario::LeaderMemberPaused => "leader member paused",
             Scenario::AmbiguousCreate => "ambiguous lock create",
             Scenario::WaiterSessionExpired => "waiter's session expired while queued",
+            Scenario::ElectionLeaderKilled => "election leader killed",
+            Scenario::ElectionLeaderPaused => "election leader paused",
+            Scenario::ElectionLeaderBlackholed => "election leader blackholed",
+            Scenario::RegistryChurn => "registry: 3 of 8 killed, 2 join",
+            Scenario::ConfigWatchers => "config watchers: resets, compaction",
+            Scenario::Soak => "mixed random soak",
             Scenario::NegativeControl => "negative control (no fence)",
         }
     }
-
-    fn fenced(self) -> bool {
-        self != Scenario::NegativeControl
-    }
-}
-
-/// One write attempt.
-#[derive(Debug, Clone)]
-struct Write {
-    token: u64,
-    /// The value written (the value read + 1).
-    value: u64,
-    outcome: Outcome,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Applied,
-    Fenced,
-    Unknown,
-    NotApplied,
 }
 
 /// What one scenario run gives.
 #[derive(Debug, Default)]
-struct Report {
-    faults: usize,
-    ops: usize,
-    stale_rejected: usize,
-    violations: Vec<String>,
-    worst_failover: Option<Duration>,
+pub(crate) struct Report {
+    /// Faults injected.
+    pub faults: usize,
+    /// Operations recorded (writes, or watch events).
+    pub ops: usize,
+    /// What shows the fault took effect ("2 stale writes rejected").
+    pub shown: String,
+    /// Whether it did.
+    pub shown_ok: bool,
+    /// Broken invariants, one line each.
+    pub violations: Vec<String>,
+    /// The worst time from a fault to recovery: a new holder or leader, converged views,
+    /// the last version delivered.
+    pub worst_recovery: Option<Duration>,
 }
 
-/// Shared state of a run's workers and its fault injector.
-struct Run {
-    history: Mutex<Vec<Write>>,
-    /// The fault injector asks the next holder to pause (or crash) between read and write.
-    strike: AtomicBool,
-    faults: AtomicUsize,
-    /// When the last struck holder went silent, and the worst time until another worker
-    /// acquired the lock after that.
-    struck_at: Mutex<Option<Instant>>,
-    worst_failover: Mutex<Option<Duration>>,
-    stop: AtomicBool,
+/// What a scenario runs against.
+pub(crate) struct Env<'a> {
+    pub args: &'a Args,
+    pub cluster: &'a Arc<Cluster>,
+    pub kind: Kind,
+    pub namespace: String,
+    pub proxies: Arc<ProxyMap>,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let mut rows = Vec::new();
-    let mut failed = false;
-    for backend in &args.backends {
-        let kind: Kind = backend.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let cluster =
-            Arc::new(Cluster::start(ClusterOptions::new(kind, 3)).map_err(|e| anyhow::anyhow!("{e}"))?);
-        for (n, scenario) in Scenario::ALL.into_iter().enumerate() {
-            let report = rt.block_on(run(&args, &cluster, kind, scenario, n))?;
-            let ok = if scenario.fenced() {
-                report.violations.is_empty() && report.faults > 0
-            } else {
-                !report.violations.is_empty()
-            };
-            failed |= !ok;
-            rows.push((scenario, backend.clone(), report, ok));
-        }
+impl Env<'_> {
+    /// A client straight to the cluster (not faulted).
+    pub async fn direct(&self) -> coord::Result<Client> {
+        coord::connect(&url(self.kind, &self.cluster.hosts(), &self.namespace)).await
     }
-    println!();
-    println!(
-        "| scenario | backend | faults | ops | stale writes rejected | violations | worst fault→new holder (T = {:?}) | result |",
-        SESSION
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (scenario, backend, r, ok) in &rows {
-        println!(
-            "| {} | {backend} | {} | {} | {} | {} | {} | {} |",
-            scenario.name(),
-            r.faults,
-            r.ops,
-            r.stale_rejected,
-            r.violations.len(),
-            r.worst_failover
-                .map_or("—".to_owned(), |d| format!("{:.2}s", d.as_secs_f64())),
-            if *ok { "pass" } else { "FAIL" }
-        );
-    }
-    for (scenario, backend, r, _) in &rows {
-        for v in r.violations.iter().take(3) {
-            println!("{backend} / {}: {v}", scenario.name());
-        }
-    }
-    if failed {
-        bail!(
-            "the campaign failed: a fenced scenario broke an invariant or injected no fault, or the negative control found nothing"
-        );
-    }
-    Ok(())
 }
 
-fn url(kind: Kind, hosts: &str, namespace: &str) -> String {
+/// Opens a client through a fault proxy per member.
+pub(crate) async fn linked(
+    proxies: &ProxyMap,
+    cluster: &Cluster,
+    kind: Kind,
+    namespace: &str,
+) -> coord::Result<Client> {
+    proxies
+        .open(&cluster.addrs(), |links| {
+            let hosts = links.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+            async move { coord::connect(&url(kind, &hosts, namespace)).await }
+        })
+        .await
+}
+
+pub(crate) fn url(kind: Kind, hosts: &str, namespace: &str) -> String {
     match kind {
         Kind::Zk => format!(
             "zk://{hosts}/{namespace}?session_timeout={}ms",
@@ -197,119 +201,16 @@ fn url(kind: Kind, hosts: &str, namespace: &str) -> String {
     }
 }
 
-async fn run(
-    args: &Args,
-    cluster: &Arc<Cluster>,
-    kind: Kind,
-    scenario: Scenario,
-    n: usize,
-) -> anyhow::Result<Report> {
-    let namespace = format!("coord-faults-{}-{n}", std::process::id());
-    let proxies = Arc::new(ProxyMap::default());
-    let state = Arc::new(Run {
-        history: Mutex::new(Vec::new()),
-        strike: AtomicBool::new(false),
-        faults: AtomicUsize::new(0),
-        struck_at: Mutex::new(None),
-        worst_failover: Mutex::new(None),
-        stop: AtomicBool::new(false),
-    });
-    let setup = coord::connect(&url(kind, &cluster.hosts(), &namespace)).await?;
-    setup.put("counter", b"0".to_vec()).await?;
-    let mut workers = Vec::new();
-    for w in 0..args.workers {
-        let (proxies, state, ns) = (proxies.clone(), state.clone(), namespace.clone());
-        let addrs = cluster.addrs();
-        let seed = args.seed.wrapping_mul(31).wrapping_add(w as u64);
-        workers.push(tokio::spawn(async move {
-            let client = proxies
-                .open(&addrs, |links| {
-                    let hosts = links.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
-                    async move { coord::connect(&url(kind, &hosts, &ns)).await }
-                })
-                .await?;
-            worker(client, &proxies, &state, scenario, seed).await
-        }));
-    }
-    let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    match scenario {
-        Scenario::PausedHolder
-        | Scenario::KilledHolder
-        | Scenario::NegativeControl
-        | Scenario::AmbiguousCreate
-        | Scenario::WaiterSessionExpired => {
-            state.strike.store(true, Ordering::SeqCst);
-        }
-        Scenario::LeaderMemberKilled | Scenario::FollowerMemberKilled => {
-            let c = cluster.clone();
-            let leader = scenario == Scenario::LeaderMemberKilled;
-            let lock = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-                let lock = c.fault_lock().map_err(|e| anyhow::anyhow!("{e}"))?;
-                let l = c
-                    .wait_leader(Duration::from_secs(30))
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                let victim = if leader { l } else { (l + 1) % c.len() };
-                c.kill(victim).map_err(|e| anyhow::anyhow!("{e}"))?;
-                Ok((lock, victim))
-            })
-            .await??;
-            state.faults.fetch_add(1, Ordering::SeqCst);
-            *state.struck_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            let c = cluster.clone();
-            tokio::task::spawn_blocking(move || {
-                let (lock, victim) = lock;
-                let r = c.restart_member(victim);
-                drop(lock);
-                r
-            })
-            .await?
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-    }
-    tokio::time::sleep_until(deadline.into()).await;
-    state.stop.store(true, Ordering::SeqCst);
-    for w in workers {
-        // A crashed worker ends early; a stopped one finishes its cycle.
-        match tokio::time::timeout(SESSION * 10, w).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => eprintln!("worker: {e:#}"),
-            Ok(Err(e)) => eprintln!("worker task: {e}"),
-            Err(_) => eprintln!("a worker did not stop within {:?}", SESSION * 10),
-        }
-    }
-    let final_value = read_counter(&setup).await?;
-    let _ = setup.close().await;
-    let history = state.history.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut report = check(&history, final_value);
-    report.faults = state.faults.load(Ordering::SeqCst);
-    report.worst_failover = *state.worst_failover.lock().unwrap_or_else(|p| p.into_inner());
-    eprintln!(
-        "{kind:?} / {}: {} ops, {} faults, {} violations",
-        scenario.name(),
-        report.ops,
-        report.faults,
-        report.violations.len()
-    );
-    Ok(report)
-}
-
-async fn read_counter(client: &Client) -> anyhow::Result<u64> {
-    let v = retry(|| client.get("counter")).await?.context("no counter")?;
-    Ok(String::from_utf8_lossy(&v.value).parse()?)
-}
-
 /// Runs `op` again while it fails with a retryable error, for at most 30 s.
-async fn retry<T, F, Fut>(mut op: F) -> coord::Result<T>
+pub(crate) async fn retry<T, F, Fut>(mut op: F) -> coord::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = coord::Result<T>>,
 {
-    let until = Instant::now() + Duration::from_secs(30);
+    let until = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         match op().await {
-            Err(e) if e.is_retryable() && Instant::now() < until => {
+            Err(e) if e.is_retryable() && std::time::Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other,
@@ -317,173 +218,95 @@ where
     }
 }
 
-async fn worker(
-    client: Client,
-    proxies: &ProxyMap,
-    state: &Run,
-    scenario: Scenario,
-    seed: u64,
-) -> anyhow::Result<()> {
-    use rand::{Rng as _, SeedableRng as _};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    while !state.stop.load(Ordering::SeqCst) {
-        // Faults that strike a contender before it holds.
-        let before = matches!(
-            scenario,
-            Scenario::AmbiguousCreate | Scenario::WaiterSessionExpired
-        );
-        if before && state.strike.swap(false, Ordering::SeqCst) {
-            state.faults.fetch_add(1, Ordering::SeqCst);
-            let links = proxies.get(&client)?;
-            if scenario == Scenario::AmbiguousCreate {
-                for link in links.all() {
-                    link.reset_after_next_request(Duration::from_millis(300));
-                }
-            } else {
-                // Queue behind the holder, then lose the session while waiting.
-                let waiting = {
-                    let client = client.clone();
-                    tokio::spawn(async move { client.lock("counter").await })
-                };
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                links.refuse_for(SESSION * 3);
-                match waiting.await {
-                    // Granted on a new session after the cut: hold and release it.
-                    Ok(Ok(g)) => {
-                        let _ = g.release().await;
-                    }
-                    Ok(Err(e)) => eprintln!("waiter whose session expired: {e}"),
-                    Err(e) => eprintln!("waiter task: {e}"),
-                }
-            }
-        }
-        let guard = match retry(|| client.lock("counter")).await {
-            Ok(g) => g,
-            Err(e) => {
-                eprintln!("lock: {e}");
-                continue;
-            }
-        };
-        if let Some(at) = state.struck_at.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let took = at.elapsed();
-            let mut worst = state.worst_failover.lock().unwrap_or_else(|p| p.into_inner());
-            *worst = Some(worst.map_or(took, |w| w.max(took)));
-        }
-        let token = guard.token().get();
-        let Ok(read) = read_counter(&client).await else {
-            let _ = guard.release().await;
-            continue;
-        };
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
-        let during = matches!(
-            scenario,
-            Scenario::PausedHolder | Scenario::KilledHolder | Scenario::NegativeControl
-        );
-        if during && state.strike.swap(false, Ordering::SeqCst) {
-            state.faults.fetch_add(1, Ordering::SeqCst);
-            let links = proxies.get(&client)?;
-            match scenario {
-                Scenario::KilledHolder => {
-                    // The process is gone: nothing more is sent, nothing cleaned up.
-                    links.refuse();
-                    *state.struck_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                    std::mem::forget(guard);
-                    return Ok(());
-                }
-                _ => {
-                    // Paused: silent and idle for 3 session timeouts, then on again.
-                    links.blackhole_for(SESSION * 3);
-                    *state.struck_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                    tokio::time::sleep(SESSION * 3).await;
-                }
-            }
-        }
-        let mut txn = Txn::new().put("counter", (read + 1).to_string().into_bytes());
-        if scenario.fenced() {
-            txn = txn.fenced_by(guard.fence());
-        }
-        // As an application would: a write that surely did not apply is sent again
-        // (a paused holder's write reaches the server once it is back).
-        let until = Instant::now() + SESSION * 5;
-        let result = loop {
-            match client.commit(txn.clone()).await {
-                Err(e) if e.is_retryable() && !e.outcome_unknown() && Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                other => break other,
-            }
-        };
-        let outcome = match result {
-            Ok(_) => Outcome::Applied,
-            Err(e) if e.kind() == ErrorKind::Fenced => Outcome::Fenced,
-            Err(e) if e.outcome_unknown() => Outcome::Unknown,
-            Err(_) => Outcome::NotApplied,
-        };
-        state
-            .history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Write {
-                token,
-                value: read + 1,
-                outcome,
-            });
-        let _ = guard.release().await;
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    // Quiet unless asked: COORD_FAULTS_LOG=coord_zk=debug, say.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("COORD_FAULTS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut scenarios = Scenario::QUICK.to_vec();
+    if args.soak {
+        scenarios.insert(scenarios.len() - 1, Scenario::Soak);
     }
-    let _ = client.close().await;
+    if let Some(only) = &args.only {
+        scenarios.retain(|s| s.name().contains(only.as_str()));
+    }
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for backend in &args.backends {
+        let kind: Kind = backend.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let cluster =
+            Arc::new(Cluster::start(ClusterOptions::new(kind, 3)).map_err(|e| anyhow::anyhow!("{e}"))?);
+        for (n, &scenario) in scenarios.iter().enumerate() {
+            let env = Env {
+                args: &args,
+                cluster: &cluster,
+                kind,
+                namespace: format!("coord-faults-{}-{n}", std::process::id()),
+                proxies: Arc::new(ProxyMap::default()),
+            };
+            let report = rt.block_on(async {
+                match scenario {
+                    Scenario::RegistryChurn => registry::run(&env).await,
+                    Scenario::ConfigWatchers => config::run(&env).await,
+                    _ => counter::run(&env, scenario).await,
+                }
+            })?;
+            let ok = if scenario == Scenario::NegativeControl {
+                !report.violations.is_empty()
+            } else {
+                report.violations.is_empty() && report.faults > 0 && report.shown_ok
+            };
+            eprintln!(
+                "{backend} / {}: {} faults, {} ops, {}, {} violations: {}",
+                scenario.name(),
+                report.faults,
+                report.ops,
+                report.shown,
+                report.violations.len(),
+                if ok { "pass" } else { "FAIL" }
+            );
+            failed |= !ok;
+            rows.push((scenario, backend.clone(), report, ok));
+        }
+    }
+    print_table(&rows);
+    if failed {
+        bail!(
+            "the campaign failed: a scenario broke an invariant or did not show its fault, or the negative control found nothing"
+        );
+    }
     Ok(())
 }
 
-/// Checks a history against the counter's final value.
-fn check(history: &[Write], final_value: u64) -> Report {
-    let mut report = Report {
-        ops: history.len(),
-        stale_rejected: history.iter().filter(|w| w.outcome == Outcome::Fenced).count(),
-        ..Report::default()
-    };
-    // Each value 1..=final was written by exactly one applied (or unknown, resolved as
-    // applied) write; an applied write of an already-written value lost an update.
-    let mut by_value: BTreeMap<u64, Vec<&Write>> = BTreeMap::new();
-    for w in history
-        .iter()
-        .filter(|w| matches!(w.outcome, Outcome::Applied | Outcome::Unknown))
-    {
-        by_value.entry(w.value).or_default().push(w);
+fn print_table(rows: &[(Scenario, String, Report, bool)]) {
+    println!();
+    println!(
+        "| scenario | backend | faults | ops | fault shown | violations | worst fault→recovery (T = {:?}) | result |",
+        SESSION
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (scenario, backend, r, ok) in rows {
+        println!(
+            "| {} | {backend} | {} | {} | {} | {} | {} | {} |",
+            scenario.name(),
+            r.faults,
+            r.ops,
+            r.shown,
+            r.violations.len(),
+            r.worst_recovery
+                .map_or("—".to_owned(), |d| format!("{:.2}s", d.as_secs_f64())),
+            if *ok { "pass" } else { "FAIL" }
+        );
     }
-    let mut chain = Vec::new();
-    for value in 1..=final_value {
-        let writers = by_value.get(&value).map(Vec::as_slice).unwrap_or(&[]);
-        let applied: Vec<&&Write> = writers.iter().filter(|w| w.outcome == Outcome::Applied).collect();
-        if applied.len() > 1 {
-            report.violations.push(format!(
-                "{} writes reported applied all wrote {value}: an update was lost (tokens {:?})",
-                applied.len(),
-                applied.iter().map(|w| w.token).collect::<Vec<_>>()
-            ));
-        }
-        match writers.first() {
-            Some(w) => chain.push(*w),
-            None => report.violations.push(format!(
-                "the counter passed {value}, but no write of it was attempted"
-            )),
+    for (scenario, backend, r, _) in rows {
+        for v in r.violations.iter().take(3) {
+            println!("{backend} / {}: {v}", scenario.name());
         }
     }
-    for w in history.iter().filter(|w| w.outcome == Outcome::Applied) {
-        if w.value > final_value {
-            report.violations.push(format!(
-                "a write of {} (token {}) was reported applied, but the counter ended at {final_value}",
-                w.value, w.token
-            ));
-        }
-    }
-    // Unknown outcomes above the final value were not applied: resolved either way.
-    for pair in chain.windows(2) {
-        if pair[1].token <= pair[0].token {
-            report.violations.push(format!(
-                "token {} wrote {} after token {} wrote {}: tokens went back",
-                pair[1].token, pair[1].value, pair[0].token, pair[0].value
-            ));
-        }
-    }
-    report
 }

@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail, ensure};
 use coord_core::{ConfigEvent, ConfigStore, Entry, ErrorKind, OpResult, Txn};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{next_event, retrying};
+use crate::util::{eventually, next_event, retrying, through_short_outage};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -341,4 +341,40 @@ pub async fn applied_commit_is_never_reported_not_applied(ctx: Ctx) -> CaseResul
     }
     tracing::info!(failed, "commits that reported a failure");
     Ok(())
+}
+
+/// A watch keeps delivering changes made after its client reconnected on the same
+/// session, not only the re-read on reconnect: the watch is registered again with the
+/// server.
+pub async fn watch_follows_changes_after_a_reconnect(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    a.put("k", b"0".to_vec()).await?;
+    let mut w = b.watch("k").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    through_short_outage(&ctx, &b, async {
+        eventually(ctx.session_timeout() * 2, "reconnected", || async {
+            Ok(b.session_state() == coord_core::SessionState::Connected)
+        })
+        .await
+    })
+    .await?;
+    for i in 1..=5u32 {
+        a.put("k", i.to_string().into_bytes()).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    loop {
+        let ev = next_event(&mut w, QUICK, "the changes after the reconnect").await?;
+        let entry = match ev {
+            ConfigEvent::Put(e) => e,
+            ConfigEvent::Snapshot(entries) => match entries.into_iter().next() {
+                Some(e) => e,
+                None => continue,
+            },
+            ConfigEvent::Resync => continue,
+            ConfigEvent::Delete(k) => bail!("unexpected delete of {k}"),
+        };
+        if entry.value == b"5" {
+            return Ok(());
+        }
+    }
 }

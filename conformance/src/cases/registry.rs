@@ -315,3 +315,34 @@ pub async fn deregister_during_outage_is_retried(ctx: Ctx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A registry watch keeps delivering joins and departures that happen after its client
+/// reconnected on the same session.
+pub async fn watch_follows_changes_after_a_reconnect(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut w = b.watch("api").await?;
+    next_event(&mut w, QUICK, "snapshot").await?;
+    through_short_outage(&ctx, &b, async {
+        eventually(ctx.session_timeout() * 2, "reconnected", || async {
+            Ok(b.session_state() == SessionState::Connected)
+        })
+        .await
+    })
+    .await?;
+    let reg = a.register("api", ServiceInstance::new("n1", "h:1")).await?;
+    loop {
+        match next_event(&mut w, QUICK, "the join after the reconnect").await? {
+            RegistryEvent::Joined(i) if i.id == "n1" => break,
+            RegistryEvent::Snapshot(all) if all.iter().any(|i| i.id == "n1") => break,
+            _ => {}
+        }
+    }
+    reg.deregister().await?;
+    loop {
+        match next_event(&mut w, QUICK, "the departure after the reconnect").await? {
+            RegistryEvent::Left(id) if id == "n1" => return Ok(()),
+            RegistryEvent::Snapshot(all) if all.is_empty() => return Ok(()),
+            _ => {}
+        }
+    }
+}
