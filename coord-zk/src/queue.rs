@@ -4,8 +4,12 @@
 //! order is the sequence; the token is the node's `czxid`, from the create's `Stat`. The
 //! directory is a container node, deleted by the server once empty.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
-use coord_core::raw::{Counter, HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Ticket};
+use coord_core::raw::{
+    Backoff, Counter, HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Ticket,
+};
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -243,21 +247,38 @@ impl Queue for ZkClient {
                     inner.ensure_dir(&dir).await?;
                     continue;
                 }
-                Ok(Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout))) => {
-                    map(e, "create contender", true)
+                // Every failure that may have let the create through (a lost connection,
+                // a reset, no answer) is resolved by looking for the node.
+                Ok(Err(e)) => {
+                    let e = map_at(e, "create contender", true, &dir);
+                    if !e.outcome_unknown() {
+                        return Err(e);
+                    }
+                    e
                 }
-                Ok(Err(e)) => return Err(map_at(e, "create contender", true, &dir)),
-                Err(e) if e.kind() == ErrorKind::Timeout => e,
+                Err(e) if e.kind() == ErrorKind::Timeout || e.outcome_unknown() => e,
                 Err(e) => return Err(e),
             };
-            // The create may have landed: find it by its guid before trying again.
+            // The create may have landed: find it by its guid before trying again — for
+            // as long as it takes. Giving up here would leave a node nobody knows of at
+            // the head of the queue for the whole session (and a join sent again would
+            // queue a second one behind it).
             tracing::debug!(error = %unknown, "coord.zk.create_outcome_unknown");
-            inner.session.connected().await?;
-            if inner.current()?.generation != ticket.generation {
-                return Err(own_gone());
-            }
-            if let Some(own) = find_own(inner, ticket).await? {
-                return Ok(Joined { own, position: None });
+            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            loop {
+                inner.session.connected().await?;
+                if inner.current()?.generation != ticket.generation {
+                    return Err(own_gone());
+                }
+                match find_own(inner, ticket).await {
+                    Ok(Some(own)) => return Ok(Joined { own, position: None }),
+                    Ok(None) => break,
+                    Err(e) if e.is_retryable() => {
+                        tracing::debug!(error = %e, "coord.zk.find_own_retry");
+                        backoff.wait().await;
+                    }
+                    Err(e) => return Err(e.with_outcome_unknown(true)),
+                }
             }
         }
     }

@@ -505,3 +505,29 @@ pub async fn distinct_names_leave_nothing_behind(ctx: Ctx) -> CaseResult {
         );
     }
 }
+
+/// A lock's create that reaches the server but whose answer is lost (the link resets
+/// right after the request is sent) is found again by the retry, never made twice: a
+/// second entry would queue the client behind its own first one — an entry nobody
+/// knows of, ahead of everyone for the rest of the session.
+pub async fn ambiguous_create_is_not_made_twice(ctx: Ctx) -> CaseResult {
+    let a = ctx.factory().open_links(ctx.namespace(), 1).await?;
+    let links = ctx.factory().links(&a)?;
+    let b = ctx.client().await?;
+    let bound = ctx.session_timeout() * 3 + QUICK;
+    for round in 0..6 {
+        for link in links.all() {
+            link.reset_after_next_request(Duration::from_millis(100));
+        }
+        let held = within(bound, "a lock whose create was cut off", retrying(|| a.lock("m")))
+            .await?
+            .map_err(|e| anyhow::anyhow!("round {round}: {e}"))?;
+        held.release().await?;
+        // Nothing of a's is left ahead: another client takes the lock at once.
+        let other = within(QUICK, "another client's lock after the release", b.lock("m"))
+            .await?
+            .map_err(|e| anyhow::anyhow!("round {round}: {e}"))?;
+        other.release().await?;
+    }
+    Ok(())
+}

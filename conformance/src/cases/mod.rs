@@ -167,6 +167,7 @@ pub fn all() -> Vec<Case> {
             GAP_AND_OPERATOR
         ),
         case!(lock::distinct_names_leave_nothing_behind, OPERATOR),
+        case!(lock::ambiguous_create_is_not_made_twice, LINKS),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),
