@@ -2,8 +2,9 @@
 //! `TestingCluster` and kazoo's harness provide: a standalone server or a 3-member
 //! ensemble / cluster on loopback, started from the Debian packages' binaries in a
 //! temporary directory; member faults (stop, kill, pause, restart) and the current
-//! leader; and a TCP [`FaultProxy`] per client link that resets, blackholes or delays
-//! traffic.
+//! leader; a client's session expired from outside ([`expire_session`]); etcd history
+//! compaction ([`Cluster::compact`]); and a TCP [`FaultProxy`] per client link that
+//! resets, blackholes or delays traffic.
 //!
 //! Install the servers first: `apt-get install zookeeper etcd-server etcd-client`
 //! (`libnetty-java` too for ZooKeeper with TLS). [`Cluster::start`] says which package is
@@ -54,6 +55,8 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod session;
 
 pub use cluster::{Cluster, ClusterOptions, Error, FaultLock, Kind};
 pub use proxy::{FaultProxy, Links, ProxyMap};
+pub use session::expire_session;

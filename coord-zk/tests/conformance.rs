@@ -44,49 +44,11 @@ impl ZkFactory {
             .map_err(|e| unavailable("operator connect", e))
     }
 
-    /// Expires `client`'s session on the server: attach with its id and password, then
-    /// close that second connection. Returns only once the server confirms the session
-    /// is gone (a fresh attach is refused as expired).
-    ///
-    /// Attaching moves the session to the new connection, and the victim's own client
-    /// moves it back when it reconnects; a close sent while the two race can be lost, and
-    /// the library then reports the attaching handle closed although the session lives
-    /// on. So the kill is repeated until an attach is refused.
+    /// Expires `client`'s session on the server (coord-testkit's `expire_session`:
+    /// attach with its id and password and close, until the server refuses an attach
+    /// as expired).
     async fn expire(&self, client: &Client) -> Result<()> {
-        let info = zk(client)?
-            .session_info()
-            .ok_or_else(|| Error::new(ErrorKind::SessionLost, "client has no session to kill"))?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut last = String::from("no attempt");
-        while tokio::time::Instant::now() < deadline {
-            // (Reattaching renegotiates the timeout; the close follows at once.)
-            let attached = zookeeper_client::Client::connector()
-                .with_session(info.clone())
-                .with_session_timeout(Duration::from_secs(6))
-                .connect(&self.server.hosts())
-                .await;
-            match attached {
-                // The server no longer knows the session: it and its ephemerals are gone.
-                Err(zookeeper_client::Error::SessionExpired) => return Ok(()),
-                Ok(other) => {
-                    // Dropping the only handle sends CloseSession; the state turns
-                    // terminal once the server answered or the library gave up.
-                    let mut state = other.state_watcher();
-                    drop(other);
-                    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-                        while !state.changed().await.is_terminated() {}
-                    })
-                    .await;
-                    last = "attached and closed, but the session still exists".into();
-                }
-                Err(e) => last = format!("attach: {e}"),
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Err(Error::new(
-            ErrorKind::Timeout,
-            format!("could not kill the session within 30s ({last})"),
-        ))
+        coord_testkit::expire_session(client, &self.server.hosts()).await
     }
 }
 

@@ -1,0 +1,44 @@
+//! The crate docs' session expiry, run for real on both servers: a held lock is lost,
+//! another client gets it, and the victim goes on with a new session.
+
+use std::time::Duration;
+
+use coord::Lock as _;
+use coord_testkit::{Cluster, ClusterOptions, Kind};
+
+async fn expire(kind: Kind) -> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::new(kind, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let options = match kind {
+        Kind::Zk => "?session_timeout=4s",
+        Kind::Etcd => "?lease_ttl=4s",
+    };
+    let url = format!("{}{options}", cluster.url("expire"));
+    let (victim, other) = (coord::connect(&url).await?, coord::connect(&url).await?);
+    let guard = victim.lock("jobs").await?;
+    let generation = victim.session().borrow().generation;
+    coord_testkit::expire_session(&victim, &cluster.hosts()).await?;
+    // Sooner than the session timeout: the server ended the session, not a timeout.
+    tokio::time::timeout(Duration::from_secs(3), guard.lost()).await?;
+    let next = tokio::time::timeout(Duration::from_secs(10), other.lock("jobs")).await??;
+    anyhow::ensure!(next.token() > guard.token(), "the token did not grow");
+    next.release().await?;
+    let mut session = victim.session();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        session.wait_for(|s| s.generation > generation && s.state == coord::SessionState::Connected),
+    )
+    .await??;
+    victim.close().await?;
+    other.close().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_expire_session() -> anyhow::Result<()> {
+    expire(Kind::Etcd).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zk_expire_session() -> anyhow::Result<()> {
+    expire(Kind::Zk).await
+}
