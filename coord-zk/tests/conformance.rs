@@ -213,11 +213,13 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
     let waiter = tokio::spawn(async move { b.lock("res").await });
     tokio::time::sleep(Duration::from_millis(250)).await;
     ensure!(!waiter.is_finished(), "waiter got the lock while it was held");
-    // 3/5 of the timeout: near coord's local Lost point (at most 7/10 of it after the last
-    // answered request, which a probe keeps within the last T/10), and short enough that
-    // the client library's reconnect backoff brings the old connection back before the
-    // server expires the session — the moment a resumed zombie would appear.
-    ctx.factory().suspend(&a, SESSION_TIMEOUT * 3 / 5).await?;
+    // 3/4 of the timeout: past coord's local Lost point (at most 7/10 of it after the
+    // last answered request), so Lost comes while the client is still cut off — even with
+    // several hosts, whose reconnects follow each other closely — and short of the
+    // server's expiry (no earlier than the whole timeout), so the client library's
+    // reconnect can bring the old connection back before the server expires the session:
+    // the moment a resumed zombie would appear.
+    ctx.factory().suspend(&a, SESSION_TIMEOUT * 3 / 4).await?;
     tokio::time::timeout(SESSION_TIMEOUT, held.lost())
         .await
         .context("the guard did not report Lost once the session may be gone")?;
