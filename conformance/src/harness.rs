@@ -354,6 +354,9 @@ fn runtime(threads: &str) -> std::io::Result<tokio::runtime::Runtime> {
 /// Panics seen on the runtime threads of the cases: (thread name, message). A panic in a
 /// spawned task is caught by the runtime and would pass unseen; the hook records it so
 /// that the case it happened in fails (coord must not panic on any input).
+/// In the failure of a case during which a task panicked; such a case never runs again.
+const PANICKED: &str = "task(s) panicked during the case";
+
 static PANICS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
 
 fn record_panics() {
@@ -411,7 +414,7 @@ fn run_case(factory: Arc<dyn Factory>, case: Case) -> Result<(), Failed> {
     let mut attempt = 1;
     loop {
         match run_once(factory.clone(), &case, attempt) {
-            Err(e) if attempt < attempts && member_failure(&e) => {
+            Err(e) if attempt < attempts && member_failure(&e) && !e.contains(PANICKED) => {
                 eprintln!(
                     "{} (attempt {attempt}) failed on a member fault, running it again: {e}",
                     case.name
@@ -470,7 +473,7 @@ fn run_once(factory: Arc<dyn Factory>, case: &Case, attempt: usize) -> Result<()
     let panics = panics_on(&threads);
     if let Some(first) = panics.first() {
         return Err(format!(
-            "{} task(s) panicked during the case (a bug whatever the case checks); the first: {first}",
+            "{} {PANICKED} (a bug whatever the case checks); the first: {first}",
             panics.len()
         ));
     }

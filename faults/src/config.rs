@@ -6,6 +6,7 @@
 //! backend delivers every change), must follow every `Resync` with a snapshot, and must
 //! end at the last value written.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,7 +66,14 @@ fn last_value(seen: &[Seen]) -> Option<u64> {
 }
 
 /// Checks one watcher's events; returns the number of `Resync`s.
-fn check(watcher: usize, seen: &[Seen], every_event: bool, violations: &mut Vec<String>) -> usize {
+/// Values in `failed` were put without a confirmed outcome: skipping them is no gap.
+fn check(
+    watcher: usize,
+    seen: &[Seen],
+    every_event: bool,
+    failed: &BTreeSet<u64>,
+    violations: &mut Vec<String>,
+) -> usize {
     let mut last: Option<u64> = None;
     let mut resynced = false;
     let mut resyncs = 0;
@@ -99,15 +107,20 @@ fn check(watcher: usize, seen: &[Seen], every_event: bool, violations: &mut Vec<
                     Some(l) if v <= l => violations.push(format!(
                         "watcher {watcher}: version {v} after {l}: reordered or repeated"
                     )),
-                    Some(l) if every_event && v > l + 1 => violations.push(format!(
-                        "watcher {watcher}: {l} then {v}: {} version(s) missed without a Resync",
-                        v - l - 1
-                    )),
+                    Some(l) if every_event && (l + 1..v).any(|m| !failed.contains(&m)) => {
+                        violations.push(format!(
+                            "watcher {watcher}: {l} then {v}: {} version(s) missed without a Resync",
+                            v - l - 1
+                        ))
+                    }
                     _ => {}
                 }
                 last = Some(v);
             }
         }
+    }
+    if resynced {
+        violations.push(format!("watcher {watcher}: a Resync with no snapshot after it"));
     }
     resyncs
 }
@@ -127,20 +140,21 @@ pub(crate) async fn run(env: &Env<'_>) -> anyhow::Result<Report> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(Mutex::new(BTreeSet::new()));
     let writing = {
-        let (writer, stop, written) = (writer.clone(), stop.clone(), written.clone());
+        let (writer, stop, written, failed) = (writer.clone(), stop.clone(), written.clone(), failed.clone());
         tokio::spawn(async move {
             let mut n = 0;
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
-                if crate::retry(|| writer.put("cfg", n.to_string().into_bytes()))
-                    .await
-                    .is_err()
-                {
-                    // Outcome unknown: the next value supersedes it either way.
-                    eprintln!("config writer: a put of {n} failed");
+                // Each value is put once: a put sent again could land twice. One that
+                // failed may or may not have landed; the next value supersedes it.
+                match writer.put("cfg", n.to_string().into_bytes()).await {
+                    Ok(_) => written.store(n, Ordering::SeqCst),
+                    Err(_) => {
+                        failed.lock().unwrap_or_else(|p| p.into_inner()).insert(n);
+                    }
                 }
-                written.store(n, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
@@ -170,7 +184,12 @@ pub(crate) async fn run(env: &Env<'_>) -> anyhow::Result<Report> {
     }
     stop.store(true, Ordering::SeqCst);
     writing.await?;
-    let last = written.load(Ordering::SeqCst);
+    // The value the key ended at: the last confirmed put, or a later one whose outcome
+    // was unknown but which landed.
+    let last = match crate::retry(|| writer.get("cfg")).await? {
+        Some(v) => value(&v.value).unwrap_or_else(|| written.load(Ordering::SeqCst)),
+        None => written.load(Ordering::SeqCst),
+    };
     let stopped = Instant::now();
     let bound = Duration::from_secs(10);
     while stopped.elapsed() < bound
@@ -191,7 +210,8 @@ pub(crate) async fn run(env: &Env<'_>) -> anyhow::Result<Report> {
                 &s[s.len().saturating_sub(4)..]
             ));
         }
-        resyncs += check(i, &s, every_event, &mut report.violations);
+        let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        resyncs += check(i, &s, every_event, &failed, &mut report.violations);
     }
     if report.violations.is_empty() {
         report.worst_recovery = Some(stopped.elapsed());

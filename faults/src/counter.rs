@@ -74,6 +74,8 @@ struct Run {
     /// When the last fault struck, until a worker acquires after it; the worst such
     /// wait.
     struck_at: Mutex<Option<Instant>>,
+    /// When the last fault struck (never cleared).
+    fault_at: Mutex<Option<Instant>>,
     worst_recovery: Mutex<Option<Duration>>,
     /// Each worker's current grant, if it holds one.
     holds: Mutex<BTreeMap<usize, HoldWatch>>,
@@ -98,7 +100,9 @@ impl Run {
     }
 
     fn struck_now(&self) {
-        *self.struck_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let now = Some(Instant::now());
+        *self.struck_at.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        *self.fault_at.lock().unwrap_or_else(|p| p.into_inner()) = now;
     }
 
     fn set_hold(&self, worker: usize, hold: Option<HoldWatch>) {
@@ -179,6 +183,7 @@ pub(crate) async fn run(env: &Env<'_>, scenario: Scenario) -> anyhow::Result<Rep
         }));
     }
     let sampler = tokio::spawn(sample(state.clone()));
+    let mut report_stuck = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(env.args.seconds);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let strike = |s: Strike| *state.strike.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
@@ -202,13 +207,18 @@ pub(crate) async fn run(env: &Env<'_>, scenario: Scenario) -> anyhow::Result<Rep
     }
     tokio::time::sleep_until(deadline.into()).await;
     state.stop.store(true, Ordering::SeqCst);
-    for w in workers {
-        // A killed worker ends early; a stopped one finishes its cycle.
-        match tokio::time::timeout(SESSION * 10, w).await {
+    for mut w in workers {
+        // A killed worker ends early; a stopped one finishes its cycle; one that does not
+        // is stopped, so that nothing writes after the final read.
+        match tokio::time::timeout(SESSION * 10, &mut w).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => eprintln!("worker: {e:#}"),
             Ok(Err(e)) => eprintln!("worker task: {e}"),
-            Err(_) => eprintln!("a worker did not stop within {:?}", SESSION * 10),
+            Err(_) => {
+                w.abort();
+                let _ = w.await;
+                report_stuck.push(format!("a worker did not stop within {:?}", SESSION * 10));
+            }
         }
     }
     sampler.abort();
@@ -216,6 +226,8 @@ pub(crate) async fn run(env: &Env<'_>, scenario: Scenario) -> anyhow::Result<Rep
     let _ = setup.close().await;
     let history = state.history.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let (mut report, stale_rejected) = check(&history, final_value, scenario != Scenario::NegativeControl);
+    // A worker stuck past the end is a liveness violation.
+    report.violations.extend(report_stuck);
     report.faults = state.faults.load(Ordering::SeqCst);
     report.worst_recovery = *state.worst_recovery.lock().unwrap_or_else(|p| p.into_inner());
     let overlaps = state.overlaps.load(Ordering::SeqCst);
@@ -269,11 +281,11 @@ async fn sample(state: Arc<Run>) {
             state.overlaps.fetch_add(1, Ordering::SeqCst);
         }
         let settled = state
-            .struck_at
+            .fault_at
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .is_none_or(|at| at.elapsed() > SESSION * 2);
-        if held == 1 && settled && state.faults.load(Ordering::SeqCst) > 0 {
+            .is_some_and(|at| at.elapsed() > SESSION * 2);
+        if held == 1 && settled {
             state.single_after_fault.store(true, Ordering::SeqCst);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -372,8 +384,14 @@ async fn worker(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 links.refuse_for(SESSION * 3);
                 match waiting.await {
-                    // Granted on a new session after the cut: give it back.
-                    Ok(Ok(g)) => g.release().await,
+                    // Granted on a new session after the cut: seen by the sampler, then
+                    // given back.
+                    Ok(Ok(g)) => {
+                        state.set_hold(id, Some(g.hold()));
+                        tokio::time::sleep(Duration::from_millis(40)).await;
+                        state.set_hold(id, None);
+                        g.release().await;
+                    }
                     Ok(Err(e)) => eprintln!("waiter whose session expired: {e}"),
                     Err(e) => eprintln!("waiter task: {e}"),
                 }

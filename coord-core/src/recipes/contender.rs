@@ -282,15 +282,20 @@ pub(crate) async fn acquire(
         let (backend, ticket) = (backend.clone(), ticket.clone());
         async move {
             let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            // Whether an earlier attempt may have made the entry: a later refusal then
+            // does not mean nothing was made.
+            let mut maybe_made = false;
             loop {
                 match backend.join(&ticket, value.clone()).await {
                     Err(e)
                         if e.is_retryable()
                             && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) =>
                     {
+                        maybe_made |= e.outcome_unknown();
                         tracing::debug!(error = %e, "coord.join_retry");
                         backoff.wait().await;
                     }
+                    Err(e) if maybe_made => return Err(e.with_outcome_unknown(true)),
                     other => return other,
                 }
             }
@@ -304,21 +309,25 @@ pub(crate) async fn acquire(
         turn: Arc::new(Mutex::new(Some(turn))),
         settled: false,
     };
-    let Some(mut task) = contender.joining.take() else {
-        return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
-    };
-    // The join's outcome, once it finished. A finished join is never awaited again (its
-    // handle is gone); an unfinished one stays with the contender, whose removal waits
-    // for it.
+    // The join's outcome, once it finished. The handle stays with the contender while it
+    // runs (a contender dropped meanwhile — a cancelled acquisition — has its removal
+    // wait for it) and is dropped once it finished, so it is never awaited twice.
     let mut finished = None;
-    let waited = in_session(&mut session, generation, async {
-        finished = Some((&mut task).await);
-        Ok(())
-    })
-    .await;
+    let waited = match contender.joining.as_mut() {
+        Some(task) => {
+            in_session(&mut session, generation, async {
+                finished = Some(task.await);
+                Ok(())
+            })
+            .await
+        }
+        None => return Err(Error::new(ErrorKind::Unexpected, "no join under way")),
+    };
+    if finished.is_some() {
+        contender.joining = None;
+    }
     let joined = match finished {
         None => {
-            contender.joining = Some(task);
             waited?;
             return Err(Error::new(
                 ErrorKind::Unexpected,
