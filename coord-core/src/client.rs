@@ -54,6 +54,8 @@ pub(crate) struct ClientCore {
     pub(crate) locks: LocalQueue,
     /// This client's candidates per election name, queued locally.
     pub(crate) elections: LocalQueue,
+    /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
+    pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Where to end the session when the last handle is dropped outside the runtime.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -89,6 +91,7 @@ impl Client {
                 backend,
                 locks: LocalQueue::default(),
                 elections: LocalQueue::default(),
+                wakeups: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }
@@ -134,7 +137,10 @@ impl Client {
 
     /// The client's counters.
     pub fn stats(&self) -> Stats {
-        self.core.backend.stats()
+        Stats {
+            wakeups: self.core.wakeups.load(std::sync::atomic::Ordering::Relaxed),
+            ..self.core.backend.stats()
+        }
     }
 
     /// The concrete backend, for its own extra API, e.g. the in-memory backend's fault

@@ -20,23 +20,40 @@ pub enum HoldState {
 }
 
 /// The receiving side of a guard's hold state. Cheap to clone.
+///
+/// The state follows the session at no cost: `Suspended` while the connection is in
+/// trouble, `Lost` when the session ends. A grant's node or key deleted by someone else
+/// (an operator) is noticed only while someone waits for a change: the first call to
+/// [`HoldWatch::lost`] or [`HoldWatch::changed`] arms a watch on the entry (one request),
+/// and from then on its deletion makes the hold `Lost`. A guard nobody waits on costs no
+/// request beyond the lock's own; its fenced writes are refused all the same once the
+/// entry is gone, and its release succeeds.
 #[derive(Debug, Clone)]
 pub struct HoldWatch {
     rx: watch::Receiver<HoldState>,
+    interest: Arc<watch::Sender<bool>>,
 }
 
 impl HoldWatch {
-    /// The current hold state.
+    /// The current hold state (no request; see the type's docs for what it follows).
     pub fn state(&self) -> HoldState {
         *self.rx.borrow()
     }
 
-    /// Resolves once the hold is [`HoldState::Lost`].
+    /// Asks the recipe to watch the grant's entry (once).
+    fn arm(&self) {
+        self.interest
+            .send_if_modified(|wanted| !std::mem::replace(wanted, true));
+    }
+
+    /// Resolves once the hold is [`HoldState::Lost`]: the session ended, or (watched from
+    /// the first call on) the grant's entry was deleted.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the future loses nothing; call again to wait again.
     pub async fn lost(&self) {
+        self.arm();
         let mut rx = self.rx.clone();
         // An error means the backend dropped the signal: nothing can keep the hold.
         let _ = rx.wait_for(|s| *s == HoldState::Lost).await;
@@ -50,6 +67,7 @@ impl HoldWatch {
     /// Cancel-safe: a change that happens while no future is pending is still seen by
     /// the next call.
     pub async fn changed(&mut self) -> HoldState {
+        self.arm();
         if self.state() == HoldState::Lost {
             return HoldState::Lost;
         }
@@ -65,6 +83,7 @@ impl HoldWatch {
 #[derive(Debug, Clone)]
 pub(crate) struct HoldSignal {
     tx: Arc<watch::Sender<HoldState>>,
+    interest: watch::Receiver<bool>,
 }
 
 /// What session `generation`'s status means for a hold bound to it.
@@ -92,7 +111,11 @@ impl HoldSignal {
     ) -> (HoldSignal, HoldWatch) {
         let initial = hold_for(*session.borrow_and_update(), generation);
         let (tx, rx) = watch::channel(initial);
-        let signal = HoldSignal { tx: Arc::new(tx) };
+        let (interest, interest_rx) = watch::channel(false);
+        let signal = HoldSignal {
+            tx: Arc::new(tx),
+            interest: interest_rx,
+        };
         let follower = signal.clone();
         if initial != HoldState::Lost {
             tokio::spawn(async move {
@@ -112,7 +135,27 @@ impl HoldSignal {
                 }
             });
         }
-        (signal, HoldWatch { rx })
+        (
+            signal,
+            HoldWatch {
+                rx,
+                interest: Arc::new(interest),
+            },
+        )
+    }
+
+    /// Resolves once someone waits for the hold to change ([`HoldWatch::lost`],
+    /// [`HoldWatch::changed`]); never if nobody does.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub(crate) async fn wanted(&self) {
+        let mut interest = self.interest.clone();
+        if interest.wait_for(|w| *w).await.is_err() {
+            // Every watch is gone: nobody will ever want it.
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Sets the state (ignored after `Lost`). Returns the state now in force.

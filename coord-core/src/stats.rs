@@ -39,6 +39,10 @@ pub struct Stats {
     pub session_requests: u64,
     /// Session state transitions.
     pub session_transitions: u64,
+    /// Wake-ups of waiting contenders (lock and election waiters): a waiter woke because
+    /// the entry ahead of it went. The holder's own bookkeeping is not counted; a release
+    /// wakes exactly one waiter.
+    pub wakeups: u64,
 }
 
 impl Stats {
@@ -60,6 +64,7 @@ impl Stats {
             session_transitions: self
                 .session_transitions
                 .saturating_sub(earlier.session_transitions),
+            wakeups: self.wakeups.saturating_sub(earlier.wakeups),
         }
     }
 }
@@ -88,6 +93,7 @@ impl StatsRecorder {
             watch_events: get(Counter::WatchEvent),
             session_requests: get(Counter::SessionRequest),
             session_transitions: get(Counter::SessionTransition),
+            wakeups: 0,
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The contender queue in the layout of etcd's `concurrency` package: each contender's
 //! key is `<dir>/<lease id hex>`, created under the client's lease by one `Txn` (create
 //! if `create_revision == 0`, and read the queue). Queue order and token are the key's
-//! `create_revision`. A contender watches the key with the greatest smaller create
-//! revision, starting right after the read that found it (a watch that starts at or
-//! below the current revision lands in etcd's "unsynced" group, caught up only every
-//! ~100 ms).
+//! `create_revision`. A contender reads only the key right ahead of it (the newest key
+//! with a smaller create revision: one range read with a limit, never the whole queue)
+//! and watches it from the server's current revision, so the watch is in etcd's "synced"
+//! group and notified at once; the revisions between the read and the watch are covered
+//! by reading the key again (a watch started at an older revision lands in the
+//! "unsynced" group, caught up only every 100 ms).
 
 use std::time::Duration;
 
@@ -47,38 +49,27 @@ fn is_contender(dir: &str, key: &str) -> bool {
         .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
-/// The contenders of `dir` among `kvs`, sorted by create revision.
-fn contenders(dir: &str, kvs: &[etcd::KeyValue]) -> Vec<Kv> {
-    let mut out: Vec<Kv> = kvs
-        .iter()
-        .filter_map(Kv::from)
-        .filter(|kv| is_contender(dir, &kv.key))
-        .collect();
-    out.sort_by_key(|kv| kv.create_rev);
-    out
+/// A read of the `limit` keys under a prefix created last (at or before `max_create`
+/// when given): keys only, newest first.
+fn newest(limit: i64, max_create: Option<i64>) -> etcd::GetOptions {
+    let options = etcd::GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Descend)
+        .with_limit(limit);
+    match max_create {
+        Some(rev) => options.with_max_create_revision(rev),
+        None => options,
+    }
 }
 
-/// Where the contender created at `own_rev` stands in `queue` (read at `seen_at`);
-/// `None` if it is not there.
-fn position_in(queue: &[Kv], own_rev: i64, seen_at: i64) -> Option<Position> {
-    if !queue.iter().any(|kv| kv.create_rev == own_rev) {
-        return None;
-    }
-    let seen_at = seen_at as u64;
-    Some(
-        match queue
-            .iter()
-            .filter(|kv| kv.create_rev < own_rev)
-            .max_by_key(|kv| kv.create_rev)
-        {
-            None => Position::First { seen_at },
-            Some(ahead) => Position::Behind(QueueEntry {
-                path: ahead.key.clone(),
-                token: FencingToken(ahead.create_rev as u64),
-                seen_at,
-            }),
-        },
-    )
+/// Behind `ahead`, as read at revision `seen_at`.
+fn behind(ahead: &Kv, seen_at: i64) -> Position {
+    Position::Behind(QueueEntry {
+        path: ahead.key.clone(),
+        token: FencingToken(ahead.create_rev as u64),
+        seen_at: seen_at as u64,
+    })
 }
 
 fn own_gone() -> Error {
@@ -120,20 +111,14 @@ impl Queue for EtcdClient {
 
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined> {
         let dir = self.queue_dir(&ticket.queue);
-        // One round trip: create our key unless it exists, and read the whole queue.
+        // One round trip: create our key unless it exists, and read the two newest keys
+        // of the queue — ours (just created, so the newest) and the one right ahead.
         let (k, d, lease) = (ticket.locator.clone(), format!("{dir}/"), ticket.session_id);
         let resp = self
             .inner
             .call(Counter::Txn, "join queue", true, move |mut c| {
                 let (k, d, value) = (k.clone(), d.clone(), value.clone());
                 async move {
-                    let read = [
-                        etcd::TxnOp::get(k.clone(), None),
-                        etcd::TxnOp::get(
-                            d.clone(),
-                            Some(etcd::GetOptions::new().with_prefix().with_keys_only()),
-                        ),
-                    ];
                     let txn = etcd::Txn::new()
                         .when([etcd::Compare::create_revision(
                             k.clone(),
@@ -146,15 +131,17 @@ impl Queue for EtcdClient {
                                 value,
                                 Some(etcd::PutOptions::new().with_lease(lease)),
                             ),
-                            read[0].clone(),
-                            read[1].clone(),
+                            etcd::TxnOp::get(k.clone(), None),
+                            etcd::TxnOp::get(d, Some(newest(2, None))),
                         ])
-                        .or_else(read);
+                        // Already there (a retried join): where it stands is read next.
+                        .or_else([etcd::TxnOp::get(k, None)]);
                     c.txn(txn).await
                 }
             })
             .await?;
         let seen_at = header_rev(resp.header());
+        let created = resp.succeeded();
         let ranges: Vec<etcd::GetResponse> = resp
             .op_responses()
             .into_iter()
@@ -169,53 +156,93 @@ impl Queue for EtcdClient {
             .and_then(Kv::from)
             .filter(|kv| kv.lease == ticket.session_id)
             .ok_or_else(own_gone)?;
-        let queue = ranges
-            .get(1)
-            .map(|g| contenders(&dir, g.kvs()))
-            .unwrap_or_default();
-        let position = position_in(&queue, own.create_rev, seen_at).ok_or_else(own_gone)?;
+        let position = match ranges.get(1) {
+            Some(g) if created => {
+                let newest: Vec<Kv> = g.kvs().iter().filter_map(Kv::from).collect();
+                match newest.as_slice() {
+                    [first, rest @ ..] if first.create_rev == own.create_rev => match rest.first() {
+                        None => Some(Position::First {
+                            seen_at: seen_at as u64,
+                        }),
+                        Some(ahead) if is_contender(&dir, &ahead.key) => Some(behind(ahead, seen_at)),
+                        // A key of a queue with a longer name: read past it next.
+                        Some(_) => None,
+                    },
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         Ok(Joined {
             own: QueueEntry {
                 path: own.key,
                 token: FencingToken(own.create_rev as u64),
                 seen_at: seen_at as u64,
             },
-            position: Some(position),
+            position,
         })
     }
 
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
-        let d = format!("{dir}/");
-        let resp = self
-            .inner
-            .call(Counter::Read, "read queue", false, move |mut c| {
-                let d = d.clone();
-                async move {
-                    c.get(d, Some(etcd::GetOptions::new().with_prefix().with_keys_only()))
+        let own_rev = own.token.get() as i64;
+        // Keys older than `below` that are not this queue's contenders are read past.
+        let mut below = own_rev;
+        loop {
+            // One read-only round trip: our key still there, and the newest key created
+            // before `below` — the contender right ahead, never the whole queue.
+            let (k, d) = (own.path.clone(), format!("{dir}/"));
+            let resp = self
+                .inner
+                .call(Counter::Read, "read queue", false, move |mut c| {
+                    let (k, d) = (k.clone(), d.clone());
+                    async move {
+                        c.txn(etcd::Txn::new().and_then([
+                            etcd::TxnOp::get(k, Some(etcd::GetOptions::new().with_keys_only())),
+                            etcd::TxnOp::get(d, Some(newest(1, Some(below - 1)))),
+                        ]))
                         .await
+                    }
+                })
+                .await?;
+            let seen_at = header_rev(resp.header());
+            let mut ranges = resp.op_responses().into_iter().filter_map(|r| match r {
+                etcd::TxnOpResponse::Get(g) => Some(g),
+                _ => None,
+            });
+            let mine = ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from));
+            if mine.is_none_or(|kv| kv.create_rev != own_rev) {
+                return Err(own_gone());
+            }
+            match ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from)) {
+                None => {
+                    return Ok(Position::First {
+                        seen_at: seen_at as u64,
+                    });
                 }
-            })
-            .await?;
-        let queue = contenders(&dir, resp.kvs());
-        position_in(&queue, own.token.get() as i64, header_rev(resp.header())).ok_or_else(own_gone)
+                Some(ahead) if is_contender(&dir, &ahead.key) => return Ok(behind(&ahead, seen_at)),
+                Some(other) => below = other.create_rev,
+            }
+        }
     }
 
     async fn wait_gone(&self, entry: &QueueEntry) -> Result<()> {
         let inner = &self.inner;
         let token = entry.token.get() as i64;
-        let mut start = (entry.seen_at as i64).max(token) + 1;
+        // The first revision whose changes to the key are not yet known.
+        let mut next = (entry.seen_at as i64).max(token) + 1;
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
-            let (k, from) = (entry.path.clone(), start);
+            // No start revision: the server starts the watch right after its current
+            // revision, in its "synced" group, which it notifies as each write lands. A
+            // watch that starts at an older revision lands in the "unsynced" group, caught
+            // up only every 100 ms — the stall of a contended hand-off.
+            let k = entry.path.clone();
             let mut moves = inner.member_moves();
             let opened = inner
                 .call(Counter::WatchSet, "watch contender", false, move |mut c| {
                     let k = k.clone();
-                    async move {
-                        c.watch(k, Some(etcd::WatchOptions::new().with_start_revision(from)))
-                            .await
-                    }
+                    async move { c.watch(k, None).await }
                 })
                 .await;
             let mut stream = match opened {
@@ -234,30 +261,31 @@ impl Queue for EtcdClient {
                     _ = moves.changed() => break,
                 };
                 match message {
-                    Ok(Some(resp)) if resp.canceled() => {
-                        if resp.compact_revision() > 0 {
-                            // The history since `start` is gone: ask the key itself, then
-                            // follow from that read (never again from the compacted start).
+                    Ok(Some(resp)) if resp.created() && !resp.canceled() => {
+                        // The watch sees every change after the header's revision; a
+                        // change between the last one known and that is read instead.
+                        let from = header_rev(resp.header()) + 1;
+                        if from > next {
                             let (rev, now) = read_key(inner, &entry.path).await?;
                             if now.is_none_or(|kv| token != 0 && kv.create_rev != token) {
                                 return Ok(());
                             }
-                            start = rev + 1;
-                            tracing::debug!(key = %entry.path, start, "coord.etcd.contender_watch_compacted");
-                        } else {
-                            tracing::debug!(
-                                reason = resp.cancel_reason(),
-                                "coord.etcd.contender_watch_canceled"
-                            );
-                            backoff.wait().await;
+                            next = next.max(rev + 1);
                         }
+                    }
+                    Ok(Some(resp)) if resp.canceled() => {
+                        tracing::debug!(
+                            reason = resp.cancel_reason(),
+                            "coord.etcd.contender_watch_canceled"
+                        );
+                        backoff.wait().await;
                         break;
                     }
                     Ok(Some(resp)) => {
                         for ev in resp.events() {
                             inner.stats.incr(Counter::WatchEvent);
                             let Some(kv) = ev.kv() else { continue };
-                            start = kv.mod_revision() + 1;
+                            next = next.max(kv.mod_revision() + 1);
                             match ev.event_type() {
                                 etcd::EventType::Delete => return Ok(()),
                                 // Deleted and created again meanwhile: another entry.
@@ -268,7 +296,7 @@ impl Queue for EtcdClient {
                             }
                         }
                     }
-                    // The stream broke: open it again from the last revision seen.
+                    // The stream broke: open it again (the gap is read as above).
                     Ok(None) | Err(_) => {
                         backoff.wait().await;
                         break;

@@ -389,7 +389,9 @@ pub(crate) async fn acquire(
             }
             Position::Behind(ahead) => {
                 match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Err(e) if transient(&e) => {
                         tracing::debug!(error = %e, "coord.queue_wait_retry");
                         reconnected(&mut session, generation).await?;
@@ -410,8 +412,10 @@ pub(crate) async fn acquire(
     }))
 }
 
-/// Ends a hold (and frees the local turn) when its entry disappears — deleted by an
-/// operator, or gone with the session — while the guard lives.
+/// Ends a hold (and frees the local turn) when its entry disappears while the guard
+/// lives: gone with the session (always followed, at no cost), or deleted by an operator
+/// (watched only once someone waits on the hold — a grant nobody watches sends no
+/// request beyond the lock's own).
 fn follow_own_entry(
     backend: Arc<dyn Backend>,
     own: QueueEntry,
@@ -421,6 +425,16 @@ fn follow_own_entry(
 ) {
     tokio::spawn(async move {
         let mut session = backend.session();
+        tokio::select! {
+            _ = signal.wanted() => {}
+            _ = ended(&mut session, generation) => {
+                signal.set(HoldState::Lost);
+                release_turn(&turn);
+                return;
+            }
+            // The guard is gone; its drop removes the entry and frees the turn.
+            _ = signal.closed() => return,
+        }
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             let outcome = tokio::select! {
