@@ -1,0 +1,158 @@
+//! `election`: how long leadership takes to pass — after `resign()` with the follower
+//! just queued and after it has waited 150 ms, after the leader's session is ended from
+//! outside, and after the leader goes silent (its links blackholed: it ends by the
+//! session timeout / lease TTL, the figure to compare with).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use coord::Election as _;
+use coord_testkit::FaultProxy;
+
+use crate::measure::{Latencies, Row};
+use crate::target::{Backend, Target, unique};
+
+/// Campaigns on `follower` in the background and returns once it is queued (it watches
+/// the candidate ahead of it).
+async fn queue_follower(
+    follower: &coord::Client,
+    name: &str,
+) -> Result<tokio::task::JoinHandle<coord::Result<coord::Leadership>>> {
+    let before = follower.stats().watches_set;
+    let task = tokio::spawn({
+        let (f, name) = (follower.clone(), name.to_owned());
+        async move { f.campaign(&name, b"follower".to_vec()).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while follower.stats().watches_set == before {
+        if Instant::now() > deadline {
+            bail!("the follower did not queue within 30 s");
+        }
+        // The benchmark's own bookkeeping: the first moment the follower waits.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    Ok(task)
+}
+
+/// Ends clients' sessions from outside, as an operator or a crashed process's expiry.
+pub struct Ender {
+    target: Target,
+    etcd: Option<etcd_client::Client>,
+}
+
+impl Ender {
+    pub async fn new(t: &Target) -> Result<Ender> {
+        let etcd = match t.backend {
+            Backend::Etcd => Some(t.etcd().await?),
+            _ => None,
+        };
+        Ok(Ender {
+            target: t.clone(),
+            etcd,
+        })
+    }
+
+    /// Ends `client`'s session now.
+    pub async fn end(&self, client: &coord::Client) -> Result<()> {
+        match (&self.target.backend, &self.etcd) {
+            (Backend::Etcd, Some(etcd)) => {
+                etcd.clone().lease_revoke(client.session_id() as i64).await?;
+            }
+            (Backend::Zk, _) => {
+                coord_testkit::expire_session(client, &self.target.hosts.join(",")).await?
+            }
+            _ => {
+                client
+                    .backend_as::<coord::mem::MemClient>()
+                    .context("a mem client")?
+                    .expire_session();
+            }
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(t: &Target, rounds: usize) -> Result<Vec<Row>> {
+    let name = unique("election");
+    let follower = t.coord().await?;
+    let mut rows = Vec::new();
+    for (mode, wait) in [("resign-just-queued", None), ("resign-after-150ms", Some(150))] {
+        let leader = t.coord().await?;
+        let mut lat = Latencies::default();
+        for _ in 0..rounds {
+            let lead = leader.campaign(&name, b"leader".to_vec()).await?;
+            let task = queue_follower(&follower, &name).await?;
+            if let Some(ms) = wait {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            let start = Instant::now();
+            lead.resign().await?;
+            let next = task.await??;
+            lat.push(start.elapsed());
+            next.resign().await?;
+        }
+        leader.close().await?;
+        rows.push(
+            Row::new("election", t.name(), mode)
+                .with("handover_p50_ms", lat.ms(0.5))
+                .with("handover_p99_ms", lat.ms(0.99)),
+        );
+    }
+    // The leader's session ended from outside: the follower takes over at once.
+    let ender = Ender::new(t).await?;
+    let mut lat = Latencies::default();
+    for _ in 0..rounds.clamp(1, 5) {
+        let leader = t.coord().await?;
+        let _lead = leader.campaign(&name, b"leader".to_vec()).await?;
+        let task = queue_follower(&follower, &name).await?;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let start = Instant::now();
+        ender.end(&leader).await?;
+        let next = task.await??;
+        lat.push(start.elapsed());
+        next.resign().await?;
+        drop(_lead);
+        let _ = leader.close().await;
+    }
+    rows.push(
+        Row::new("election", t.name(), "session-ended")
+            .with("handover_p50_ms", lat.ms(0.5))
+            .with("handover_p99_ms", lat.ms(0.99)),
+    );
+    // The leader goes silent: its session ends by timeout.
+    if t.backend != Backend::Mem {
+        let timeout = 2u64;
+        let upstream = t.hosts.first().context("no host")?.parse()?;
+        let proxy = FaultProxy::start(upstream).await?;
+        let scheme = t.name();
+        let url = Target::parse(&format!("{scheme}://{}/{}", proxy.addr(), t.namespace))?
+            .url_with_session(timeout);
+        let mut lat = Latencies::default();
+        for _ in 0..2 {
+            proxy.pass();
+            let leader = coord::connect(&url).await?;
+            let _lead = leader.campaign(&name, b"leader".to_vec()).await?;
+            let task = queue_follower(&follower, &name).await?;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let start = Instant::now();
+            proxy.blackhole_for(Duration::from_secs(3600));
+            let next = tokio::time::timeout(Duration::from_secs(timeout * 10), task)
+                .await
+                .context("no take-over within 10 session timeouts")???;
+            lat.push(start.elapsed());
+            next.resign().await?;
+            drop(_lead);
+            drop(leader);
+        }
+        proxy.pass();
+        rows.push(
+            Row::new("election", t.name(), "leader-silent")
+                .with("handover_p50_ms", lat.ms(0.5))
+                .with("session_timeout_ms", (timeout * 1000) as f64)
+                .with("x_timeout", lat.ms(0.5) / (timeout * 1000) as f64),
+        );
+    }
+    let _ = follower.close().await;
+    Ok(rows)
+}

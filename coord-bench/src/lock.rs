@@ -1,0 +1,368 @@
+//! `lock` (one client, uncontended cycles) and `lock-contended` (C clients on one lock):
+//! coord beside the raw round trips of the same client library and beside the Rust
+//! clients' own lock recipes, interleaved in blocks so that noise hits all alike.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use coord::{Lock as _, LockGuard, Stats};
+use zookeeper_client as zk;
+
+use crate::measure::{Latencies, Row};
+use crate::target::{Backend, Target, unique, zk_mkdir};
+
+/// What one contender runs: coord, the raw floor, or a client library's recipe.
+#[derive(Clone)]
+pub enum Subject {
+    Coord { client: coord::Client, name: String },
+    /// ZooKeeper: create an ephemeral sequential node, list the directory, delete.
+    ZkRaw { zk: zk::Client, dir: String },
+    /// zookeeper-client's `Client::lock` with its Curator-compatible prefix.
+    ZkRecipe { zk: zk::Client, dir: String },
+    /// etcd: a Txn that puts the key under a lease if absent, then a delete.
+    EtcdRaw { etcd: etcd_client::Client, key: String, lease: i64 },
+    /// etcd-client's server-side `lock` (the server's v3lock service) and `unlock`.
+    EtcdRecipe { etcd: etcd_client::Client, name: String, lease: i64 },
+}
+
+/// What a granted subject holds until it releases.
+pub enum Held {
+    Coord(LockGuard),
+    Path(String),
+    Key(Vec<u8>),
+}
+
+impl Subject {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Subject::Coord { .. } => "coord",
+            Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } => "raw-floor",
+            Subject::ZkRecipe { .. } => "zookeeper-client-lock",
+            Subject::EtcdRecipe { .. } => "etcd-client-lock",
+        }
+    }
+
+    pub async fn acquire(&mut self) -> Result<Held> {
+        Ok(match self {
+            Subject::Coord { client, name } => Held::Coord(client.lock(name).await?),
+            Subject::ZkRaw { zk, dir } => {
+                let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                let (_, seq) = zk.create(&format!("{dir}/n-"), b"", &options).await?;
+                let children = zk.list_children(dir).await?;
+                if children.len() != 1 {
+                    bail!("the raw floor runs uncontended, yet {dir} has {} children", children.len());
+                }
+                Held::Path(format!("{dir}/n-{seq}"))
+            }
+            Subject::ZkRecipe { zk, dir } => {
+                let prefix = zk::LockPrefix::new_curator(dir, "lock-")?;
+                let options = zk::LockOptions::new(zk::Acls::anyone_all())
+                    .with_ancestor_options(zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()))?;
+                let lock = zk.lock(prefix, b"", options).await?;
+                let path = lock.lock_path().to_owned();
+                // Released below with an awaited delete, as the others are; dropping the
+                // recipe's guard would delete in the background, unawaited.
+                std::mem::forget(lock);
+                Held::Path(path)
+            }
+            Subject::EtcdRaw { etcd, key, lease } => {
+                let txn = etcd_client::Txn::new()
+                    .when([etcd_client::Compare::create_revision(
+                        key.clone(),
+                        etcd_client::CompareOp::Equal,
+                        0,
+                    )])
+                    .and_then([etcd_client::TxnOp::put(
+                        key.clone(),
+                        "",
+                        Some(etcd_client::PutOptions::new().with_lease(*lease)),
+                    )]);
+                if !etcd.txn(txn).await?.succeeded() {
+                    bail!("the raw floor runs uncontended, yet {key} exists");
+                }
+                Held::Key(key.clone().into_bytes())
+            }
+            Subject::EtcdRecipe { etcd, name, lease } => {
+                let resp = etcd
+                    .lock(name.clone(), Some(etcd_client::LockOptions::new().with_lease(*lease)))
+                    .await?;
+                Held::Key(resp.key().to_vec())
+            }
+        })
+    }
+
+    pub async fn release(&mut self, held: Held) -> Result<()> {
+        match (self, held) {
+            (Subject::Coord { .. }, Held::Coord(guard)) => guard.release().await?,
+            (Subject::ZkRaw { zk, .. } | Subject::ZkRecipe { zk, .. }, Held::Path(p)) => {
+                zk.delete(&p, None).await?
+            }
+            (Subject::EtcdRaw { etcd, .. }, Held::Key(k)) => {
+                etcd.delete(k, None).await?;
+            }
+            (Subject::EtcdRecipe { etcd, .. }, Held::Key(k)) => {
+                etcd.unlock(k).await?;
+            }
+            _ => bail!("released with another subject's grant"),
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Option<Stats> {
+        match self {
+            Subject::Coord { client, .. } => Some(client.stats()),
+            _ => None,
+        }
+    }
+}
+
+/// The subjects a backend compares for lock `name` — coord first — each with its own
+/// connection.
+pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<Subject>> {
+    let mut out = vec![Subject::Coord {
+        client: t.coord().await?,
+        name: name.to_owned(),
+    }];
+    if !comparisons {
+        return Ok(out);
+    }
+    match t.backend {
+        Backend::Mem => {}
+        Backend::Zk => {
+            let dir = format!("/coord-bench/{name}");
+            let raw = t.zk().await?;
+            zk_mkdir(&raw, &format!("{dir}/raw")).await?;
+            out.push(Subject::ZkRaw {
+                zk: raw,
+                dir: format!("{dir}/raw"),
+            });
+            out.push(Subject::ZkRecipe {
+                zk: t.zk().await?,
+                dir: format!("{dir}/recipe"),
+            });
+        }
+        Backend::Etcd => {
+            for recipe in [false, true] {
+                let mut etcd = t.etcd().await?;
+                let lease = etcd.lease_grant(300, None).await?.id();
+                out.push(if recipe {
+                    Subject::EtcdRecipe {
+                        etcd,
+                        name: format!("coord-bench/{name}/recipe"),
+                        lease,
+                    }
+                } else {
+                    Subject::EtcdRaw {
+                        etcd,
+                        key: format!("coord-bench/{name}/raw/{lease:x}"),
+                        lease,
+                    }
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn sum(stats: &[Stats]) -> Stats {
+    stats.iter().fold(Stats::default(), |a, s| Stats {
+        reads: a.reads + s.reads,
+        writes: a.writes + s.writes,
+        txns: a.txns + s.txns,
+        watches_set: a.watches_set + s.watches_set,
+        watch_events: a.watch_events + s.watch_events,
+        session_requests: a.session_requests + s.session_requests,
+        session_transitions: a.session_transitions + s.session_transitions,
+        wakeups: a.wakeups + s.wakeups,
+    })
+}
+
+/// The sum of the coord subjects' counters now.
+fn coord_stats(subjects: &[Subject]) -> Stats {
+    sum(&subjects.iter().filter_map(Subject::stats).collect::<Vec<_>>())
+}
+
+/// `lock`: uncontended cycles (lock, release) for about `seconds` per subject, in
+/// `blocks` interleaved blocks.
+pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<Row>> {
+    let name = unique("lock");
+    let mut subjects = subjects(t, &name, true).await?;
+    // Warm up connections, directories and caches.
+    for s in subjects.iter_mut() {
+        for _ in 0..50 {
+            let held = s.acquire().await?;
+            s.release(held).await?;
+        }
+    }
+    let per_block = Duration::from_secs_f64(seconds / blocks as f64);
+    let n = subjects.len();
+    let mut lat = vec![Latencies::default(); n];
+    let mut spent = vec![Duration::ZERO; n];
+    let mut requests = Stats::default();
+    for _ in 0..blocks {
+        for (i, s) in subjects.iter_mut().enumerate() {
+            let before = s.stats();
+            let start = Instant::now();
+            while start.elapsed() < per_block {
+                let t0 = Instant::now();
+                let held = s.acquire().await?;
+                s.release(held).await?;
+                lat[i].push(t0.elapsed());
+            }
+            spent[i] += start.elapsed();
+            if let (Some(b), Some(a)) = (before, s.stats()) {
+                requests = sum(&[requests, a.since(&b)]);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, s) in subjects.iter().enumerate() {
+        let cycles = lat[i].len() as f64;
+        let mut row = Row::new("lock", t.name(), s.label())
+            .with("cycles_per_s", cycles / spent[i].as_secs_f64())
+            .with("p50_ms", lat[i].ms(0.5))
+            .with("p99_ms", lat[i].ms(0.99));
+        let per_cycle = match s {
+            Subject::Coord { .. } => requests.data_requests() as f64 / cycles,
+            Subject::ZkRaw { .. } => 3.0,
+            Subject::EtcdRaw { .. } => 2.0,
+            _ => f64::NAN,
+        };
+        if !per_cycle.is_nan() {
+            row.set("requests_per_cycle", per_cycle);
+        }
+        rows.push(row);
+    }
+    add_ratios(&mut rows, "cycles_per_s");
+    Ok(rows)
+}
+
+/// Adds `vs_<subject>` (coord's `metric` over each other subject's) to coord's row.
+pub fn add_ratios(rows: &mut [Row], metric: &str) {
+    let Some(coord) = rows.iter().find(|r| r.subject == "coord").and_then(|r| r.get(metric)) else {
+        return;
+    };
+    let others: Vec<(String, f64)> = rows
+        .iter()
+        .filter(|r| r.subject != "coord")
+        .filter_map(|r| Some((r.subject.clone(), r.get(metric)?)))
+        .collect();
+    if let Some(row) = rows.iter_mut().find(|r| r.subject == "coord") {
+        for (subject, v) in others {
+            row.set(&format!("x_{subject}"), coord / v);
+        }
+    }
+}
+
+/// What one block of contention measured.
+#[derive(Default)]
+struct Block {
+    grants: u64,
+    handoffs: Latencies,
+    elapsed: Duration,
+}
+
+/// Runs `workers` (each its own connection) on one lock for `dur`: every worker loops
+/// lock, release. A hand-off is timed from the holder's release starting to the next
+/// holder's `lock` returning (a worker that takes the lock again after itself is a grant
+/// but no hand-off).
+async fn contend(workers: Vec<Subject>, dur: Duration) -> Result<(Block, Vec<Subject>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let last: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (me, mut w) in workers.into_iter().enumerate() {
+        let (stop, last) = (stop.clone(), last.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut grants = 0u64;
+            let mut handoffs = Latencies::default();
+            while !stop.load(Ordering::Relaxed) {
+                let held = w.acquire().await?;
+                let now = Instant::now();
+                {
+                    let mut l = last.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some((prev, at)) = l.take()
+                        && prev != me
+                    {
+                        handoffs.push(now - at);
+                    }
+                    grants += 1;
+                    *l = Some((me, Instant::now()));
+                }
+                w.release(held).await?;
+            }
+            anyhow::Ok((grants, handoffs, w))
+        }));
+    }
+    tokio::time::sleep(dur).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut block = Block::default();
+    let mut back = Vec::new();
+    for t in tasks {
+        let (g, h, w) = tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .context("a contender did not stop within 60 s")???;
+        block.grants += g;
+        block.handoffs.extend(h);
+        back.push(w);
+    }
+    block.elapsed = start.elapsed();
+    Ok((block, back))
+}
+
+/// `lock-contended`: `clients` contenders per subject on one lock, interleaved blocks.
+pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) -> Result<Vec<Row>> {
+    let name = unique("contended");
+    // One set of workers per subject, `clients` connections each.
+    let mut sets: Vec<Vec<Subject>> = Vec::new();
+    for _ in 0..clients {
+        for (i, s) in subjects(t, &name, true).await?.into_iter().enumerate() {
+            if sets.len() <= i {
+                sets.push(Vec::new());
+            }
+            sets[i].push(s);
+        }
+    }
+    // Each raw etcd worker needs its own key; the raw floor is uncontended by design and
+    // has no contended form, so it is left out here.
+    sets.retain(|s| !matches!(s.first(), Some(Subject::ZkRaw { .. } | Subject::EtcdRaw { .. })));
+    let per_block = Duration::from_secs_f64(seconds / blocks as f64);
+    let mut totals: Vec<Block> = sets.iter().map(|_| Block::default()).collect();
+    let mut stats = Stats::default();
+    // Warm-up.
+    for set in sets.iter_mut() {
+        let (_, back) = contend(std::mem::take(set), Duration::from_millis(200)).await?;
+        *set = back;
+    }
+    for _ in 0..blocks {
+        for (i, set) in sets.iter_mut().enumerate() {
+            let before = coord_stats(set);
+            let (b, back) = contend(std::mem::take(set), per_block).await?;
+            *set = back;
+            stats = sum(&[stats, coord_stats(set).since(&before)]);
+            totals[i].grants += b.grants;
+            totals[i].handoffs.extend(b.handoffs);
+            totals[i].elapsed += b.elapsed;
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, set) in sets.iter().enumerate() {
+        let b = &totals[i];
+        let label = set.first().map(Subject::label).unwrap_or("?");
+        let mut row = Row::new("lock-contended", t.name(), label)
+            .with("clients", clients as f64)
+            .with("grants_per_s", b.grants as f64 / b.elapsed.as_secs_f64())
+            .with("handoff_p50_ms", b.handoffs.ms(0.5))
+            .with("handoff_p99_ms", b.handoffs.ms(0.99));
+        if label == "coord" {
+            let g = b.grants.max(1) as f64;
+            row.set("requests_per_grant", stats.data_requests() as f64 / g);
+            row.set("wakeups_per_grant", stats.wakeups as f64 / g);
+        }
+        rows.push(row);
+    }
+    add_ratios(&mut rows, "grants_per_s");
+    Ok(rows)
+}

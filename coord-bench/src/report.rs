@@ -1,0 +1,345 @@
+//! `report`: starts a standalone ZooKeeper and etcd (coord-testkit), runs every scenario
+//! on mem, ZooKeeper and etcd for several rounds — each scenario interleaving coord with
+//! its comparisons — and writes the medians, ratios and targets to a markdown report.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use coord_testkit::{Cluster, ClusterOptions, Kind};
+
+use crate::measure::{self, Row, fmt, median};
+use crate::target::Target;
+use crate::{config, election, lock, registry, waiters};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Rounds: each figure is the median of the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Tiny sizes and one round: checks that every scenario runs (CI). Timings mean nothing.
+    #[arg(long)]
+    smoke: bool,
+    /// Where to write the report.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    /// A ZooKeeper to use (zk://…) instead of starting one.
+    #[arg(long)]
+    zk: Option<String>,
+    /// An etcd to use (etcd://…) instead of starting one.
+    #[arg(long)]
+    etcd: Option<String>,
+    /// The backends to run.
+    #[arg(long, value_delimiter = ',', default_value = "mem,zk,etcd")]
+    backends: Vec<String>,
+    /// Only the scenarios whose names contain one of these.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+/// Sizes of one round.
+struct Sizes {
+    lock_s: f64,
+    contended_s: f64,
+    waiters: [usize; 2],
+    election_rounds: usize,
+    instances: usize,
+    config_s: f64,
+    deliveries: usize,
+}
+
+const FULL: Sizes = Sizes {
+    lock_s: 2.0,
+    contended_s: 3.0,
+    waiters: [100, 1000],
+    election_rounds: 20,
+    instances: 1000,
+    config_s: 3.0,
+    deliveries: 200,
+};
+
+const SMOKE: Sizes = Sizes {
+    lock_s: 0.3,
+    contended_s: 0.3,
+    waiters: [10, 20],
+    election_rounds: 3,
+    instances: 20,
+    config_s: 0.3,
+    deliveries: 10,
+};
+
+const SCENARIOS: [&str; 7] = [
+    "lock",
+    "lock-contended",
+    "waiters-small",
+    "waiters-large",
+    "election",
+    "registry",
+    "config",
+];
+
+async fn scenario(name: &str, t: &Target, s: &Sizes) -> Result<Vec<Row>> {
+    let mut rows = match name {
+        "lock" => lock::uncontended(t, s.lock_s, 5).await?,
+        "lock-contended" => lock::contended(t, 4, s.contended_s, 3).await?,
+        "waiters-small" => waiters::run(t, s.waiters[0]).await?,
+        "waiters-large" => waiters::run(t, s.waiters[1]).await?,
+        "election" => election::run(t, s.election_rounds).await?,
+        "registry" => registry::run(t, s.instances).await?,
+        "config" => config::run(t, s.config_s, s.deliveries).await?,
+        other => anyhow::bail!("no scenario {other}"),
+    };
+    if let Some(n) = name.strip_prefix("waiters-").map(|_| rows.first().and_then(|r| r.get("waiters"))) {
+        for r in rows.iter_mut() {
+            r.scenario = format!("waiters-{}", fmt(n.unwrap_or(0.0)));
+        }
+    }
+    Ok(rows)
+}
+
+fn sh(cmd: &str) -> String {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+pub async fn run(args: Args) -> Result<()> {
+    let sizes = if args.smoke { &SMOKE } else { &FULL };
+    let rounds = if args.smoke { 1 } else { args.rounds.max(1) };
+    let want = |b: &str| args.backends.iter().any(|x| x == b);
+    // Servers: standalone, as scripts/bench starts them (sessions up to 60 s for the many
+    // idle clients of the large scenarios).
+    let mut servers = Vec::new();
+    let mut targets = Vec::new();
+    if want("mem") {
+        targets.push(Target::parse("mem://coord-bench")?);
+    }
+    if want("zk") {
+        let url = match &args.zk {
+            Some(u) => u.clone(),
+            None => {
+                let mut o = ClusterOptions::new(Kind::Zk, 1);
+                o.extra.push("maxSessionTimeout=60000".into());
+                let c = Cluster::start(o).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let url = c.url("coord-bench");
+                servers.push(c);
+                url
+            }
+        };
+        targets.push(Target::parse(&url)?);
+    }
+    if want("etcd") {
+        let url = match &args.etcd {
+            Some(u) => u.clone(),
+            None => {
+                let c = Cluster::start(ClusterOptions::new(Kind::Etcd, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let url = c.url("coord-bench");
+                servers.push(c);
+                url
+            }
+        };
+        targets.push(Target::parse(&url)?);
+    }
+    let scenarios: Vec<&str> = SCENARIOS
+        .iter()
+        .copied()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.contains(o.as_str())))
+        .collect();
+    let started = std::time::Instant::now();
+    let mut all: Vec<Vec<Row>> = Vec::new();
+    for round in 1..=rounds {
+        let mut rows = Vec::new();
+        for s in &scenarios {
+            for t in &targets {
+                eprintln!("round {round}/{rounds}: {s} on {}", t.name());
+                let r = scenario(s, t, sizes)
+                    .await
+                    .with_context(|| format!("{s} on {} (round {round})", t.name()))?;
+                for row in &r {
+                    println!("{} round={round}", row.result_line());
+                }
+                rows.extend(r);
+            }
+        }
+        all.push(rows);
+    }
+    let medians = medians(&all);
+    let report = render(&medians, rounds, args.smoke, started.elapsed(), &servers);
+    std::fs::write(&args.out, &report).with_context(|| format!("cannot write {}", args.out.display()))?;
+    println!("{}", measure::markdown(&medians));
+    println!("{}", targets_table(&medians));
+    eprintln!("wrote {} in {:.0} s", args.out.display(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Each metric's median over the rounds, rows in first-round order.
+fn medians(rounds: &[Vec<Row>]) -> Vec<Row> {
+    let mut out = Vec::new();
+    let Some(first) = rounds.first() else { return out };
+    for r in first {
+        let same = |x: &&Row| x.scenario == r.scenario && x.backend == r.backend && x.subject == r.subject;
+        let mut row = Row::new(&r.scenario, &r.backend, &r.subject);
+        for (k, _) in &r.metrics {
+            let values: Vec<f64> = rounds
+                .iter()
+                .filter_map(|round| round.iter().find(same).and_then(|x| x.get(k)))
+                .collect();
+            row.set(k, median(values));
+        }
+        out.push(row);
+    }
+    out
+}
+
+fn find<'a>(rows: &'a [Row], scenario: &str, backend: &str, subject: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.backend == backend && r.subject == subject)
+}
+
+/// One line per target: the figure, the bar, met or not.
+fn targets_table(rows: &[Row]) -> String {
+    let mut lines: Vec<(String, f64, String, bool)> = Vec::new();
+    let mut ratios: Vec<(String, f64, String, bool)> = Vec::new();
+    let mut check = |what: String, v: Option<f64>, bar: &str, ok: fn(f64) -> bool| {
+        if let Some(v) = v {
+            lines.push((what, v, bar.to_owned(), ok(v)));
+        }
+    };
+    for b in ["zk", "etcd"] {
+        let metric = |s: &str, subj: &str, m: &str| find(rows, s, b, subj).and_then(|r| r.get(m));
+        check(
+            format!("{b}: uncontended lock cycle vs raw floor"),
+            metric("lock", "coord", "x_raw-floor"),
+            "≥ 0.95×",
+            |v| v >= 0.95,
+        );
+        let recipe = if b == "zk" { "zookeeper-client-lock" } else { "etcd-client-lock" };
+        let (bar, ok): (&str, fn(f64) -> bool) = if b == "zk" {
+            ("≥ 1.0×", |v| v >= 1.0)
+        } else {
+            ("≥ 20×", |v| v >= 20.0)
+        };
+        check(
+            format!("{b}: 4 clients contending, grants/s vs {recipe}"),
+            metric("lock-contended", "coord", &format!("x_{recipe}")),
+            bar,
+            ok,
+        );
+        check(
+            format!("{b}: 4 clients contending, hand-off p99 (ms)"),
+            metric("lock-contended", "coord", "handoff_p99_ms"),
+            "≤ 5 ms",
+            |v| v <= 5.0,
+        );
+        let mut waiters: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.backend == b && r.scenario.starts_with("waiters-"))
+            .collect();
+        waiters.sort_by(|x, y| x.get("waiters").unwrap_or(0.0).total_cmp(&y.get("waiters").unwrap_or(0.0)));
+        for w in &waiters {
+            check(
+                format!("{b}: {}: wake-ups per release", w.scenario),
+                w.get("wakeups_per_release"),
+                "= 1.00",
+                |v| (v - 1.0).abs() < 0.005,
+            );
+        }
+        if let [small, .., large] = waiters.as_slice() {
+            let n = large.get("waiters").unwrap_or(0.0) / small.get("waiters").unwrap_or(1.0);
+            if let (Some(ts), Some(tl)) = (small.get("pass_through_s"), large.get("pass_through_s")) {
+                ratios.push((
+                    format!("{b}: t({})/t({}) pass-through", large.scenario, small.scenario),
+                    tl / ts,
+                    format!("≤ {}", fmt(n * 1.1)),
+                    tl / ts <= n * 1.1,
+                ));
+            }
+            check(
+                format!("{b}: {}: RSS per queued contender (KiB)", large.scenario),
+                large.get("rss_kib_per_waiter"),
+                "≤ 16 KiB",
+                |v| v <= 16.0,
+            );
+        }
+        for mode in ["resign-just-queued", "resign-after-150ms"] {
+            check(
+                format!("{b}: election hand-over p50, {mode} (ms)"),
+                metric("election", mode, "handover_p50_ms"),
+                "≤ 1 ms",
+                |v| v <= 1.0,
+            );
+        }
+    }
+    let mut out = String::from("| target | figure | bar | met |\n|---|---:|---|---|\n");
+    for (what, v, bar, ok) in lines.into_iter().chain(ratios) {
+        out.push_str(&format!("| {what} | {} | {bar} | {} |\n", fmt(v), if ok { "yes" } else { "**no**" }));
+    }
+    out
+}
+
+fn render(rows: &[Row], rounds: usize, smoke: bool, took: std::time::Duration, servers: &[Cluster]) -> String {
+    let date = sh("date -u +%Y-%m-%d");
+    let cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = sh("free -g | awk '/Mem:/ {print $2}'");
+    let kernel = sh("uname -sr");
+    let zk = sh("dpkg-query -W -f '${Version}' zookeeper 2>/dev/null");
+    let etcd = sh("etcd --version 2>/dev/null | head -1");
+    let rustc = sh("rustc --version");
+    let commit = sh("git rev-parse --short HEAD 2>/dev/null");
+    let started = if servers.is_empty() { "given by URL" } else { "started by the report (coord-testkit)" };
+    let mut s = String::new();
+    s.push_str("# coord benchmarks\n\n");
+    if smoke {
+        s.push_str("**Smoke run: tiny sizes, one round. The figures mean nothing; it only shows every scenario runs.**\n\n");
+    }
+    s.push_str(&format!(
+        "Written by `scripts/bench` (`cargo run --release -p coord-bench -- report`) on {date}, commit `{commit}`, in {:.0} s. \
+         Every figure is the **median of {rounds} rounds**; within a round each scenario interleaves coord with its \
+         comparisons in blocks, so the ratios (`x_…` = coord's figure over the named subject's, per round, then the \
+         median) are the numbers to read: this machine is shared and noisy.\n\n",
+        took.as_secs_f64()
+    ));
+    s.push_str(&format!(
+        "- Machine: {cores} cores ({}), {mem} GiB, {kernel}\n- ZooKeeper {zk}, standalone, `tickTime=100`, `forceSync=no`, `maxSessionTimeout=60000` ({started})\n\
+         - etcd: {etcd}, one member, `--unsafe-no-fsync`, heartbeat 50 ms, election timeout 250 ms ({started})\n\
+         - {rustc}; zookeeper-client 0.11 and etcd-client 0.21 for coord, the raw floor and the clients' recipes alike\n\n",
+        cpu.trim()
+    ));
+    s.push_str("## Targets\n\n");
+    s.push_str(&targets_table(rows));
+    s.push_str(
+        "\n## What each scenario measures\n\n\
+         - `lock`: one client, lock then release, uncontended. `raw-floor` is the fewest round trips a queue lock \
+           needs with the same client library — ZooKeeper: create an ephemeral sequential node, list the directory, \
+           delete; etcd: a `Txn` that puts the key under a lease if absent, then a delete. `zookeeper-client-lock` \
+           is that crate's `Client::lock` with its Curator-compatible prefix (released by an awaited delete); \
+           `etcd-client-lock` is etcd's server-side lock service (`lock`/`unlock`). `requests_per_cycle` counts \
+           coord's requests from `Client::stats()`.\n\
+         - `lock-contended`: 4 clients, each its own connection, loop lock/release on one lock. A hand-off runs from \
+           the holder's release starting to the next holder's `lock` returning (a client taking the lock again \
+           after itself is a grant, not a hand-off). `wakeups_per_grant` counts waiter wake-ups (`Stats::wakeups`).\n\
+         - `waiters-N`: N clients, each its own connection, queue behind a holder; then the holder releases and the \
+           queue passes through (each takes the lock and releases it at once). `per_handoff_ms` is the pass-through \
+           time over N; `reads_per_handoff` the waiters' read requests during the pass-through over N; \
+           `rss_kib_per_waiter` the process's resident memory once all are queued, less what it was with the \
+           clients connected and nobody queued, over N (what queueing costs, not a connection).\n\
+         - `election`: hand-over from `resign()` starting to the follower's `campaign` returning, the follower just \
+           queued (`resign-just-queued`) or queued 150 ms earlier; `session-ended`: the leader's session ended from \
+           outside (ZooKeeper: the session closed by another connection; etcd: its lease revoked); `leader-silent`: \
+           the leader's links blackholed, so its session ends by timeout (2 s) — compare with `session_timeout_ms`.\n\
+         - `registry`: N instances, each registered by its own client (32 connecting at a time, 64 registering at \
+           a time); `all_seen_s` until one watcher has seen all; then a tenth of the sessions are ended from outside \
+           at once, `rest_seen_s` until the watcher sees the rest.\n\
+         - `config`: put, get and compare-and-set per second, coord beside the raw request of the same client \
+           (ZooKeeper `setData`/`getData`/`setData` with a version; etcd `Put`/`Range`/`Txn` on the mod revision); \
+           `*_requests` is coord's requests per operation. `coord-watch`: a put by one client until another's \
+           watch delivers it, one at a time.\n\n\
+         ## Figures (medians)\n",
+    );
+    s.push_str(&measure::markdown(rows));
+    s
+}

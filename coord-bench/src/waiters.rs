@@ -1,0 +1,127 @@
+//! `waiters`: N clients queued on one lock behind a holder, then passed through one by
+//! one. Per hand-off cost and memory per queued contender must stay flat in N.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use coord::Lock as _;
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::measure::{Latencies, Row, rss_bytes};
+use crate::target::{Target, unique};
+
+pub fn bar(len: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    if let Ok(style) = ProgressStyle::with_template("{msg:>24} [{bar:30}] {pos}/{len} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// `n` coord clients to `url`, connected 32 at a time.
+pub async fn clients(url: &str, n: usize, what: &str) -> Result<Vec<coord::Client>> {
+    let bar = bar(n, what);
+    let out: Vec<Result<coord::Client>> = futures::stream::iter(0..n)
+        .map(|_| {
+            let bar = bar.clone();
+            async move {
+                let c = coord::connect(url).await.with_context(|| format!("cannot connect to {url}"));
+                bar.inc(1);
+                c
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    bar.finish_and_clear();
+    out.into_iter().collect()
+}
+
+/// Waits until `done` holds for every client, polling (the benchmark's own bookkeeping,
+/// not a library path).
+pub async fn until_all(clients: &[coord::Client], what: &str, done: impl Fn(&coord::Client) -> bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !clients.iter().all(&done) {
+        if Instant::now() > deadline {
+            bail!("not every client {what} within 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
+    if n == 0 {
+        bail!("--waiters must be at least 1");
+    }
+    // Long sessions: many idle clients' keep-alives would otherwise load the server.
+    let url = t.url_with_session(30);
+    let name = unique("waiters");
+    let holder = coord::connect(&url).await?;
+    let waiters = clients(&url, n, "connecting waiters").await?;
+    let guard = holder.lock(&name).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before = rss_bytes();
+    let last: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let mut tasks = Vec::new();
+    for c in waiters.iter().cloned() {
+        let (name, last) = (name.clone(), last.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = c.lock(&name).await?;
+            let now = Instant::now();
+            let handoff = last
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(Instant::now())
+                .map(|at| now - at);
+            g.release().await?;
+            anyhow::Ok((handoff, Instant::now()))
+        }));
+    }
+    // Every waiter is queued once it watches the entry ahead of it.
+    until_all(&waiters, "queued", |c| c.stats().watches_set >= 1).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_after = rss_bytes();
+    let before: Vec<coord::Stats> = waiters.iter().map(|c| c.stats()).collect();
+    let start = Instant::now();
+    *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
+    guard.release().await?;
+    let bar = bar(n, "passing through");
+    let mut handoffs = Latencies::default();
+    let mut end = start;
+    for task in tasks {
+        let (h, done) = tokio::time::timeout(Duration::from_secs(300), task)
+            .await
+            .context("the queue did not pass within 300 s")???;
+        if let Some(h) = h {
+            handoffs.push(h);
+        }
+        end = end.max(done);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let total = end - start;
+    let spent = waiters
+        .iter()
+        .zip(&before)
+        .map(|(c, b)| c.stats().since(b))
+        .fold((0u64, 0u64), |(w, r), s| (w + s.wakeups, r + s.reads));
+    for c in waiters.iter().chain([&holder]) {
+        let _ = c.close().await;
+    }
+    let rss_per = (rss_after.saturating_sub(rss_before)) as f64 / n as f64 / 1024.0;
+    Ok(vec![
+        Row::new("waiters", t.name(), "coord")
+            .with("waiters", n as f64)
+            .with("pass_through_s", total.as_secs_f64())
+            .with("per_handoff_ms", total.as_secs_f64() * 1e3 / n as f64)
+            .with("handoff_p50_ms", handoffs.ms(0.5))
+            .with("handoff_p99_ms", handoffs.ms(0.99))
+            .with("wakeups_per_release", spent.0 as f64 / n as f64)
+            .with("reads_per_handoff", spent.1 as f64 / n as f64)
+            .with("rss_kib_per_waiter", rss_per),
+    ])
+}
