@@ -22,9 +22,21 @@ enum Op {
 const OPS: [(Op, &str); 3] = [(Op::Put, "put"), (Op::Get, "get"), (Op::Cas, "cas")];
 
 enum Subject {
-    Coord { client: coord::Client, key: String, version: Option<Version> },
-    Zk { zk: zk::Client, path: String, version: i32 },
-    Etcd { etcd: etcd_client::Client, key: String, rev: i64 },
+    Coord {
+        client: coord::Client,
+        key: String,
+        version: Option<Version>,
+    },
+    Zk {
+        zk: zk::Client,
+        path: String,
+        version: i32,
+    },
+    Etcd {
+        etcd: etcd_client::Client,
+        key: String,
+        rev: i64,
+    },
 }
 
 impl Subject {
@@ -52,7 +64,14 @@ impl Subject {
                 Op::Cas => *version = zk.set_data(path, value, Some(*version)).await?.version,
             },
             Subject::Etcd { etcd, key, rev } => match op {
-                Op::Put => *rev = etcd.put(key.clone(), value, None).await?.header().context("no header")?.revision(),
+                Op::Put => {
+                    *rev = etcd
+                        .put(key.clone(), value, None)
+                        .await?
+                        .header()
+                        .context("no header")?
+                        .revision()
+                }
                 Op::Get => {
                     etcd.get(key.clone(), None).await?;
                 }
@@ -101,7 +120,12 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
         Backend::Etcd => {
             let mut etcd = t.etcd().await?;
             let key = format!("coord-bench/{name}");
-            let rev = etcd.put(key.clone(), "0", None).await?.header().context("no header")?.revision();
+            let rev = etcd
+                .put(key.clone(), "0", None)
+                .await?
+                .header()
+                .context("no header")?
+                .revision();
             subjects.push(Subject::Etcd { etcd, key, rev });
         }
     }
@@ -133,7 +157,10 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
     for (i, s) in subjects.iter().enumerate() {
         let mut row = Row::new("config", t.name(), s.label());
         for (o, (_, op)) in OPS.iter().enumerate() {
-            row.set(&format!("{op}_per_s"), lat[i][o].len() as f64 / spent[i][o].as_secs_f64());
+            row.set(
+                &format!("{op}_per_s"),
+                lat[i][o].len() as f64 / spent[i][o].as_secs_f64(),
+            );
             row.set(&format!("{op}_p50_ms"), lat[i][o].ms(0.5));
             if i == 0 {
                 row.set(

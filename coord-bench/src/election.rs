@@ -59,9 +59,7 @@ impl Ender {
             (Backend::Etcd, Some(etcd)) => {
                 etcd.clone().lease_revoke(client.session_id() as i64).await?;
             }
-            (Backend::Zk, _) => {
-                coord_testkit::expire_session(client, &self.target.hosts.join(",")).await?
-            }
+            (Backend::Zk, _) => coord_testkit::expire_session(client, &self.target.hosts.join(",")).await?,
             _ => {
                 client
                     .backend_as::<coord::mem::MemClient>()
@@ -126,8 +124,8 @@ pub async fn run(t: &Target, rounds: usize) -> Result<Vec<Row>> {
         let upstream = t.hosts.first().context("no host")?.parse()?;
         let proxy = FaultProxy::start(upstream).await?;
         let scheme = t.name();
-        let url = Target::parse(&format!("{scheme}://{}/{}", proxy.addr(), t.namespace))?
-            .url_with_session(timeout);
+        let url =
+            Target::parse(&format!("{scheme}://{}/{}", proxy.addr(), t.namespace))?.url_with_session(timeout);
         let mut lat = Latencies::default();
         for _ in 0..2 {
             proxy.pass();

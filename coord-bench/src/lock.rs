@@ -16,15 +16,32 @@ use crate::target::{Backend, Target, unique, zk_mkdir};
 /// What one contender runs: coord, the raw floor, or a client library's recipe.
 #[derive(Clone)]
 pub enum Subject {
-    Coord { client: coord::Client, name: String },
+    Coord {
+        client: coord::Client,
+        name: String,
+    },
     /// ZooKeeper: create an ephemeral sequential node, list the directory, delete.
-    ZkRaw { zk: zk::Client, dir: String },
+    ZkRaw {
+        zk: zk::Client,
+        dir: String,
+    },
     /// zookeeper-client's `Client::lock` with its Curator-compatible prefix.
-    ZkRecipe { zk: zk::Client, dir: String },
+    ZkRecipe {
+        zk: zk::Client,
+        dir: String,
+    },
     /// etcd: a Txn that puts the key under a lease if absent, then a delete.
-    EtcdRaw { etcd: etcd_client::Client, key: String, lease: i64 },
+    EtcdRaw {
+        etcd: etcd_client::Client,
+        key: String,
+        lease: i64,
+    },
     /// etcd-client's server-side `lock` (the server's v3lock service) and `unlock`.
-    EtcdRecipe { etcd: etcd_client::Client, name: String, lease: i64 },
+    EtcdRecipe {
+        etcd: etcd_client::Client,
+        name: String,
+        lease: i64,
+    },
 }
 
 /// What a granted subject holds until it releases.
@@ -52,7 +69,10 @@ impl Subject {
                 let (_, seq) = zk.create(&format!("{dir}/n-"), b"", &options).await?;
                 let children = zk.list_children(dir).await?;
                 if children.len() != 1 {
-                    bail!("the raw floor runs uncontended, yet {dir} has {} children", children.len());
+                    bail!(
+                        "the raw floor runs uncontended, yet {dir} has {} children",
+                        children.len()
+                    );
                 }
                 Held::Path(format!("{dir}/n-{seq}"))
             }
@@ -86,7 +106,10 @@ impl Subject {
             }
             Subject::EtcdRecipe { etcd, name, lease } => {
                 let resp = etcd
-                    .lock(name.clone(), Some(etcd_client::LockOptions::new().with_lease(*lease)))
+                    .lock(
+                        name.clone(),
+                        Some(etcd_client::LockOptions::new().with_lease(*lease)),
+                    )
                     .await?;
                 Held::Key(resp.key().to_vec())
             }
@@ -199,6 +222,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
     let per_block = Duration::from_secs_f64(seconds / blocks as f64);
     let n = subjects.len();
     let mut lat = vec![Latencies::default(); n];
+    let mut acq = vec![Latencies::default(); n];
     let mut spent = vec![Duration::ZERO; n];
     let mut requests = Stats::default();
     for _ in 0..blocks {
@@ -208,6 +232,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             while start.elapsed() < per_block {
                 let t0 = Instant::now();
                 let held = s.acquire().await?;
+                acq[i].push(t0.elapsed());
                 s.release(held).await?;
                 lat[i].push(t0.elapsed());
             }
@@ -223,7 +248,8 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
         let mut row = Row::new("lock", t.name(), s.label())
             .with("cycles_per_s", cycles / spent[i].as_secs_f64())
             .with("p50_ms", lat[i].ms(0.5))
-            .with("p99_ms", lat[i].ms(0.99));
+            .with("p99_ms", lat[i].ms(0.99))
+            .with("acquire_p50_ms", acq[i].ms(0.5));
         let per_cycle = match s {
             Subject::Coord { .. } => requests.data_requests() as f64 / cycles,
             Subject::ZkRaw { .. } => 3.0,
@@ -241,7 +267,11 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
 
 /// Adds `vs_<subject>` (coord's `metric` over each other subject's) to coord's row.
 pub fn add_ratios(rows: &mut [Row], metric: &str) {
-    let Some(coord) = rows.iter().find(|r| r.subject == "coord").and_then(|r| r.get(metric)) else {
+    let Some(coord) = rows
+        .iter()
+        .find(|r| r.subject == "coord")
+        .and_then(|r| r.get(metric))
+    else {
         return;
     };
     let others: Vec<(String, f64)> = rows

@@ -26,7 +26,10 @@ use clap::{Parser, Subcommand};
 use crate::target::Target;
 
 #[derive(Parser)]
-#[command(version, about = "coord's benchmarks, side by side with the raw backends and the Rust clients' recipes")]
+#[command(
+    version,
+    about = "coord's benchmarks, side by side with the raw backends and the Rust clients' recipes"
+)]
 struct Cli {
     #[command(subcommand)]
     scenario: Scenario,
@@ -105,7 +108,9 @@ fn main() -> Result<()> {
             }
             Scenario::Waiters { on, waiters } => waiters::run(&Target::parse(&on.url)?, waiters).await?,
             Scenario::Election { on, rounds } => election::run(&Target::parse(&on.url)?, rounds).await?,
-            Scenario::Registry { on, instances } => registry::run(&Target::parse(&on.url)?, instances).await?,
+            Scenario::Registry { on, instances } => {
+                registry::run(&Target::parse(&on.url)?, instances).await?
+            }
             Scenario::Config { on, deliveries } => {
                 config::run(&Target::parse(&on.url)?, on.seconds, deliveries).await?
             }

@@ -163,7 +163,11 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 #[cfg(test)]
@@ -185,7 +189,9 @@ mod tests {
 
     #[test]
     fn rows_print_as_lines_and_tables() {
-        let r = Row::new("lock", "zk", "coord").with("cycles_per_s", 1234.5).with("p50_ms", 0.7123);
+        let r = Row::new("lock", "zk", "coord")
+            .with("cycles_per_s", 1234.5)
+            .with("p50_ms", 0.7123);
         assert_eq!(
             r.result_line(),
             "RESULT scenario=lock backend=zk subject=coord cycles_per_s=1234 p50_ms=0.712"

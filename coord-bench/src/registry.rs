@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use coord::{Registry as _, RegistryEvent, ServiceInstance};
 use futures::{Stream, StreamExt};
 
+use crate::election::Ender;
 use crate::measure::Row;
-use crate::election::{Ender};
 use crate::target::{Target, unique};
 use crate::waiters::{bar, clients};
 
@@ -53,20 +53,24 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     until_seen(&mut events, &mut live, 0).await?;
     let start = Instant::now();
     let bar = bar(n, "registering");
-    let registered: Vec<coord::Result<coord::Registration>> = futures::stream::iter(members.iter().enumerate())
-        .map(|(i, c)| {
-            let (service, bar) = (service.clone(), bar.clone());
-            async move {
-                let r = c
-                    .register(&service, ServiceInstance::new(format!("i{i}"), format!("10.0.0.1:{i}")))
-                    .await;
-                bar.inc(1);
-                r
-            }
-        })
-        .buffer_unordered(64)
-        .collect()
-        .await;
+    let registered: Vec<coord::Result<coord::Registration>> =
+        futures::stream::iter(members.iter().enumerate())
+            .map(|(i, c)| {
+                let (service, bar) = (service.clone(), bar.clone());
+                async move {
+                    let r = c
+                        .register(
+                            &service,
+                            ServiceInstance::new(format!("i{i}"), format!("10.0.0.1:{i}")),
+                        )
+                        .await;
+                    bar.inc(1);
+                    r
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
     bar.finish_and_clear();
     let registrations = registered.into_iter().collect::<coord::Result<Vec<_>>>()?;
     until_seen(&mut events, &mut live, n).await?;
@@ -74,7 +78,8 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     // End a tenth of the sessions from outside, all at once.
     let start = Instant::now();
     let ender = Ender::new(t).await?;
-    let ended: Vec<Result<()>> = futures::future::join_all(members.iter().take(kill).map(|c| ender.end(c))).await;
+    let ended: Vec<Result<()>> =
+        futures::future::join_all(members.iter().take(kill).map(|c| ender.end(c))).await;
     ended.into_iter().collect::<Result<Vec<_>>>()?;
     until_seen(&mut events, &mut live, n - kill).await?;
     let rest_seen = start.elapsed();

@@ -89,7 +89,10 @@ async fn scenario(name: &str, t: &Target, s: &Sizes) -> Result<Vec<Row>> {
         "config" => config::run(t, s.config_s, s.deliveries).await?,
         other => anyhow::bail!("no scenario {other}"),
     };
-    if let Some(n) = name.strip_prefix("waiters-").map(|_| rows.first().and_then(|r| r.get("waiters"))) {
+    if let Some(n) = name
+        .strip_prefix("waiters-")
+        .map(|_| rows.first().and_then(|r| r.get("waiters")))
+    {
         for r in rows.iter_mut() {
             r.scenario = format!("waiters-{}", fmt(n.unwrap_or(0.0)));
         }
@@ -135,7 +138,8 @@ pub async fn run(args: Args) -> Result<()> {
         let url = match &args.etcd {
             Some(u) => u.clone(),
             None => {
-                let c = Cluster::start(ClusterOptions::new(Kind::Etcd, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let c =
+                    Cluster::start(ClusterOptions::new(Kind::Etcd, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let url = c.url("coord-bench");
                 servers.push(c);
                 url
@@ -171,7 +175,11 @@ pub async fn run(args: Args) -> Result<()> {
     std::fs::write(&args.out, &report).with_context(|| format!("cannot write {}", args.out.display()))?;
     println!("{}", measure::markdown(&medians));
     println!("{}", targets_table(&medians));
-    eprintln!("wrote {} in {:.0} s", args.out.display(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "wrote {} in {:.0} s",
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -216,7 +224,11 @@ fn targets_table(rows: &[Row]) -> String {
             "≥ 0.95×",
             |v| v >= 0.95,
         );
-        let recipe = if b == "zk" { "zookeeper-client-lock" } else { "etcd-client-lock" };
+        let recipe = if b == "zk" {
+            "zookeeper-client-lock"
+        } else {
+            "etcd-client-lock"
+        };
         let (bar, ok): (&str, fn(f64) -> bool) = if b == "zk" {
             ("≥ 1.0×", |v| v >= 1.0)
         } else {
@@ -238,7 +250,11 @@ fn targets_table(rows: &[Row]) -> String {
             .iter()
             .filter(|r| r.backend == b && r.scenario.starts_with("waiters-"))
             .collect();
-        waiters.sort_by(|x, y| x.get("waiters").unwrap_or(0.0).total_cmp(&y.get("waiters").unwrap_or(0.0)));
+        waiters.sort_by(|x, y| {
+            x.get("waiters")
+                .unwrap_or(0.0)
+                .total_cmp(&y.get("waiters").unwrap_or(0.0))
+        });
         for w in &waiters {
             check(
                 format!("{b}: {}: wake-ups per release", w.scenario),
@@ -275,12 +291,22 @@ fn targets_table(rows: &[Row]) -> String {
     }
     let mut out = String::from("| target | figure | bar | met |\n|---|---:|---|---|\n");
     for (what, v, bar, ok) in lines.into_iter().chain(ratios) {
-        out.push_str(&format!("| {what} | {} | {bar} | {} |\n", fmt(v), if ok { "yes" } else { "**no**" }));
+        out.push_str(&format!(
+            "| {what} | {} | {bar} | {} |\n",
+            fmt(v),
+            if ok { "yes" } else { "**no**" }
+        ));
     }
     out
 }
 
-fn render(rows: &[Row], rounds: usize, smoke: bool, took: std::time::Duration, servers: &[Cluster]) -> String {
+fn render(
+    rows: &[Row],
+    rounds: usize,
+    smoke: bool,
+    took: std::time::Duration,
+    servers: &[Cluster],
+) -> String {
     let date = sh("date -u +%Y-%m-%d");
     let cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
@@ -290,7 +316,11 @@ fn render(rows: &[Row], rounds: usize, smoke: bool, took: std::time::Duration, s
     let etcd = sh("etcd --version 2>/dev/null | head -1");
     let rustc = sh("rustc --version");
     let commit = sh("git rev-parse --short HEAD 2>/dev/null");
-    let started = if servers.is_empty() { "given by URL" } else { "started by the report (coord-testkit)" };
+    let started = if servers.is_empty() {
+        "given by URL"
+    } else {
+        "started by the report (coord-testkit)"
+    };
     let mut s = String::new();
     s.push_str("# coord benchmarks\n\n");
     if smoke {

@@ -28,7 +28,9 @@ pub async fn clients(url: &str, n: usize, what: &str) -> Result<Vec<coord::Clien
         .map(|_| {
             let bar = bar.clone();
             async move {
-                let c = coord::connect(url).await.with_context(|| format!("cannot connect to {url}"));
+                let c = coord::connect(url)
+                    .await
+                    .with_context(|| format!("cannot connect to {url}"));
                 bar.inc(1);
                 c
             }
@@ -42,7 +44,11 @@ pub async fn clients(url: &str, n: usize, what: &str) -> Result<Vec<coord::Clien
 
 /// Waits until `done` holds for every client, polling (the benchmark's own bookkeeping,
 /// not a library path).
-pub async fn until_all(clients: &[coord::Client], what: &str, done: impl Fn(&coord::Client) -> bool) -> Result<()> {
+pub async fn until_all(
+    clients: &[coord::Client],
+    what: &str,
+    done: impl Fn(&coord::Client) -> bool,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while !clients.iter().all(&done) {
         if Instant::now() > deadline {

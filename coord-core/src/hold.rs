@@ -84,6 +84,7 @@ impl HoldWatch {
 pub(crate) struct HoldSignal {
     tx: Arc<watch::Sender<HoldState>>,
     interest: watch::Receiver<bool>,
+    generation: u64,
 }
 
 /// What session `generation`'s status means for a hold bound to it.
@@ -99,34 +100,47 @@ fn hold_for(status: SessionStatus, generation: u64) -> HoldState {
 }
 
 impl HoldSignal {
-    /// A hold bound to session `generation`, starting in the state the session is in
-    /// *now* (a grant made while the session is suspended starts `Suspended`, one whose
-    /// session has already ended starts `Lost`), and a task that mirrors the session onto
-    /// it from then on: `Suspended` while suspended, `Held` when connected again, `Lost`
-    /// when lost, closed or replaced by a later generation. The task ends when the hold
-    /// is lost or every [`HoldWatch`] is dropped.
+    /// A hold bound to session `generation`, starting in the state `status` gives it (a
+    /// grant made while the session is suspended starts `Suspended`, one whose session
+    /// has already ended starts `Lost`). Whoever keeps it calls [`HoldSignal::follow`]
+    /// with each later session status.
+    pub(crate) fn new(status: SessionStatus, generation: u64) -> (HoldSignal, HoldWatch) {
+        let (tx, rx) = watch::channel(hold_for(status, generation));
+        let (interest, interest_rx) = watch::channel(false);
+        (
+            HoldSignal {
+                tx: Arc::new(tx),
+                interest: interest_rx,
+                generation,
+            },
+            HoldWatch {
+                rx,
+                interest: Arc::new(interest),
+            },
+        )
+    }
+
+    /// [`HoldSignal::new`] from the session's status now, with a task that mirrors the
+    /// session onto it from then on: `Suspended` while suspended, `Held` when connected
+    /// again, `Lost` when lost, closed or replaced by a later generation. The task ends
+    /// when the hold is lost or every [`HoldWatch`] is dropped.
+    #[cfg(test)]
     pub(crate) fn following(
         mut session: watch::Receiver<SessionStatus>,
         generation: u64,
     ) -> (HoldSignal, HoldWatch) {
-        let initial = hold_for(*session.borrow_and_update(), generation);
-        let (tx, rx) = watch::channel(initial);
-        let (interest, interest_rx) = watch::channel(false);
-        let signal = HoldSignal {
-            tx: Arc::new(tx),
-            interest: interest_rx,
-        };
+        let (signal, watch) = HoldSignal::new(*session.borrow_and_update(), generation);
         let follower = signal.clone();
-        if initial != HoldState::Lost {
+        if signal.state() != HoldState::Lost {
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         changed = session.changed() => {
                             let next = match changed {
-                                Ok(()) => hold_for(*session.borrow_and_update(), generation),
-                                Err(_) => HoldState::Lost,
+                                Ok(()) => follower.follow(*session.borrow_and_update()),
+                                Err(_) => follower.set(HoldState::Lost),
                             };
-                            if follower.set(next) == HoldState::Lost {
+                            if next == HoldState::Lost {
                                 return;
                             }
                         }
@@ -135,13 +149,17 @@ impl HoldSignal {
                 }
             });
         }
-        (
-            signal,
-            HoldWatch {
-                rx,
-                interest: Arc::new(interest),
-            },
-        )
+        (signal, watch)
+    }
+
+    /// Applies a session status to the hold. Returns the state now in force.
+    pub(crate) fn follow(&self, status: SessionStatus) -> HoldState {
+        self.set(hold_for(status, self.generation))
+    }
+
+    /// The state now.
+    pub(crate) fn state(&self) -> HoldState {
+        *self.tx.borrow()
     }
 
     /// Resolves once someone waits for the hold to change ([`HoldWatch::lost`],

@@ -3,11 +3,11 @@
 //! state, and remove the entry — on release, on drop, after a cancelled wait — retrying
 //! until the server confirms or the session that owns it has ended.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
@@ -15,7 +15,7 @@ use crate::fencing::Fence;
 use crate::hold::{HoldSignal, HoldState, HoldWatch};
 use crate::local_queue::LocalTurn;
 use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Ticket};
-use crate::recipes::removal::{self, ended, over};
+use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
 
 /// A granted turn: the contender, its fence and its hold state.
@@ -33,6 +33,9 @@ fn release_turn(turn: &Turn) {
     turn.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 
+/// A join under way, polled in place by the acquisition.
+type Joining = Pin<Box<dyn Future<Output = Result<Joined>> + Send>>;
+
 /// One contender's entry. Removed exactly once: by [`Contender::leave`], or on drop —
 /// which covers a dropped guard, a cancelled acquisition, and a `join` whose outcome is
 /// unknown (the backend finds the entry by its ticket).
@@ -40,10 +43,11 @@ pub(crate) struct Contender {
     backend: Arc<dyn Backend>,
     ticket: Ticket,
     own: Option<QueueEntry>,
-    /// The join, run as a task of its own so that a dropped acquisition cannot cut it
-    /// off halfway: a removal first waits for it, so the create it removes can never
-    /// overtake it (etcd runs concurrent requests in any order).
-    joining: Option<JoinHandle<Result<Joined>>>,
+    /// The join while it runs, polled in place by the acquisition (no task, no thread
+    /// hop). A contender dropped meanwhile hands it to its removal, which finishes it
+    /// first: a dropped acquisition never cuts a join off halfway, and the create it
+    /// removes can never overtake it (etcd runs concurrent requests in any order).
+    joining: Option<Joining>,
     turn: Turn,
     settled: bool,
 }
@@ -74,10 +78,8 @@ impl Contender {
     ///
     /// If dropped, the removal continues in the background.
     pub(crate) async fn leave(mut self) -> Result<()> {
-        // A task of its own: dropping this future does not stop the removal.
-        tokio::spawn(self.take_removal().run())
-            .await
-            .map_err(|e| Error::new(ErrorKind::Unexpected, format!("the removal task failed: {e}")))?
+        // Run in place; dropping this future hands the rest to the background.
+        Detached::new(self.take_removal().run()).await
     }
 
     /// One removal attempt now; if it does not get through, the removal goes on in the
@@ -136,7 +138,7 @@ struct Removal {
     backend: Arc<dyn Backend>,
     ticket: Ticket,
     own: Option<QueueEntry>,
-    joining: Option<JoinHandle<Result<Joined>>>,
+    joining: Option<Joining>,
     turn: Turn,
 }
 
@@ -156,10 +158,7 @@ impl Removal {
         let own = match joining {
             // A join that failed or was cut off may still have made the entry: it is
             // found by its ticket.
-            Some(task) => match task.await {
-                Ok(Ok(joined)) => Some(joined.own),
-                _ => None,
-            },
+            Some(join) => join.await.ok().map(|joined| joined.own),
             None => own,
         };
         let result = remove_until_gone(&*backend, &ticket, own.as_ref()).await;
@@ -278,7 +277,7 @@ pub(crate) async fn acquire(
     let mut session = backend.session();
     // A join that failed for the link's or the cluster's sake (a member down, a leader
     // election) is sent again: joining twice on one ticket never makes a second entry.
-    let joining = tokio::spawn({
+    let join: Joining = Box::pin({
         let (backend, ticket) = (backend.clone(), ticket.clone());
         async move {
             let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
@@ -305,53 +304,34 @@ pub(crate) async fn acquire(
         backend: backend.clone(),
         ticket,
         own: None,
-        joining: Some(joining),
+        joining: Some(join),
         turn: Arc::new(Mutex::new(Some(turn))),
         settled: false,
     };
-    // The join's outcome, once it finished. The handle stays with the contender while it
-    // runs (a contender dropped meanwhile — a cancelled acquisition — has its removal
-    // wait for it) and is dropped once it finished, so it is never awaited twice.
-    let mut finished = None;
-    let waited = match contender.joining.as_mut() {
-        Some(task) => {
-            in_session(&mut session, generation, async {
-                finished = Some(task.await);
-                Ok(())
-            })
-            .await
-        }
-        None => return Err(Error::new(ErrorKind::Unexpected, "no join under way")),
-    };
-    if finished.is_some() {
+    // The join stays with the contender while it runs (a contender dropped meanwhile — a
+    // cancelled acquisition, a session ended — has its removal finish it) and is dropped
+    // the moment it finished, so it is never polled again.
+    let joined = {
+        let Some(join) = contender.joining.as_mut() else {
+            return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
+        };
+        let outcome = in_session(&mut session, generation, async { Ok(join.as_mut().await) }).await?;
         contender.joining = None;
-    }
-    let joined = match finished {
-        None => {
-            waited?;
-            return Err(Error::new(
-                ErrorKind::Unexpected,
-                "the join neither finished nor failed",
-            ));
-        }
-        Some(Ok(Ok(joined))) => joined,
+        outcome
+    };
+    let joined = match joined {
+        Ok(joined) => joined,
         // Failed for sure (refused, say): nothing was made, so nothing is removed and the
         // local turn is free at once — the next call on the name is not queued behind a
         // removal the server would refuse too.
-        Some(Ok(Err(e))) if !e.outcome_unknown() => {
+        Err(e) if !e.outcome_unknown() => {
             contender.settled = true;
             release_turn(&contender.turn);
             return Err(e);
         }
         // Of unknown outcome: the dropped contender removes whatever the join may have
         // made, found by its ticket.
-        Some(Ok(Err(e))) => return Err(e),
-        Some(Err(e)) => {
-            return Err(Error::new(
-                ErrorKind::Unexpected,
-                format!("the join task failed: {e}"),
-            ));
-        }
+        Err(e) => return Err(e),
     };
     contender.own = Some(joined.own.clone());
     let mut own = joined.own;
@@ -402,9 +382,10 @@ pub(crate) async fn acquire(
             }
         }
     }
-    let (signal, hold) = HoldSignal::following(backend.session(), generation);
+    let session = backend.session();
+    let (signal, hold) = HoldSignal::new(*session.borrow(), generation);
     let fence = Fence::new(own.path.clone(), own.token);
-    follow_own_entry(backend, own, generation, signal, contender.turn.clone());
+    follow_hold(backend, session, own, signal, contender.turn.clone());
     Ok(Some(Grant {
         contender,
         fence,
@@ -412,51 +393,67 @@ pub(crate) async fn acquire(
     }))
 }
 
-/// Ends a hold (and frees the local turn) when its entry disappears while the guard
+/// Keeps a hold up to date, on one task per grant: mirrors its session (`Suspended`
+/// while suspended, `Held` when connected again, `Lost` when lost, closed or replaced),
+/// and ends it — freeing the local turn — when its entry disappears while the guard
 /// lives: gone with the session (always followed, at no cost), or deleted by an operator
-/// (watched only once someone waits on the hold — a grant nobody watches sends no
-/// request beyond the lock's own).
-fn follow_own_entry(
+/// (watched only once someone waits on the hold: a grant nobody watches sends no request
+/// beyond the lock's own). The task ends with the hold, or when the guard is dropped
+/// (its drop removes the entry and frees the turn).
+fn follow_hold(
     backend: Arc<dyn Backend>,
+    mut session: watch::Receiver<SessionStatus>,
     own: QueueEntry,
-    generation: u64,
     signal: HoldSignal,
     turn: Turn,
 ) {
+    if signal.state() == HoldState::Lost {
+        release_turn(&turn);
+        return;
+    }
     tokio::spawn(async move {
-        let mut session = backend.session();
-        tokio::select! {
-            _ = signal.wanted() => {}
-            _ = ended(&mut session, generation) => {
-                signal.set(HoldState::Lost);
-                release_turn(&turn);
-                return;
-            }
-            // The guard is gone; its drop removes the entry and frees the turn.
-            _ = signal.closed() => return,
-        }
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let watch_own = |delay: Duration| {
+            let (backend, own) = (backend.clone(), own.clone());
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                backend.wait_gone(&own).await
+            })
+        };
+        let mut watching = None;
+        let mut delay = Duration::from_millis(100);
         loop {
-            let outcome = tokio::select! {
-                r = backend.wait_gone(&own) => r,
-                _ = ended(&mut session, generation) => break,
-                // The guard is gone; its drop removes the entry and frees the turn.
-                _ = signal.closed() => return,
-            };
-            match outcome {
-                Ok(()) => {
-                    tracing::debug!(entry = %own.path, "coord.own_entry_gone");
-                    break;
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, entry = %own.path, "coord.own_entry_watch_retry");
-                    tokio::select! {
-                        _ = backoff.wait() => {}
-                        _ = ended(&mut session, generation) => break,
-                        _ = signal.closed() => return,
+            tokio::select! {
+                changed = session.changed() => {
+                    let lost = match changed {
+                        Ok(()) => signal.follow(*session.borrow_and_update()) == HoldState::Lost,
+                        Err(_) => true,
+                    };
+                    if lost {
+                        break;
                     }
                 }
+                _ = signal.wanted(), if watching.is_none() => {
+                    watching = Some(watch_own(Duration::ZERO));
+                }
+                gone = async {
+                    match watching.as_mut() {
+                        Some(w) => w.await,
+                        None => std::future::pending().await,
+                    }
+                } => match gone {
+                    Ok(()) => {
+                        tracing::debug!(entry = %own.path, "coord.own_entry_gone");
+                        break;
+                    }
+                    Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, entry = %own.path, "coord.own_entry_watch_retry");
+                        watching = Some(watch_own(delay));
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                },
+                // The guard is gone; its drop removes the entry and frees the turn.
+                _ = signal.closed() => return,
             }
         }
         signal.set(HoldState::Lost);

@@ -81,3 +81,84 @@ where
         }
     }
 }
+
+/// A future that runs in place while awaited and, if dropped before it finished, goes on
+/// in the background on the current runtime: a removal that must not stop halfway, with
+/// no task spawned (and no thread hop) when it is simply awaited.
+pub(crate) struct Detached<T: Send + 'static> {
+    inner: Option<std::pin::Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    pub(crate) fn new(f: impl Future<Output = T> + Send + 'static) -> Self {
+        Detached {
+            inner: Some(Box::pin(f)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        let Some(inner) = self.inner.as_mut() else {
+            // Polled after it finished: never again ready.
+            return std::task::Poll::Pending;
+        };
+        let out = inner.as_mut().poll(cx);
+        if out.is_ready() {
+            self.inner = None;
+        }
+        out
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let (Some(rest), Ok(rt)) = (self.inner.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(rest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dropped_detached_future_finishes_in_the_background() {
+        let done = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let fut = Detached::new({
+            let done = done.clone();
+            async move {
+                let _ = rx.await;
+                done.store(true, Ordering::SeqCst);
+            }
+        });
+        // Polled once (pending), then dropped.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), fut)
+                .await
+                .is_err()
+        );
+        tx.send(()).expect("the detached future still listens");
+        for _ in 0..100 {
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the dropped future did not finish in the background");
+    }
+
+    #[tokio::test]
+    async fn an_awaited_detached_future_runs_in_place() {
+        let here = std::thread::current().id();
+        let ran_on = Detached::new(async { std::thread::current().id() }).await;
+        assert_eq!(ran_on, here);
+    }
+}
