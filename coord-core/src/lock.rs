@@ -165,3 +165,16 @@ impl std::fmt::Debug for LockGuard {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    fn send_and_sync<T: Send + Sync>() {}
+
+    /// Guards are shared across tasks (`Arc<LockGuard>`): whatever they hold must stay
+    /// `Send + Sync`.
+    #[test]
+    fn guards_are_send_and_sync() {
+        send_and_sync::<super::LockGuard>();
+        send_and_sync::<crate::Leadership>();
+    }
+}

@@ -33,8 +33,10 @@ fn release_turn(turn: &Turn) {
     turn.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 
-/// A join under way, polled in place by the acquisition.
-type Joining = Pin<Box<dyn Future<Output = Result<Joined>> + Send>>;
+/// A join under way, polled in place by the acquisition. In a mutex only so that a
+/// contender (and the guard holding it) is `Sync`; it is reached through `&mut`, never
+/// locked.
+type Joining = Mutex<Pin<Box<dyn Future<Output = Result<Joined>> + Send>>>;
 
 /// One contender's entry. Removed exactly once: by [`Contender::leave`], or on drop —
 /// which covers a dropped guard, a cancelled acquisition, and a `join` whose outcome is
@@ -158,7 +160,12 @@ impl Removal {
         let own = match joining {
             // A join that failed or was cut off may still have made the entry: it is
             // found by its ticket.
-            Some(join) => join.await.ok().map(|joined| joined.own),
+            Some(join) => join
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .await
+                .ok()
+                .map(|joined| joined.own),
             None => own,
         };
         let result = remove_until_gone(&*backend, &ticket, own.as_ref()).await;
@@ -277,7 +284,7 @@ pub(crate) async fn acquire(
     let mut session = backend.session();
     // A join that failed for the link's or the cluster's sake (a member down, a leader
     // election) is sent again: joining twice on one ticket never makes a second entry.
-    let join: Joining = Box::pin({
+    let join: Joining = Mutex::new(Box::pin({
         let (backend, ticket) = (backend.clone(), ticket.clone());
         async move {
             let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
@@ -299,7 +306,7 @@ pub(crate) async fn acquire(
                 }
             }
         }
-    });
+    }));
     let mut contender = Contender {
         backend: backend.clone(),
         ticket,
@@ -315,6 +322,7 @@ pub(crate) async fn acquire(
         let Some(join) = contender.joining.as_mut() else {
             return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
         };
+        let join = join.get_mut().unwrap_or_else(|p| p.into_inner());
         let outcome = in_session(&mut session, generation, async { Ok(join.as_mut().await) }).await?;
         contender.joining = None;
         outcome
