@@ -47,6 +47,7 @@ pub async fn clients(url: &str, n: usize, what: &str) -> Result<Vec<coord::Clien
 pub async fn until_all(
     clients: &[coord::Client],
     what: &str,
+    poll: Duration,
     done: impl Fn(&coord::Client) -> bool,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -54,7 +55,7 @@ pub async fn until_all(
         if Instant::now() > deadline {
             bail!("not every client {what} within 300 s");
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(poll).await;
     }
     Ok(())
 }
@@ -72,9 +73,14 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_before = rss_bytes();
     let last: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    // Queued one after another (each waits until the one before it watches its
+    // predecessor), so that the figure is what a queued contender keeps, not the
+    // transient peak of a thousand joins read at once.
     let mut tasks = Vec::new();
+    let queueing = bar(n, "queueing");
     for c in waiters.iter().cloned() {
         let (name, last) = (name.clone(), last.clone());
+        let queued = c.clone();
         tasks.push(tokio::spawn(async move {
             let g = c.lock(&name).await?;
             let now = Instant::now();
@@ -86,9 +92,16 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
             g.release().await?;
             anyhow::Ok((handoff, Instant::now()))
         }));
+        until_all(
+            std::slice::from_ref(&queued),
+            "queued",
+            Duration::from_micros(250),
+            |c| c.stats().watches_set >= 1,
+        )
+        .await?;
+        queueing.inc(1);
     }
-    // Every waiter is queued once it watches the entry ahead of it.
-    until_all(&waiters, "queued", |c| c.stats().watches_set >= 1).await?;
+    queueing.finish_and_clear();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_after = rss_bytes();
     let before: Vec<coord::Stats> = waiters.iter().map(|c| c.stats()).collect();
