@@ -35,42 +35,6 @@ async fn queue_follower(
     Ok(task)
 }
 
-/// Ends clients' sessions from outside, as an operator or a crashed process's expiry.
-pub struct Ender {
-    target: Target,
-    etcd: Option<etcd_client::Client>,
-}
-
-impl Ender {
-    pub async fn new(t: &Target) -> Result<Ender> {
-        let etcd = match t.backend {
-            Backend::Etcd => Some(t.etcd().await?),
-            _ => None,
-        };
-        Ok(Ender {
-            target: t.clone(),
-            etcd,
-        })
-    }
-
-    /// Ends `client`'s session now.
-    pub async fn end(&self, client: &coord::Client) -> Result<()> {
-        match (&self.target.backend, &self.etcd) {
-            (Backend::Etcd, Some(etcd)) => {
-                etcd.clone().lease_revoke(client.session_id() as i64).await?;
-            }
-            (Backend::Zk, _) => coord_testkit::expire_session(client, &self.target.hosts.join(",")).await?,
-            _ => {
-                client
-                    .backend_as::<coord::mem::MemClient>()
-                    .context("a mem client")?
-                    .expire_session();
-            }
-        }
-        Ok(())
-    }
-}
-
 pub async fn run(t: &Target, rounds: usize) -> Result<Vec<Row>> {
     let name = unique("election");
     let follower = t.coord().await?;
@@ -97,27 +61,14 @@ pub async fn run(t: &Target, rounds: usize) -> Result<Vec<Row>> {
                 .with("handover_p99_ms", lat.ms(0.99)),
         );
     }
-    // The leader's session ended from outside: the follower takes over at once.
-    let ender = Ender::new(t).await?;
-    let mut lat = Latencies::default();
-    for _ in 0..rounds.clamp(1, 5) {
-        let leader = t.coord().await?;
-        let _lead = leader.campaign(&name, b"leader".to_vec()).await?;
-        let task = queue_follower(&follower, &name).await?;
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let start = Instant::now();
-        ender.end(&leader).await?;
-        let next = task.await??;
-        lat.push(start.elapsed());
-        next.resign().await?;
-        drop(_lead);
-        let _ = leader.close().await;
+    for (mode, wait) in [
+        ("raw-floor-just-queued", None),
+        ("raw-floor-after-150ms", Some(150)),
+    ] {
+        if let Some(row) = raw_floor(t, &name, mode, wait, rounds).await? {
+            rows.push(row);
+        }
     }
-    rows.push(
-        Row::new("election", t.name(), "session-ended")
-            .with("handover_p50_ms", lat.ms(0.5))
-            .with("handover_p99_ms", lat.ms(0.99)),
-    );
     // The leader goes silent: its session ends by timeout.
     if t.backend != Backend::Mem {
         let timeout = 2u64;
@@ -153,4 +104,65 @@ pub async fn run(t: &Target, rounds: usize) -> Result<Vec<Row>> {
     }
     let _ = follower.close().await;
     Ok(rows)
+}
+
+/// The fewest round trips a hand-over needs with the same client library: the follower
+/// has a watch on the leader's node or key, the leader deletes it, and the watch fires
+/// (ZooKeeper: `exists` watch, `delete`; etcd: watch from now, `delete`). `None` on mem.
+async fn raw_floor(
+    t: &Target,
+    name: &str,
+    mode: &str,
+    wait: Option<u64>,
+    rounds: usize,
+) -> Result<Option<Row>> {
+    let mut lat = Latencies::default();
+    match t.backend {
+        Backend::Mem => return Ok(None),
+        Backend::Zk => {
+            use zookeeper_client as zk;
+            let (leader, follower) = (t.zk().await?, t.zk().await?);
+            let dir = format!("/coord-bench/{name}-raw");
+            crate::target::zk_mkdir(&leader, &dir).await?;
+            let path = format!("{dir}/leader");
+            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+            for _ in 0..rounds {
+                leader.create(&path, b"", &options).await?;
+                let (_, watcher) = follower.check_and_watch_stat(&path).await?;
+                if let Some(ms) = wait {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                let start = Instant::now();
+                leader.delete(&path, None).await?;
+                watcher.changed().await;
+                lat.push(start.elapsed());
+            }
+        }
+        Backend::Etcd => {
+            let (mut leader, mut follower) = (t.etcd().await?, t.etcd().await?);
+            let key = format!("coord-bench/{name}-raw/leader");
+            for _ in 0..rounds {
+                leader.put(key.clone(), "", None).await?;
+                let mut stream = follower.watch(key.clone(), None).await?;
+                // The created response.
+                stream.message().await?;
+                if let Some(ms) = wait {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                let start = Instant::now();
+                leader.delete(key.clone(), None).await?;
+                while let Some(resp) = stream.message().await? {
+                    if !resp.events().is_empty() {
+                        break;
+                    }
+                }
+                lat.push(start.elapsed());
+            }
+        }
+    }
+    Ok(Some(
+        Row::new("election", t.name(), mode)
+            .with("handover_p50_ms", lat.ms(0.5))
+            .with("handover_p99_ms", lat.ms(0.99)),
+    ))
 }

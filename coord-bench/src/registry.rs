@@ -1,6 +1,6 @@
 //! `registry`: N instances, each registered by its own client. Timed: until a watcher
-//! has seen all N; then, with a tenth of the clients' sessions ended from outside, until
-//! it sees the rest.
+//! has seen all N; then, with a tenth of the clients closed at once (their sessions end
+//! and take their instances along), until it sees the rest.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -9,7 +9,6 @@ use anyhow::{Context, Result, bail};
 use coord::{Registry as _, RegistryEvent, ServiceInstance};
 use futures::{Stream, StreamExt};
 
-use crate::election::Ender;
 use crate::measure::Row;
 use crate::target::{Target, unique};
 use crate::waiters::{bar, clients};
@@ -75,12 +74,10 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     let registrations = registered.into_iter().collect::<coord::Result<Vec<_>>>()?;
     until_seen(&mut events, &mut live, n).await?;
     let all_seen = start.elapsed();
-    // End a tenth of the sessions from outside, all at once.
+    // Close a tenth of the clients, all at once.
     let start = Instant::now();
-    let ender = Ender::new(t).await?;
-    let ended: Vec<Result<()>> =
-        futures::future::join_all(members.iter().take(kill).map(|c| ender.end(c))).await;
-    ended.into_iter().collect::<Result<Vec<_>>>()?;
+    let closed = futures::future::join_all(members.iter().take(kill).map(|c| c.close())).await;
+    closed.into_iter().collect::<coord::Result<Vec<_>>>()?;
     until_seen(&mut events, &mut live, n - kill).await?;
     let rest_seen = start.elapsed();
     drop(registrations);

@@ -63,13 +63,18 @@ fn newest(limit: i64, max_create: Option<i64>) -> etcd::GetOptions {
     }
 }
 
-/// Behind `ahead`, as read at revision `seen_at`.
-fn behind(ahead: &Kv, seen_at: i64) -> Position {
-    Position::Behind(QueueEntry {
+/// Behind `ahead`, as read at revision `seen_at`; `further` is the key read right ahead
+/// of it, if any (none: `ahead` is first, and once it goes this contender is).
+fn behind(ahead: &Kv, further: Option<&Kv>, seen_at: i64) -> Position {
+    let entry = QueueEntry {
         path: ahead.key.clone(),
         token: FencingToken(ahead.create_rev as u64),
         seen_at: seen_at as u64,
-    })
+    };
+    match further {
+        None => Position::Next(entry),
+        Some(_) => Position::Behind(entry),
+    }
 }
 
 fn own_gone() -> Error {
@@ -111,8 +116,9 @@ impl Queue for EtcdClient {
 
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined> {
         let dir = self.queue_dir(&ticket.queue);
-        // One round trip: create our key unless it exists, and read the two newest keys
-        // of the queue — ours (just created, so the newest) and the one right ahead.
+        // One round trip: create our key unless it exists, and read the three newest
+        // keys of the queue — ours (just created, so the newest), the one right ahead and
+        // whether anything is ahead of that.
         let (k, d, lease) = (ticket.locator.clone(), format!("{dir}/"), ticket.session_id);
         let resp = self
             .inner
@@ -131,7 +137,7 @@ impl Queue for EtcdClient {
                                 value,
                                 Some(etcd::PutOptions::new().with_lease(lease)),
                             ),
-                            etcd::TxnOp::get(d, Some(newest(2, None))),
+                            etcd::TxnOp::get(d, Some(newest(3, None))),
                         ])
                         // Already there (a retried join): where it stands is read next.
                         .or_else([etcd::TxnOp::get(k, None)]);
@@ -151,16 +157,17 @@ impl Queue for EtcdClient {
             .collect();
         // Created: ours is the newest key (with the Txn's revision), the other the one
         // right ahead. Already there: the key as read.
-        let (own, ahead) = match ranges.first() {
+        let (own, ahead, further) = match ranges.first() {
             Some(g) if created => {
                 let mut newest = g.kvs().iter().filter_map(Kv::from);
                 (
                     newest.next().filter(|kv| kv.key == ticket.locator),
                     Some(newest.next()),
+                    newest.next(),
                 )
             }
-            Some(g) => (g.kvs().first().and_then(Kv::from), None),
-            None => (None, None),
+            Some(g) => (g.kvs().first().and_then(Kv::from), None, None),
+            None => (None, None, None),
         };
         let own = own
             .filter(|kv| kv.lease == ticket.session_id)
@@ -169,7 +176,9 @@ impl Queue for EtcdClient {
             Some(None) => Some(Position::First {
                 seen_at: seen_at as u64,
             }),
-            Some(Some(ahead)) if is_contender(&dir, &ahead.key) => Some(behind(&ahead, seen_at)),
+            Some(Some(ahead)) if is_contender(&dir, &ahead.key) => {
+                Some(behind(&ahead, further.as_ref(), seen_at))
+            }
             // A key of a queue with a longer name (read past next), or a retried join.
             _ => None,
         };
@@ -189,8 +198,9 @@ impl Queue for EtcdClient {
         // Keys older than `below` that are not this queue's contenders are read past.
         let mut below = own_rev;
         loop {
-            // One read-only round trip: our key still there, and the newest key created
-            // before `below` — the contender right ahead, never the whole queue.
+            // One read-only round trip: our key still there, and the two newest keys
+            // created before `below` — the contender right ahead and whether anything is
+            // ahead of it — never the whole queue.
             let (k, d) = (own.path.clone(), format!("{dir}/"));
             let resp = self
                 .inner
@@ -199,7 +209,7 @@ impl Queue for EtcdClient {
                     async move {
                         c.txn(etcd::Txn::new().and_then([
                             etcd::TxnOp::get(k, Some(etcd::GetOptions::new().with_keys_only())),
-                            etcd::TxnOp::get(d, Some(newest(1, Some(below - 1)))),
+                            etcd::TxnOp::get(d, Some(newest(2, Some(below - 1)))),
                         ]))
                         .await
                     }
@@ -214,13 +224,19 @@ impl Queue for EtcdClient {
             if mine.is_none_or(|kv| kv.create_rev != own_rev) {
                 return Err(own_gone());
             }
-            match ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from)) {
+            let older: Vec<Kv> = ranges
+                .next()
+                .map(|g| g.kvs().iter().filter_map(Kv::from).collect())
+                .unwrap_or_default();
+            match older.first() {
                 None => {
                     return Ok(Position::First {
                         seen_at: seen_at as u64,
                     });
                 }
-                Some(ahead) if is_contender(&dir, &ahead.key) => return Ok(behind(&ahead, seen_at)),
+                Some(ahead) if is_contender(&dir, &ahead.key) => {
+                    return Ok(behind(ahead, older.get(1), seen_at));
+                }
                 Some(other) => below = other.create_rev,
             }
         }

@@ -33,17 +33,26 @@ pub(crate) fn children<'a>(
 
 /// Where the contender created at `own_rev` stands in `dir`.
 fn position_in(state: &State, dir: &str, own_rev: u64) -> Position {
-    let ahead = children(state, dir)
+    let mut ahead: Vec<(&String, &KeyData)> = children(state, dir)
         .filter(|(_, d)| d.create_rev < own_rev)
-        .max_by_key(|(_, d)| d.create_rev);
+        .collect();
+    ahead.sort_by_key(|(_, d)| d.create_rev);
     let seen_at = state.revision();
-    match ahead {
+    let first = ahead.len() == 1;
+    match ahead.pop() {
         None => Position::First { seen_at },
-        Some((key, d)) => Position::Behind(QueueEntry {
-            path: key.clone(),
-            token: FencingToken(d.create_rev),
-            seen_at,
-        }),
+        Some((key, d)) => {
+            let entry = QueueEntry {
+                path: key.clone(),
+                token: FencingToken(d.create_rev),
+                seen_at,
+            };
+            if first {
+                Position::Next(entry)
+            } else {
+                Position::Behind(entry)
+            }
+        }
     }
 }
 

@@ -304,11 +304,19 @@ impl Queue for ZkClient {
         match queue.iter().position(|c| c == name) {
             None => Err(own_gone()),
             Some(0) => Ok(Position::First { seen_at: 0 }),
-            Some(i) => Ok(Position::Behind(QueueEntry {
-                path: format!("{dir}/{}", queue[i - 1]),
-                token: FencingToken(0),
-                seen_at: 0,
-            })),
+            Some(i) => {
+                let ahead = QueueEntry {
+                    path: format!("{dir}/{}", queue[i - 1]),
+                    token: FencingToken(0),
+                    seen_at: 0,
+                };
+                // Sequence numbers only grow: behind the first, nothing can come between.
+                Ok(if i == 1 {
+                    Position::Next(ahead)
+                } else {
+                    Position::Behind(ahead)
+                })
+            }
         }
     }
 

@@ -113,6 +113,10 @@ pub enum Position {
     },
     /// Behind this entry, the one immediately ahead.
     Behind(QueueEntry),
+    /// Behind this entry, which is first: once it is gone this contender is first (every
+    /// entry made later queues behind it), with no read to confirm it — the hand-over's
+    /// round trip saved. A backend that cannot tell says [`Position::Behind`].
+    Next(QueueEntry),
 }
 
 /// What [`Queue::join`] returns.

@@ -365,20 +365,28 @@ pub(crate) async fn acquire(
                 Err(e) => return Err(e),
             },
         };
+        let last = matches!(position, Position::Next(_));
         match position {
             Position::First { seen_at } => {
                 own.seen_at = seen_at;
                 break;
             }
-            Position::Behind(_) if !wait => {
+            Position::Behind(_) | Position::Next(_) if !wait => {
                 // Not waiting: one removal attempt now, the rest in the background.
                 contender.leave_soon().await?;
                 return Ok(None);
             }
-            Position::Behind(ahead) => {
+            Position::Behind(ahead) | Position::Next(ahead) => {
                 match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
                     Ok(()) => {
                         core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        // The first entry went, and everything that joined since queues
+                        // behind this one: first, without another read. (Were this
+                        // entry itself gone with its session, the hold starts `Lost`; a
+                        // deletion by an operator shows as for any holder.)
+                        if last {
+                            known = Some(Position::First { seen_at: own.seen_at });
+                        }
                     }
                     Err(e) if transient(&e) => {
                         tracing::debug!(error = %e, "coord.queue_wait_retry");
