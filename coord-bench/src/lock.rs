@@ -36,6 +36,14 @@ pub enum Subject {
         key: String,
         lease: i64,
     },
+    /// etcd: coord's own two requests sent raw — the join `Txn` that also reads the
+    /// three newest keys, and the release `Txn` guarded by the key's create revision.
+    EtcdShaped {
+        etcd: etcd_client::Client,
+        key: String,
+        lease: i64,
+        rev: i64,
+    },
     /// etcd-client's server-side `lock` (the server's v3lock service) and `unlock`.
     EtcdRecipe {
         etcd: etcd_client::Client,
@@ -57,6 +65,7 @@ impl Subject {
             Subject::Coord { .. } => "coord",
             Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } => "raw-floor",
             Subject::ZkRecipe { .. } => "zookeeper-client-lock",
+            Subject::EtcdShaped { .. } => "raw-coord-requests",
             Subject::EtcdRecipe { .. } => "etcd-client-lock",
         }
     }
@@ -104,6 +113,39 @@ impl Subject {
                 }
                 Held::Key(key.clone().into_bytes())
             }
+            Subject::EtcdShaped {
+                etcd,
+                key,
+                lease,
+                rev,
+            } => {
+                let dir = key.rsplit_once('/').map(|(d, _)| d).unwrap_or(key);
+                let newest = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only()
+                    .with_sort(etcd_client::SortTarget::Create, etcd_client::SortOrder::Descend)
+                    .with_limit(3);
+                let txn = etcd_client::Txn::new()
+                    .when([etcd_client::Compare::create_revision(
+                        key.clone(),
+                        etcd_client::CompareOp::Equal,
+                        0,
+                    )])
+                    .and_then([
+                        etcd_client::TxnOp::put(
+                            key.clone(),
+                            "",
+                            Some(etcd_client::PutOptions::new().with_lease(*lease)),
+                        ),
+                        etcd_client::TxnOp::get(format!("{dir}/"), Some(newest)),
+                    ]);
+                let resp = etcd.txn(txn).await?;
+                if !resp.succeeded() {
+                    bail!("the raw requests run uncontended, yet {key} exists");
+                }
+                *rev = resp.header().context("no header")?.revision();
+                Held::Key(key.clone().into_bytes())
+            }
             Subject::EtcdRecipe { etcd, name, lease } => {
                 let resp = etcd
                     .lock(
@@ -124,6 +166,16 @@ impl Subject {
             }
             (Subject::EtcdRaw { etcd, .. }, Held::Key(k)) => {
                 etcd.delete(k, None).await?;
+            }
+            (Subject::EtcdShaped { etcd, rev, .. }, Held::Key(k)) => {
+                let txn = etcd_client::Txn::new()
+                    .when([etcd_client::Compare::create_revision(
+                        k.clone(),
+                        etcd_client::CompareOp::Equal,
+                        *rev,
+                    )])
+                    .and_then([etcd_client::TxnOp::delete(k, None)]);
+                etcd.txn(txn).await?;
             }
             (Subject::EtcdRecipe { etcd, .. }, Held::Key(k)) => {
                 etcd.unlock(k).await?;
@@ -170,6 +222,16 @@ pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<S
             for recipe in [false, true] {
                 let mut etcd = t.etcd().await?;
                 let lease = etcd.lease_grant(300, None).await?.id();
+                if !recipe {
+                    let mut shaped = t.etcd().await?;
+                    let lease = shaped.lease_grant(300, None).await?.id();
+                    out.push(Subject::EtcdShaped {
+                        etcd: shaped,
+                        key: format!("coord-bench/{name}/shaped/{lease:x}"),
+                        lease,
+                        rev: 0,
+                    });
+                }
                 out.push(if recipe {
                     Subject::EtcdRecipe {
                         etcd,
@@ -253,7 +315,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
         let per_cycle = match s {
             Subject::Coord { .. } => requests.data_requests() as f64 / cycles,
             Subject::ZkRaw { .. } => 3.0,
-            Subject::EtcdRaw { .. } => 2.0,
+            Subject::EtcdRaw { .. } | Subject::EtcdShaped { .. } => 2.0,
             _ => f64::NAN,
         };
         if !per_cycle.is_nan() {
@@ -357,7 +419,12 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
     }
     // Each raw etcd worker needs its own key; the raw floor is uncontended by design and
     // has no contended form, so it is left out here.
-    sets.retain(|s| !matches!(s.first(), Some(Subject::ZkRaw { .. } | Subject::EtcdRaw { .. })));
+    sets.retain(|s| {
+        !matches!(
+            s.first(),
+            Some(Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } | Subject::EtcdShaped { .. })
+        )
+    });
     let per_block = Duration::from_secs_f64(seconds / blocks as f64);
     let mut totals: Vec<Block> = sets.iter().map(|_| Block::default()).collect();
     let mut stats = Stats::default();

@@ -164,7 +164,9 @@ impl Leadership {
         self.hold.state()
     }
 
-    /// Resolves when leadership is lost.
+    /// Resolves when leadership is lost: the session ended, or the candidate's node or
+    /// key was deleted by someone else (watched from the first call on; see
+    /// [`HoldWatch`]).
     ///
     /// # Cancel safety
     ///

@@ -111,12 +111,15 @@ impl LockGuard {
         &self.hold
     }
 
-    /// The current hold state.
+    /// The current hold state (no request: it follows the session; a deletion by
+    /// someone else shows once something waits on [`LockGuard::lost`] or
+    /// [`HoldWatch::changed`]).
     pub fn state(&self) -> HoldState {
         self.hold.state()
     }
 
-    /// Resolves when the lock is lost (session lost, node deleted).
+    /// Resolves when the lock is lost: the session ended, or the node or key was deleted
+    /// by someone else (watched from the first call on; see [`HoldWatch`]).
     ///
     /// # Cancel safety
     ///
