@@ -186,9 +186,9 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
 /// Put sent by one client → the event delivered to another's watch, one at a time.
 async fn watch_latency(t: &Target, name: &str, deliveries: usize) -> Result<Row> {
     let (writer, reader) = (t.coord().await?, t.coord().await?);
-    let prefix = format!("{name}/watched/");
+    let prefix = format!("{name}/watched");
     let mut events = reader.watch(&prefix).await?;
-    let key = format!("{prefix}k");
+    let key = format!("{prefix}/k");
     let mut lat = Latencies::default();
     for i in 0..deliveries {
         let value = i.to_string().into_bytes();
