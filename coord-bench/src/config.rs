@@ -33,7 +33,7 @@ enum Subject {
         version: i32,
     },
     Etcd {
-        etcd: etcd_client::Client,
+        etcd: Box<etcd_client::Client>,
         key: String,
         rev: i64,
     },
@@ -126,7 +126,11 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
                 .header()
                 .context("no header")?
                 .revision();
-            subjects.push(Subject::Etcd { etcd, key, rev });
+            subjects.push(Subject::Etcd {
+                etcd: Box::new(etcd),
+                key,
+                rev,
+            });
         }
     }
     let blocks = 3;

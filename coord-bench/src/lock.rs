@@ -54,7 +54,7 @@ pub enum Subject {
 
 /// What a granted subject holds until it releases.
 pub enum Held {
-    Coord(LockGuard),
+    Coord(Box<LockGuard>),
     Path(String),
     Key(Vec<u8>),
 }
@@ -72,7 +72,7 @@ impl Subject {
 
     pub async fn acquire(&mut self) -> Result<Held> {
         Ok(match self {
-            Subject::Coord { client, name } => Held::Coord(client.lock(name).await?),
+            Subject::Coord { client, name } => Held::Coord(Box::new(client.lock(name).await?)),
             Subject::ZkRaw { zk, dir } => {
                 let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
                 let (_, seq) = zk.create(&format!("{dir}/n-"), b"", &options).await?;

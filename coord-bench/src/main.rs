@@ -23,6 +23,15 @@ mod waiters;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+/// Counts live heap bytes, for the exact memory a queued contender keeps.
+#[global_allocator]
+static HEAP: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
+/// Bytes on the heap now.
+pub fn heap_bytes() -> usize {
+    HEAP.allocated()
+}
+
 use crate::target::Target;
 
 #[derive(Parser)]

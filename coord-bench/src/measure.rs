@@ -85,9 +85,7 @@ impl Row {
 pub fn fmt(v: f64) -> String {
     if v.is_nan() {
         "n/a".to_owned()
-    } else if v == v.trunc() && v.abs() < 1e12 {
-        format!("{v:.0}")
-    } else if v.abs() >= 100.0 {
+    } else if (v == v.trunc() && v.abs() < 1e12) || v.abs() >= 100.0 {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
         format!("{v:.1}")

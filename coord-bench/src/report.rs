@@ -279,6 +279,12 @@ fn targets_table(rows: &[Row]) -> String {
                 "≤ 16 KiB",
                 |v| v <= 16.0,
             );
+            check(
+                format!("{b}: {}: heap kept per queued contender (KiB)", large.scenario),
+                large.get("heap_kib_per_waiter"),
+                "≤ 16 KiB",
+                |v| v <= 16.0,
+            );
         }
         for mode in ["resign-just-queued", "resign-after-150ms"] {
             check(
@@ -355,8 +361,10 @@ fn render(
          - `waiters-N`: N clients, each its own connection, queue behind a holder; then the holder releases and the \
            queue passes through (each takes the lock and releases it at once). `per_handoff_ms` is the pass-through \
            time over N; `reads_per_handoff` the waiters' read requests during the pass-through over N; \
-           `rss_kib_per_waiter` the process's resident memory once all are queued, less what it was with the \
-           clients connected and nobody queued, over N (what queueing costs, not a connection).\n\
+           `rss_kib_per_waiter` the process's resident memory once all are queued (one after another), less what \
+           it was with the clients connected and nobody queued, over N (what queueing costs, not a connection; \
+           RSS moves in pages and keeps what the allocator has not returned, so it is noisy); \
+           `heap_kib_per_waiter` the same for the live heap bytes, counted exactly by the benchmark's allocator.\n\
          - `election`: hand-over from `resign()` starting to the follower's `campaign` returning, the follower just \
            queued (`resign-just-queued`) or queued 150 ms earlier; `session-ended`: the leader's session ended from \
            outside (ZooKeeper: the session closed by another connection; etcd: its lease revoked); `leader-silent`: \

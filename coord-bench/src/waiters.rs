@@ -72,15 +72,15 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     let guard = holder.lock(&name).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_before = rss_bytes();
+    let heap_before = crate::heap_bytes();
     let last: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     // Queued one after another (each waits until the one before it watches its
     // predecessor), so that the figure is what a queued contender keeps, not the
     // transient peak of a thousand joins read at once.
     let mut tasks = Vec::new();
     let queueing = bar(n, "queueing");
-    for c in waiters.iter().cloned() {
-        let (name, last) = (name.clone(), last.clone());
-        let queued = c.clone();
+    for queued in &waiters {
+        let (name, last, c) = (name.clone(), last.clone(), queued.clone());
         tasks.push(tokio::spawn(async move {
             let g = c.lock(&name).await?;
             let now = Instant::now();
@@ -93,7 +93,7 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
             anyhow::Ok((handoff, Instant::now()))
         }));
         until_all(
-            std::slice::from_ref(&queued),
+            std::slice::from_ref(queued),
             "queued",
             Duration::from_micros(250),
             |c| c.stats().watches_set >= 1,
@@ -104,6 +104,7 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     queueing.finish_and_clear();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_after = rss_bytes();
+    let heap_after = crate::heap_bytes();
     let before: Vec<coord::Stats> = waiters.iter().map(|c| c.stats()).collect();
     let start = Instant::now();
     *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
@@ -141,6 +142,10 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
             .with("handoff_p99_ms", handoffs.ms(0.99))
             .with("wakeups_per_release", spent.0 as f64 / n as f64)
             .with("reads_per_handoff", spent.1 as f64 / n as f64)
-            .with("rss_kib_per_waiter", rss_per),
+            .with("rss_kib_per_waiter", rss_per)
+            .with(
+                "heap_kib_per_waiter",
+                heap_after.saturating_sub(heap_before) as f64 / n as f64 / 1024.0,
+            ),
     ])
 }
