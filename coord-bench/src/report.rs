@@ -376,6 +376,25 @@ fn render(
            (ZooKeeper `setData`/`getData`/`setData` with a version; etcd `Put`/`Range`/`Txn` on the mod revision); \
            `*_requests` is coord's requests per operation. `coord-watch`: a put by one client until another's \
            watch delivers it, one at a time.\n\n\
+         ## What stands between some figures and their targets\n\n\
+         - Uncontended lock: coord sends the floor's number of requests (ZooKeeper 3, etcd 2). On etcd each \
+           carries what safety needs — the join `Txn` also reads the queue's newest keys (the position in the same \
+           round trip), the release is guarded by the key's create revision (a late retry never deletes a newer \
+           contender) — and `raw-coord-requests` sends exactly those two raw: `x_raw-coord-requests` is the part \
+           left to coord's client side.\n\
+         - etcd, 1,000 waiters: a waiter's read of \"the key right ahead of me\" is one range with a limit, but \
+           etcd 3.4 answers any range sorted or filtered by create revision by fetching every key of the range \
+           before sorting and truncating (`etcdserver/apply.go`: \"fetch everything; sort and truncate \
+           afterwards\"), so its server cost grows with the keys queued. A waiter whose predecessor was first \
+           skips the read altogether (`Position::Next`).\n\
+         - ZooKeeper, 1,000 waiters: `getChildren` is the only way to find the node ahead and lists every \
+           contender; zookeeper-client keeps each connection's read buffer at its largest response, so the heap \
+           a queued contender's connection keeps grows with the queue it listed.\n\
+         - etcd, heap per queued contender: one gRPC watch stream (an HTTP/2 stream, its decoder buffer and \
+           request channel) per waiting client.\n\
+         - Election after 150 ms idle: the raw floor itself (a delete and the watch event, same client library) \
+           takes about 1 ms after 150 ms idle on this machine (`raw-floor-after-150ms`); hot, coord hands over in \
+           about half of that.\n\n\
          ## Figures (medians)\n",
     );
     s.push_str(&measure::markdown(rows));
