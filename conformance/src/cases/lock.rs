@@ -542,3 +542,56 @@ pub async fn ambiguous_create_is_not_made_twice(ctx: Ctx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A waiter's entry deleted from outside (an operator) while it queues right behind the
+/// holder is never a valid grant: once the holder releases, the waiter either fails or is
+/// granted a turn whose `lost()` resolves and whose fenced writes are refused (a waiter
+/// behind the first entry takes over without reading the queue again), and a contender
+/// arriving later gets the lock with a valid token.
+pub async fn waiter_entry_deleted_is_never_a_valid_grant(ctx: Ctx) -> CaseResult {
+    use anyhow::Context as _;
+    use coord_core::{ConfigStore, ErrorKind, Txn};
+    let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
+    let ga = a.lock("res").await?;
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    settle().await;
+    let held = ga.fence().resource().to_owned();
+    let dir = held
+        .rsplit_once('/')
+        .map(|(d, _)| d)
+        .unwrap_or_default()
+        .to_owned();
+    let queued: Vec<String> = ctx
+        .factory()
+        .operator_list(ctx.namespace())
+        .await?
+        .into_iter()
+        .filter(|p| {
+            *p != held
+                && p.strip_prefix(&dir)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|r| !r.is_empty() && !r.contains('/'))
+        })
+        .collect();
+    ensure!(
+        queued.len() == 1,
+        "expected the waiter's one entry, found {queued:?}"
+    );
+    ctx.factory().operator_delete(&queued[0]).await?;
+    let first = ga.token();
+    ga.release().await?;
+    if let Ok(gb) = within(QUICK, "the waiter returns", waiter).await?? {
+        within(QUICK, "the deleted waiter's grant reports Lost", gb.lost()).await?;
+        let err = a
+            .commit(Txn::new().fenced_by(gb.fence()).put("data", b"stale".to_vec()))
+            .await
+            .err()
+            .context("a write fenced by the deleted waiter's grant succeeded")?;
+        ensure!(err.kind() == ErrorKind::Fenced, "got {err}");
+    }
+    let gc = within(QUICK, "a later contender acquires", c.lock("res")).await??;
+    ensure!(gc.token() > first, "{} after {first}", gc.token());
+    ensure!(a.get("data").await?.is_none(), "a fenced commit wrote data");
+    gc.release().await?;
+    Ok(())
+}
