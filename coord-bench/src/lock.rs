@@ -37,12 +37,11 @@ pub enum Subject {
         lease: i64,
     },
     /// etcd: coord's own two requests sent raw — the join `Txn` that also reads the
-    /// three newest keys, and the release `Txn` guarded by the key's create revision.
+    /// three newest keys, and the release's delete.
     EtcdShaped {
         etcd: etcd_client::Client,
         key: String,
         lease: i64,
-        rev: i64,
     },
     /// etcd-client's server-side `lock` (the server's v3lock service) and `unlock`.
     EtcdRecipe {
@@ -113,12 +112,7 @@ impl Subject {
                 }
                 Held::Key(key.clone().into_bytes())
             }
-            Subject::EtcdShaped {
-                etcd,
-                key,
-                lease,
-                rev,
-            } => {
+            Subject::EtcdShaped { etcd, key, lease } => {
                 let dir = key.rsplit_once('/').map(|(d, _)| d).unwrap_or(key);
                 let newest = etcd_client::GetOptions::new()
                     .with_prefix()
@@ -139,11 +133,9 @@ impl Subject {
                         ),
                         etcd_client::TxnOp::get(format!("{dir}/"), Some(newest)),
                     ]);
-                let resp = etcd.txn(txn).await?;
-                if !resp.succeeded() {
+                if !etcd.txn(txn).await?.succeeded() {
                     bail!("the raw requests run uncontended, yet {key} exists");
                 }
-                *rev = resp.header().context("no header")?.revision();
                 Held::Key(key.clone().into_bytes())
             }
             Subject::EtcdRecipe { etcd, name, lease } => {
@@ -167,15 +159,8 @@ impl Subject {
             (Subject::EtcdRaw { etcd, .. }, Held::Key(k)) => {
                 etcd.delete(k, None).await?;
             }
-            (Subject::EtcdShaped { etcd, rev, .. }, Held::Key(k)) => {
-                let txn = etcd_client::Txn::new()
-                    .when([etcd_client::Compare::create_revision(
-                        k.clone(),
-                        etcd_client::CompareOp::Equal,
-                        *rev,
-                    )])
-                    .and_then([etcd_client::TxnOp::delete(k, None)]);
-                etcd.txn(txn).await?;
+            (Subject::EtcdShaped { etcd, .. }, Held::Key(k)) => {
+                etcd.delete(k, None).await?;
             }
             (Subject::EtcdRecipe { etcd, .. }, Held::Key(k)) => {
                 etcd.unlock(k).await?;
@@ -229,7 +214,6 @@ pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<S
                         etcd: shaped,
                         key: format!("coord-bench/{name}/shaped/{lease:x}"),
                         lease,
-                        rev: 0,
                     });
                 }
                 out.push(if recipe {

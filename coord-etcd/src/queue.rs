@@ -1,6 +1,12 @@
 //! The contender queue in the layout of etcd's `concurrency` package: each contender's
 //! key is `<dir>/<lease id hex>`, created under the client's lease by one `Txn` (create
-//! if `create_revision == 0`, and read the queue). Queue order and token are the key's
+//! if `create_revision == 0`, and read the queue). A release is a plain delete. A delete
+//! that failed may still be applied later (sent again on another member, the first one
+//! can land after the second), after this client's next contender made the same key:
+//! so after any failed removal, the client's later contenders use
+//! `<dir>/<lease id hex>-<n>` with a new `n`, which no earlier delete names. (Keys are
+//! not made unique per contender: etcd keeps every deleted key in its index until a
+//! compaction, and a queue's reads walk them.) Queue order and token are the key's
 //! `create_revision`. A contender reads only the key right ahead of it (the newest key
 //! with a smaller create revision: one range read with a limit, never the whole queue)
 //! and watches it from the server's current revision, so the watch is in etcd's "synced"
@@ -110,7 +116,10 @@ impl Queue for EtcdClient {
             queue: queue.clone(),
             generation: lease.generation,
             session_id: lease.id,
-            locator: format!("{}/{:x}", self.queue_dir(queue), lease.id),
+            locator: match self.inner.key_epoch() {
+                0 => format!("{}/{:x}", self.queue_dir(queue), lease.id),
+                n => format!("{}/{:x}-{n:x}", self.queue_dir(queue), lease.id),
+            },
         })
     }
 
@@ -375,32 +384,21 @@ impl Queue for EtcdClient {
         }
     }
 
-    async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
-        // By create revision when known, so a stale release never deletes a newer
-        // contender's key; by lease when the create's outcome was unknown.
-        let (k, rev, lease) = (
-            ticket.locator.clone(),
-            own.map(|o| o.token.get() as i64),
-            ticket.session_id,
-        );
-        self.inner
-            .call(Counter::Txn, "release", true, move |mut c| {
+    async fn leave(&self, ticket: &Ticket, _own: Option<&QueueEntry>) -> Result<()> {
+        // A plain delete, whether the join's outcome was known or not: the key is this
+        // contender's alone (see the module docs).
+        let k = ticket.locator.clone();
+        let deleted = self
+            .inner
+            .call(Counter::Write, "release", true, move |mut c| {
                 let k = k.clone();
-                async move {
-                    let guard = match rev {
-                        Some(rev) => etcd::Compare::create_revision(k.clone(), etcd::CompareOp::Equal, rev),
-                        None => etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease),
-                    };
-                    c.txn(
-                        etcd::Txn::new()
-                            .when([guard])
-                            .and_then([etcd::TxnOp::delete(k, None)]),
-                    )
-                    .await
-                }
+                async move { c.delete(k, None).await }
             })
-            .await
-            .map(|_| ())
+            .await;
+        if deleted.is_err() {
+            self.inner.bump_key_epoch();
+        }
+        deleted.map(|_| ())
     }
 
     async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {

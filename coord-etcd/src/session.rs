@@ -5,6 +5,7 @@
 //! granted, and registrations are re-created.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -40,6 +41,9 @@ pub(crate) struct Inner {
     pub prefix: String,
     members: Members,
     lease: RwLock<Option<Lease>>,
+    /// Bumped whenever a removal of a contender key may still be in flight after it
+    /// failed: contenders created afterwards get keys that removal can never reach.
+    key_epoch: AtomicU64,
     /// Session status, counters, local queues, registrations, closed flag.
     state: ClientState,
 }
@@ -227,8 +231,19 @@ impl Inner {
             prefix,
             members,
             lease: RwLock::new(None),
+            key_epoch: AtomicU64::new(0),
             state,
         })
+    }
+
+    /// The suffix of contender keys created now (0: none).
+    pub(crate) fn key_epoch(&self) -> u64 {
+        self.key_epoch.load(Ordering::Acquire)
+    }
+
+    /// A removal failed and may still land later: contender keys change from now on.
+    pub(crate) fn bump_key_epoch(&self) {
+        self.key_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// `<namespace>/<rel>`.

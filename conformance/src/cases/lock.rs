@@ -595,3 +595,48 @@ pub async fn waiter_entry_deleted_is_never_a_valid_grant(ctx: Ctx) -> CaseResult
     gc.release().await?;
     Ok(())
 }
+
+/// A release whose answer is lost (the delete reached the server, the link reset before
+/// the reply) may still be applied late: on a cluster, the first attempt can land after
+/// the retry went through another member, and after the client queued again. The
+/// client's next contender on the lock must be out of its reach — its entry has another
+/// path — so that the late delete (played here by an operator deleting the old path)
+/// leaves the new grant valid.
+pub async fn late_release_never_removes_a_newer_contender(ctx: Ctx) -> CaseResult {
+    use coord_core::{ConfigStore, Txn};
+    let a = ctx.factory().open_links(ctx.namespace(), 1).await?;
+    let links = ctx.factory().links(&a)?;
+    let b = ctx.client().await?;
+    let g = a.lock("res").await?;
+    let old = g.fence().resource().to_owned();
+    for link in links.all() {
+        link.reset_after_next_request(Duration::from_millis(100));
+    }
+    let bound = ctx.session_timeout() * 3 + QUICK;
+    within(bound, "a release whose answer was lost", g.release()).await??;
+    ensure!(
+        links.all().iter().all(|l| !l.reset_pending()),
+        "the armed reset never tripped: the case tested nothing"
+    );
+    let g2 = within(QUICK, "the next lock", a.lock("res")).await??;
+    ensure!(
+        g2.fence().resource() != old,
+        "the next contender's entry is {old} again, which a late delete of the lost release removes"
+    );
+    ctx.factory().operator_delete(&old).await?;
+    a.commit(Txn::new().fenced_by(g2.fence()).put("data", b"fresh".to_vec()))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("a write fenced by the new grant, after the old entry's late delete: {e}")
+        })?;
+    let waiter = tokio::spawn(async move { b.lock("res").await });
+    settle().await;
+    let mut waiter = waiter;
+    still_waiting(&mut waiter, "another client got the lock the new grant holds").await?;
+    g2.release().await?;
+    within(QUICK, "the other client after the release", waiter)
+        .await???
+        .release()
+        .await?;
+    Ok(())
+}

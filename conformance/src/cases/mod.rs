@@ -92,6 +92,14 @@ const LINKS: Needs = Needs {
     },
     ..Needs::NONE
 };
+const LINKS_AND_OPERATOR: Needs = Needs {
+    faults: Faults {
+        links: true,
+        operator: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
 const MEMBERS: Needs = Needs {
     faults: Faults {
         member_faults: true,
@@ -169,6 +177,10 @@ pub fn all() -> Vec<Case> {
         ),
         case!(lock::distinct_names_leave_nothing_behind, OPERATOR),
         case!(lock::ambiguous_create_is_not_made_twice, LINKS),
+        case!(
+            lock::late_release_never_removes_a_newer_contender,
+            LINKS_AND_OPERATOR
+        ),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),
