@@ -1,7 +1,7 @@
-//! Hold state of a lock guard or leadership: held, suspended or lost, with a future
-//! that resolves on loss.
+//! Hold state of a lock guard or leadership: held, suspended or lost, read from the
+//! session when asked, with a future that resolves on loss.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -21,70 +21,48 @@ pub enum HoldState {
 
 /// The receiving side of a guard's hold state. Cheap to clone.
 ///
-/// The state follows the session at no cost: `Suspended` while the connection is in
-/// trouble, `Lost` when the session ends. A grant's node or key deleted by someone else
-/// (an operator) is noticed only while someone waits for a change: the first call to
-/// [`HoldWatch::lost`] or [`HoldWatch::changed`] arms a watch on the entry (one request),
-/// and from then on its deletion makes the hold `Lost`. A guard nobody waits on costs no
-/// request beyond the lock's own; its fenced writes are refused all the same once the
-/// entry is gone, and its release succeeds.
-#[derive(Debug, Clone)]
+/// The state follows the session at no cost (nothing runs for it): `Suspended` while the
+/// connection is in trouble, `Lost` when the session ends. A grant's node or key deleted
+/// by someone else (an operator) is noticed only while someone waits for a change: the
+/// first call to [`HoldWatch::lost`] or [`HoldWatch::changed`] arms a watch on the entry
+/// (one request), and from then on its deletion makes the hold `Lost`. A guard nobody
+/// waits on costs no request beyond the lock's own; its fenced writes are refused all
+/// the same once the entry is gone, and its release succeeds.
+#[derive(Clone)]
 pub struct HoldWatch {
-    rx: watch::Receiver<HoldState>,
-    interest: Arc<watch::Sender<bool>>,
-}
-
-impl HoldWatch {
-    /// The current hold state (no request; see the type's docs for what it follows).
-    pub fn state(&self) -> HoldState {
-        *self.rx.borrow()
-    }
-
-    /// Asks the recipe to watch the grant's entry (once).
-    fn arm(&self) {
-        self.interest
-            .send_if_modified(|wanted| !std::mem::replace(wanted, true));
-    }
-
-    /// Resolves once the hold is [`HoldState::Lost`]: the session ended, or (watched from
-    /// the first call on) the grant's entry was deleted.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: dropping the future loses nothing; call again to wait again.
-    pub async fn lost(&self) {
-        self.arm();
-        let mut rx = self.rx.clone();
-        // An error means the backend dropped the signal: nothing can keep the hold.
-        let _ = rx.wait_for(|s| *s == HoldState::Lost).await;
-    }
-
-    /// Waits for the next change and returns the new state. Returns `Lost` at once if
-    /// the hold is already lost.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a change that happens while no future is pending is still seen by
-    /// the next call.
-    pub async fn changed(&mut self) -> HoldState {
-        self.arm();
-        if self.state() == HoldState::Lost {
-            return HoldState::Lost;
-        }
-        match self.rx.changed().await {
-            Ok(()) => *self.rx.borrow_and_update(),
-            Err(_) => HoldState::Lost,
-        }
-    }
-}
-
-/// The sending side of a hold state, kept by the recipe that granted it. `Lost` is
-/// terminal: once set, later updates are ignored.
-#[derive(Debug, Clone)]
-pub(crate) struct HoldSignal {
-    tx: Arc<watch::Sender<HoldState>>,
-    interest: watch::Receiver<bool>,
+    session: watch::Receiver<SessionStatus>,
     generation: u64,
+    /// `true` once the grant's entry is known gone.
+    gone: watch::Receiver<bool>,
+    /// Starts the entry watch (with the sender of `gone`); taken by the first waiter.
+    arm: Arc<Mutex<Option<(Arm, EntryGone)>>>,
+    /// The state the last [`HoldWatch::changed`] returned (at first, the initial one).
+    seen: HoldState,
+}
+
+/// Starts watching a grant's entry, reporting its deletion through the [`EntryGone`].
+pub(crate) type Arm = Box<dyn FnOnce(EntryGone) + Send>;
+
+/// What a grant's entry watch reports to its [`HoldWatch`]es.
+#[derive(Debug)]
+pub(crate) struct EntryGone {
+    tx: watch::Sender<bool>,
+}
+
+impl EntryGone {
+    /// The entry is gone: the hold is `Lost` from now on.
+    pub(crate) fn set(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Resolves once every [`HoldWatch`] is dropped (nobody is interested any more).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub(crate) async fn unwatched(&self) {
+        self.tx.closed().await
+    }
 }
 
 /// What session `generation`'s status means for a hold bound to it.
@@ -99,105 +77,102 @@ fn hold_for(status: SessionStatus, generation: u64) -> HoldState {
     }
 }
 
-impl HoldSignal {
-    /// A hold bound to session `generation`, starting in the state `status` gives it (a
-    /// grant made while the session is suspended starts `Suspended`, one whose session
-    /// has already ended starts `Lost`). Whoever keeps it calls [`HoldSignal::follow`]
-    /// with each later session status.
-    pub(crate) fn new(status: SessionStatus, generation: u64) -> (HoldSignal, HoldWatch) {
-        let (tx, rx) = watch::channel(hold_for(status, generation));
-        let (interest, interest_rx) = watch::channel(false);
-        (
-            HoldSignal {
-                tx: Arc::new(tx),
-                interest: interest_rx,
-                generation,
-            },
-            HoldWatch {
-                rx,
-                interest: Arc::new(interest),
-            },
-        )
-    }
-
-    /// [`HoldSignal::new`] from the session's status now, with a task that mirrors the
-    /// session onto it from then on: `Suspended` while suspended, `Held` when connected
-    /// again, `Lost` when lost, closed or replaced by a later generation. The task ends
-    /// when the hold is lost or every [`HoldWatch`] is dropped.
-    #[cfg(test)]
-    pub(crate) fn following(
-        mut session: watch::Receiver<SessionStatus>,
+impl HoldWatch {
+    /// A hold bound to session `generation`, its state read from `session` when asked
+    /// (a grant made while the session is suspended is `Suspended`, one whose session
+    /// has already ended is `Lost`). `arm` starts the entry watch when first needed.
+    pub(crate) fn new(
+        session: watch::Receiver<SessionStatus>,
         generation: u64,
-    ) -> (HoldSignal, HoldWatch) {
-        let (signal, watch) = HoldSignal::new(*session.borrow_and_update(), generation);
-        let follower = signal.clone();
-        if signal.state() != HoldState::Lost {
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        changed = session.changed() => {
-                            let next = match changed {
-                                Ok(()) => follower.follow(*session.borrow_and_update()),
-                                Err(_) => follower.set(HoldState::Lost),
-                            };
-                            if next == HoldState::Lost {
-                                return;
-                            }
-                        }
-                        _ = follower.tx.closed() => return,
-                    }
+        arm: impl FnOnce(EntryGone) + Send + 'static,
+    ) -> HoldWatch {
+        let (tx, gone) = watch::channel(false);
+        let mut hold = HoldWatch {
+            session,
+            generation,
+            gone,
+            arm: Arc::new(Mutex::new(Some((Box::new(arm) as Arm, EntryGone { tx })))),
+            seen: HoldState::Held,
+        };
+        hold.seen = hold.state();
+        hold
+    }
+
+    /// The current hold state (no request; see the type's docs for what it follows).
+    pub fn state(&self) -> HoldState {
+        // An error: the backend dropped its session signal, so no session is left.
+        if *self.gone.borrow() || self.session.has_changed().is_err() {
+            return HoldState::Lost;
+        }
+        hold_for(*self.session.borrow(), self.generation)
+    }
+
+    /// Starts the entry watch (once; not for a hold already lost).
+    fn arm(&self) {
+        if self.state() == HoldState::Lost {
+            return;
+        }
+        let armed = self.arm.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((arm, gone)) = armed {
+            arm(gone);
+        }
+    }
+
+    /// Waits for the session or the entry to change (or for either to be gone).
+    async fn wake(session: &mut watch::Receiver<SessionStatus>, gone: &mut watch::Receiver<bool>) {
+        tokio::select! {
+            // An error: the session signal is gone for good, and `state` says `Lost`.
+            _ = session.changed() => {}
+            r = gone.changed() => {
+                if r.is_err() {
+                    // The entry watch ended without a deletion: only the session counts.
+                    let _ = session.changed().await;
                 }
-            });
-        }
-        (signal, watch)
-    }
-
-    /// Applies a session status to the hold. Returns the state now in force.
-    pub(crate) fn follow(&self, status: SessionStatus) -> HoldState {
-        self.set(hold_for(status, self.generation))
-    }
-
-    /// The state now.
-    pub(crate) fn state(&self) -> HoldState {
-        *self.tx.borrow()
-    }
-
-    /// Resolves once someone waits for the hold to change ([`HoldWatch::lost`],
-    /// [`HoldWatch::changed`]); never if nobody does.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub(crate) async fn wanted(&self) {
-        let mut interest = self.interest.clone();
-        if interest.wait_for(|w| *w).await.is_err() {
-            // Every watch is gone: nobody will ever want it.
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// Sets the state (ignored after `Lost`). Returns the state now in force.
-    pub(crate) fn set(&self, state: HoldState) -> HoldState {
-        let mut now = state;
-        self.tx.send_if_modified(|s| {
-            if *s == HoldState::Lost || *s == state {
-                now = *s;
-                false
-            } else {
-                *s = state;
-                true
             }
-        });
-        now
+        }
     }
 
-    /// Resolves once every [`HoldWatch`] is dropped (nobody is interested any more).
+    /// Resolves once the hold is [`HoldState::Lost`]: the session ended, or (watched from
+    /// the first call on) the grant's entry was deleted.
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe.
-    pub(crate) async fn closed(&self) {
-        self.tx.closed().await
+    /// Cancel-safe: dropping the future loses nothing; call again to wait again.
+    pub async fn lost(&self) {
+        self.arm();
+        let (mut session, mut gone) = (self.session.clone(), self.gone.clone());
+        while self.state() != HoldState::Lost {
+            Self::wake(&mut session, &mut gone).await;
+        }
+    }
+
+    /// Waits for the next change and returns the new state. Returns `Lost` at once if
+    /// the hold is already lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a change that happens while no future is pending is still seen by
+    /// the next call.
+    pub async fn changed(&mut self) -> HoldState {
+        self.arm();
+        let (mut session, mut gone) = (self.session.clone(), self.gone.clone());
+        loop {
+            let now = self.state();
+            if now == HoldState::Lost || now != self.seen {
+                self.seen = now;
+                return now;
+            }
+            Self::wake(&mut session, &mut gone).await;
+        }
+    }
+}
+
+impl std::fmt::Debug for HoldWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldWatch")
+            .field("state", &self.state())
+            .field("generation", &self.generation)
+            .finish()
     }
 }
 
@@ -211,23 +186,25 @@ mod tests {
 
     #[tokio::test]
     async fn lost_is_terminal_and_wakes_waiters() {
-        let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
-        let (signal, watch) = HoldSignal::following(rx, 1);
+        let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let watch = HoldWatch::new(rx, 1, |_| {});
         let waiter = tokio::spawn({
             let w = watch.clone();
             async move { w.lost().await }
         });
-        assert_eq!(signal.set(HoldState::Suspended), HoldState::Suspended);
-        assert_eq!(signal.set(HoldState::Lost), HoldState::Lost);
-        assert_eq!(signal.set(HoldState::Held), HoldState::Lost);
+        tx.send_replace(status(SessionState::Suspended, 1));
+        assert_eq!(watch.state(), HoldState::Suspended);
+        tx.send_replace(status(SessionState::Lost, 1));
         waiter.await.expect("waiter");
+        // A later session never brings a hold back.
+        tx.send_replace(status(SessionState::Connected, 2));
         assert_eq!(watch.state(), HoldState::Lost);
     }
 
     #[tokio::test]
     async fn follows_session_generation() {
         let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
-        let (_signal, mut hold) = HoldSignal::following(rx, 1);
+        let mut hold = HoldWatch::new(rx, 1, |_| {});
         tx.send_replace(status(SessionState::Suspended, 1));
         assert_eq!(hold.changed().await, HoldState::Suspended);
         tx.send_replace(status(SessionState::Connected, 1));
@@ -237,22 +214,60 @@ mod tests {
         hold.lost().await;
     }
 
+    #[tokio::test]
+    async fn a_dropped_session_signal_is_lost() {
+        let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let hold = HoldWatch::new(rx, 1, |_| {});
+        let waiter = tokio::spawn({
+            let h = hold.clone();
+            async move { h.lost().await }
+        });
+        drop(tx);
+        waiter.await.expect("waiter");
+        assert_eq!(hold.state(), HoldState::Lost);
+    }
+
+    /// The entry watch starts on the first wait only, once, and its report of a deletion
+    /// makes the hold `Lost` for every clone.
+    #[tokio::test]
+    async fn the_entry_watch_starts_on_the_first_wait() {
+        let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let (armed_tx, mut armed_rx) = tokio::sync::mpsc::unbounded_channel();
+        let hold = HoldWatch::new(rx, 1, move |gone| {
+            let _ = armed_tx.send(gone);
+        });
+        let other = hold.clone();
+        assert_eq!(hold.state(), HoldState::Held);
+        assert!(armed_rx.try_recv().is_err(), "armed before anyone waited");
+        let waiter = tokio::spawn(async move { hold.lost().await });
+        let gone = armed_rx.recv().await.expect("armed by the wait");
+        let second = tokio::spawn({
+            let o = other.clone();
+            async move { o.lost().await }
+        });
+        tokio::task::yield_now().await;
+        gone.set();
+        waiter.await.expect("waiter");
+        second.await.expect("second waiter");
+        assert_eq!(other.state(), HoldState::Lost);
+        assert!(armed_rx.try_recv().is_err(), "armed twice");
+    }
+
     /// A grant made while its session is suspended (or already gone) must not start as
-    /// `Held`: the state is taken from the session before the constructor returns, with
-    /// no task having run (this runtime has one thread and nothing awaits in between).
+    /// `Held`.
     #[tokio::test(flavor = "current_thread")]
-    async fn starts_in_the_session_state_synchronously() {
+    async fn starts_in_the_session_state() {
         let (_tx, rx) = watch::channel(status(SessionState::Suspended, 3));
-        let (_s, hold) = HoldSignal::following(rx.clone(), 3);
-        assert_eq!(hold.state(), HoldState::Suspended);
-        let (_s, hold) = HoldSignal::following(rx, 2);
         assert_eq!(
-            hold.state(),
+            HoldWatch::new(rx.clone(), 3, |_| {}).state(),
+            HoldState::Suspended
+        );
+        assert_eq!(
+            HoldWatch::new(rx, 2, |_| {}).state(),
             HoldState::Lost,
             "an earlier generation's grant is lost"
         );
         let (_tx, rx) = watch::channel(status(SessionState::Lost, 3));
-        let (_s, hold) = HoldSignal::following(rx, 3);
-        assert_eq!(hold.state(), HoldState::Lost);
+        assert_eq!(HoldWatch::new(rx, 3, |_| {}).state(), HoldState::Lost);
     }
 }

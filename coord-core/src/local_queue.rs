@@ -1,45 +1,189 @@
 //! Per-name local queueing: within one client, contenders for the same lock or election
 //! reach the server one at a time, so a client never has two contenders for one name.
+//!
+//! A turn is given up when its entry is gone: removed, or gone with its session. The
+//! latter needs no task per grant: a local contender waiting for the turn watches the
+//! granted holder's session, and takes the turn over once that session is over.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
+
+use crate::recipes::removal::{ended, over};
+use crate::session::SessionStatus;
 
 /// A map of FIFO async mutexes keyed by name; entries are dropped when unused.
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueue {
-    slots: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// One name's turn, and who holds it once granted.
+#[derive(Debug)]
+struct Slot {
+    turn: Arc<AsyncMutex<()>>,
+    /// The granted holder's turn and session generation; `None` while the turn is not
+    /// held by a grant.
+    holder: watch::Sender<Option<Holder>>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            turn: Arc::default(),
+            holder: watch::channel(None).0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Holder {
+    turn: Weak<Mutex<Option<LocalTurn>>>,
+    generation: u64,
 }
 
 /// Holding this means the client's one remote contender for the name is yours.
 #[derive(Debug)]
 pub(crate) struct LocalTurn {
+    slot: Arc<Slot>,
     _guard: OwnedMutexGuard<()>,
 }
 
+impl Drop for LocalTurn {
+    fn drop(&mut self) {
+        // Cleared before the mutex is: the next holder's record is never overwritten.
+        self.slot.holder.send_replace(None);
+    }
+}
+
+/// A turn shared by a contender and whatever gives it up when the entry goes.
+pub(crate) type SharedTurn = Arc<Mutex<Option<LocalTurn>>>;
+
+/// Gives `turn` up (once; later calls do nothing).
+pub(crate) fn release_turn(turn: &SharedTurn) {
+    turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+}
+
+/// Records that `turn` was granted on session `generation`: a local contender waiting
+/// for the name takes the turn over once that session is over.
+pub(crate) fn granted(turn: &SharedTurn, generation: u64) {
+    let guard = turn.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = guard.as_ref() {
+        t.slot.holder.send_replace(Some(Holder {
+            turn: Arc::downgrade(turn),
+            generation,
+        }));
+    }
+}
+
+/// Takes the turn from a holder whose session is over.
+fn take_over(holder: &Holder) {
+    if let Some(turn) = holder.turn.upgrade() {
+        release_turn(&turn);
+    }
+}
+
 impl LocalQueue {
-    /// Waits (FIFO) for this client's turn at `name`.
+    fn slot(&self, name: &str) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|_, s| Arc::strong_count(s) > 1);
+        slots.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Waits (FIFO) for this client's turn at `name`; `session` is the client's, for
+    /// taking the turn over from a granted holder whose session is over.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a dropped future gives up its place in the queue.
-    pub(crate) async fn turn(&self, name: &str) -> LocalTurn {
-        let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.retain(|_, s| Arc::strong_count(s) > 1);
-            slots.entry(name.to_owned()).or_default().clone()
-        };
-        LocalTurn {
-            _guard: slot.lock_owned().await,
+    pub(crate) async fn turn(&self, name: &str, mut session: watch::Receiver<SessionStatus>) -> SharedTurn {
+        let slot = self.slot(name);
+        let mut holders = slot.holder.subscribe();
+        let lock = slot.turn.clone().lock_owned();
+        tokio::pin!(lock);
+        loop {
+            let holder = holders.borrow_and_update().clone();
+            tokio::select! {
+                guard = &mut lock => {
+                    return Arc::new(Mutex::new(Some(LocalTurn { slot, _guard: guard })));
+                }
+                _ = async {
+                    match &holder {
+                        Some(h) => ended(&mut session, h.generation).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some(h) = &holder {
+                        take_over(h);
+                    }
+                }
+                _ = holders.changed() => {}
+            }
         }
     }
 
-    /// This client's turn at `name` if nobody else local holds it.
-    pub(crate) fn try_turn(&self, name: &str) -> Option<LocalTurn> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.retain(|_, s| Arc::strong_count(s) > 1);
-        let slot = slots.entry(name.to_owned()).or_default().clone();
-        slot.try_lock_owned().ok().map(|g| LocalTurn { _guard: g })
+    /// This client's turn at `name` if nobody else local holds it (a granted holder
+    /// whose session is over does not).
+    pub(crate) fn try_turn(
+        &self,
+        name: &str,
+        session: &watch::Receiver<SessionStatus>,
+    ) -> Option<SharedTurn> {
+        let slot = self.slot(name);
+        let holder = slot.holder.borrow().clone();
+        if let Some(h) = holder.filter(|h| over(*session.borrow(), h.generation)) {
+            take_over(&h);
+        }
+        let guard = slot.turn.clone().try_lock_owned().ok()?;
+        Some(Arc::new(Mutex::new(Some(LocalTurn { slot, _guard: guard }))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::SessionState;
+
+    fn status(state: SessionState, generation: u64) -> SessionStatus {
+        SessionStatus::new(state, generation)
+    }
+
+    /// A granted holder whose session ends hands its turn to the local contender
+    /// waiting for the name, with nothing running for the holder.
+    #[tokio::test]
+    async fn a_waiter_takes_over_from_a_holder_whose_session_ended() {
+        let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let queue = Arc::new(LocalQueue::default());
+        let held = queue.turn("n", rx.clone()).await;
+        granted(&held, 1);
+        let waiter = tokio::spawn({
+            let (queue, rx) = (queue.clone(), rx.clone());
+            async move { queue.turn("n", rx).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "the turn is still held");
+        assert!(queue.try_turn("n", &rx).is_none());
+        tx.send_replace(status(SessionState::Lost, 1));
+        let next = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter takes the turn over")
+            .expect("waiter");
+        assert!(
+            held.lock().expect("lock").is_none(),
+            "the old holder's turn is given up"
+        );
+        drop(next);
+        assert!(queue.try_turn("n", &rx).is_some());
+    }
+
+    /// A holder that is not granted yet (still joining) keeps its turn: only a grant's
+    /// session ending frees it.
+    #[tokio::test]
+    async fn an_ungranted_holder_keeps_its_turn() {
+        let (_tx, rx) = watch::channel(status(SessionState::Lost, 1));
+        let queue = LocalQueue::default();
+        let _held = queue.turn("n", rx.clone()).await;
+        assert!(queue.try_turn("n", &rx).is_none());
     }
 }

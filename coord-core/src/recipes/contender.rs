@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
-use crate::hold::{HoldSignal, HoldState, HoldWatch};
-use crate::local_queue::LocalTurn;
+use crate::hold::{EntryGone, HoldState, HoldWatch};
+use crate::local_queue::{SharedTurn, granted, release_turn};
 use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Ticket};
 use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
@@ -27,11 +27,7 @@ pub(crate) struct Grant {
 
 /// This client's turn at a name, given up only once its entry is gone (removed by us, or
 /// with its session), so the next local contender never finds it ahead.
-type Turn = Arc<Mutex<Option<LocalTurn>>>;
-
-fn release_turn(turn: &Turn) {
-    turn.lock().unwrap_or_else(|p| p.into_inner()).take();
-}
+type Turn = SharedTurn;
 
 /// A join under way, polled in place by the acquisition. In a mutex only so that a
 /// contender (and the guard holding it) is `Sync`; it is reached through `&mut`, never
@@ -271,9 +267,9 @@ pub(crate) async fn acquire(
         QueueKind::Election => &core.elections,
     };
     let turn = if wait {
-        local.turn(&queue.name).await
+        local.turn(&queue.name, core.backend.session()).await
     } else {
-        match local.try_turn(&queue.name) {
+        match local.try_turn(&queue.name, &core.backend.session()) {
             Some(t) => t,
             None => return Ok(None),
         }
@@ -312,7 +308,7 @@ pub(crate) async fn acquire(
         ticket,
         own: None,
         joining: Some(join),
-        turn: Arc::new(Mutex::new(Some(turn))),
+        turn,
         settled: false,
     };
     // The join stays with the contender while it runs (a contender dropped meanwhile — a
@@ -398,10 +394,17 @@ pub(crate) async fn acquire(
             }
         }
     }
-    let session = backend.session();
-    let (signal, hold) = HoldSignal::new(*session.borrow(), generation);
+    let hold = HoldWatch::new(backend.session(), generation, {
+        let (backend, own, turn) = (backend.clone(), own.clone(), contender.turn.clone());
+        move |gone| watch_own_entry(backend, own, generation, gone, turn)
+    });
+    if hold.state() == HoldState::Lost {
+        // Gone with its session already: the turn is free (the entry is gone).
+        release_turn(&contender.turn);
+    } else {
+        granted(&contender.turn, generation);
+    }
     let fence = Fence::new(own.path.clone(), own.token);
-    follow_hold(backend, session, own, signal, contender.turn.clone());
     Ok(Some(Grant {
         contender,
         fence,
@@ -409,70 +412,38 @@ pub(crate) async fn acquire(
     }))
 }
 
-/// Keeps a hold up to date, on one task per grant: mirrors its session (`Suspended`
-/// while suspended, `Held` when connected again, `Lost` when lost, closed or replaced),
-/// and ends it — freeing the local turn — when its entry disappears while the guard
-/// lives: gone with the session (always followed, at no cost), or deleted by an operator
-/// (watched only once someone waits on the hold: a grant nobody watches sends no request
-/// beyond the lock's own). The task ends with the hold, or when the guard is dropped
-/// (its drop removes the entry and frees the turn).
-fn follow_hold(
-    backend: Arc<dyn Backend>,
-    mut session: watch::Receiver<SessionStatus>,
-    own: QueueEntry,
-    signal: HoldSignal,
-    turn: Turn,
-) {
-    if signal.state() == HoldState::Lost {
-        release_turn(&turn);
-        return;
-    }
+/// Watches a grant's entry once someone waits on its hold, on a task of its own: its
+/// deletion (by an operator) makes the hold `Lost` and frees the local turn. The task
+/// ends then, when the entry's session is over (the hold shows that by itself), or when
+/// every watch of the hold is dropped. Nothing runs for a hold nobody waits on; the
+/// session's end frees the turn through the local queue.
+fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, gone: EntryGone, turn: Turn) {
     tokio::spawn(async move {
-        let watch_own = |delay: Duration| {
-            let (backend, own) = (backend.clone(), own.clone());
-            Box::pin(async move {
-                tokio::time::sleep(delay).await;
-                backend.wait_gone(&own).await
-            })
-        };
-        let mut watching = None;
+        let mut session = backend.session();
         let mut delay = Duration::from_millis(100);
         loop {
             tokio::select! {
-                changed = session.changed() => {
-                    let lost = match changed {
-                        Ok(()) => signal.follow(*session.borrow_and_update()) == HoldState::Lost,
-                        Err(_) => true,
-                    };
-                    if lost {
-                        break;
-                    }
-                }
-                _ = signal.wanted(), if watching.is_none() => {
-                    watching = Some(watch_own(Duration::ZERO));
-                }
-                gone = async {
-                    match watching.as_mut() {
-                        Some(w) => w.await,
-                        None => std::future::pending().await,
-                    }
-                } => match gone {
+                r = backend.wait_gone(&own) => match r {
                     Ok(()) => {
                         tracing::debug!(entry = %own.path, "coord.own_entry_gone");
-                        break;
+                        gone.set();
+                        release_turn(&turn);
+                        return;
                     }
-                    Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => break,
+                    Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => return,
                     Err(e) => {
                         tracing::debug!(error = %e, entry = %own.path, "coord.own_entry_watch_retry");
-                        watching = Some(watch_own(delay));
-                        delay = (delay * 2).min(Duration::from_secs(2));
                     }
                 },
-                // The guard is gone; its drop removes the entry and frees the turn.
-                _ = signal.closed() => return,
+                _ = ended(&mut session, generation) => return,
+                _ = gone.unwatched() => return,
             }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = ended(&mut session, generation) => return,
+                _ = gone.unwatched() => return,
+            }
+            delay = (delay * 2).min(Duration::from_secs(2));
         }
-        signal.set(HoldState::Lost);
-        release_turn(&turn);
     });
 }
