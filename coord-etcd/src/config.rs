@@ -42,7 +42,7 @@ impl ConfigStore for EtcdClient {
         let k = format!("{}{key}", self.config_root());
         let resp = self
             .inner
-            .call(Counter::Read, "get", false, move |mut c| {
+            .call(Counter::Read, "get", false, move |mut c: etcd::KvClient| {
                 let k = k.clone();
                 async move { c.get(k, None).await }
             })
@@ -113,7 +113,7 @@ impl ConfigStore for EtcdClient {
         let request = etcd::Txn::new().when(compares).and_then(ops).or_else(diagnose);
         let resp = self
             .inner
-            .call(Counter::Txn, "commit", true, move |mut c| {
+            .call(Counter::Txn, "commit", true, move |mut c: etcd::KvClient| {
                 let request = request.clone();
                 async move { c.txn(request).await }
             })

@@ -53,7 +53,7 @@ impl Members {
     /// # Errors
     ///
     /// The etcd error of the last member tried.
-    pub(crate) async fn client(&self) -> std::result::Result<(MemberId, etcd::Client), etcd::Error> {
+    pub(crate) async fn client(&self) -> std::result::Result<(MemberId, &etcd::Client), etcd::Error> {
         let mut last = None;
         for _ in 0..self.len() {
             let i = self.current.load(Ordering::Acquire) % self.len();
@@ -62,7 +62,7 @@ impl Members {
                 .get_or_try_init(|| etcd::Client::connect([url.as_str()], Some(self.options.clone())))
                 .await;
             match connected {
-                Ok(c) => return Ok((MemberId(i), c.clone())),
+                Ok(c) => return Ok((MemberId(i), c)),
                 Err(e) if crate::error::member_failure(&e) => {
                     tracing::debug!(member = %url, error = %e, "coord.etcd.member_unreachable");
                     self.failed(MemberId(i));

@@ -98,10 +98,15 @@ fn header_rev(header: Option<&etcd::ResponseHeader>) -> i64 {
 async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
     let k = key.to_owned();
     let resp = inner
-        .call(Counter::Read, "read contender", false, move |mut c| {
-            let k = k.clone();
-            async move { c.get(k, None).await }
-        })
+        .call(
+            Counter::Read,
+            "read contender",
+            false,
+            move |mut c: etcd::KvClient| {
+                let k = k.clone();
+                async move { c.get(k, None).await }
+            },
+        )
         .await?;
     Ok((header_rev(resp.header()), resp.kvs().first().and_then(Kv::from)))
 }
@@ -131,7 +136,7 @@ impl Queue for EtcdClient {
         let (k, d, lease) = (ticket.locator.clone(), format!("{dir}/"), ticket.session_id);
         let resp = self
             .inner
-            .call(Counter::Txn, "join queue", true, move |mut c| {
+            .call(Counter::Txn, "join queue", true, move |mut c: etcd::KvClient| {
                 let (k, d, value) = (k.clone(), d.clone(), value.clone());
                 async move {
                     let txn = etcd::Txn::new()
@@ -213,16 +218,21 @@ impl Queue for EtcdClient {
             let (k, d) = (own.path.clone(), format!("{dir}/"));
             let resp = self
                 .inner
-                .call(Counter::Read, "read queue", false, move |mut c| {
-                    let (k, d) = (k.clone(), d.clone());
-                    async move {
-                        c.txn(etcd::Txn::new().and_then([
-                            etcd::TxnOp::get(k, Some(etcd::GetOptions::new().with_keys_only())),
-                            etcd::TxnOp::get(d, Some(newest(2, Some(below - 1)))),
-                        ]))
-                        .await
-                    }
-                })
+                .call(
+                    Counter::Read,
+                    "read queue",
+                    false,
+                    move |mut c: etcd::KvClient| {
+                        let (k, d) = (k.clone(), d.clone());
+                        async move {
+                            c.txn(etcd::Txn::new().and_then([
+                                etcd::TxnOp::get(k, Some(etcd::GetOptions::new().with_keys_only())),
+                                etcd::TxnOp::get(d, Some(newest(2, Some(below - 1)))),
+                            ]))
+                            .await
+                        }
+                    },
+                )
                 .await?;
             let seen_at = header_rev(resp.header());
             let mut ranges = resp.op_responses().into_iter().filter_map(|r| match r {
@@ -265,10 +275,15 @@ impl Queue for EtcdClient {
             let k = entry.path.clone();
             let mut moves = inner.member_moves();
             let opened = inner
-                .call(Counter::WatchSet, "watch contender", false, move |mut c| {
-                    let k = k.clone();
-                    async move { c.watch(k, None).await }
-                })
+                .call(
+                    Counter::WatchSet,
+                    "watch contender",
+                    false,
+                    move |mut c: etcd::WatchClient| {
+                        let k = k.clone();
+                        async move { c.watch(k, None).await }
+                    },
+                )
                 .await;
             let mut stream = match opened {
                 Ok(s) => s,
@@ -354,7 +369,7 @@ impl Queue for EtcdClient {
         let (k, rev, lease) = (own.path.clone(), own.token.get() as i64, ticket.session_id);
         let resp = self
             .inner
-            .call(Counter::Txn, "proclaim", true, move |mut c| {
+            .call(Counter::Txn, "proclaim", true, move |mut c: etcd::KvClient| {
                 let (k, value) = (k.clone(), value.clone());
                 async move {
                     c.txn(
@@ -390,7 +405,7 @@ impl Queue for EtcdClient {
         let k = ticket.locator.clone();
         let deleted = self
             .inner
-            .call(Counter::Write, "release", true, move |mut c| {
+            .call(Counter::Write, "release", true, move |mut c: etcd::KvClient| {
                 let k = k.clone();
                 async move { c.delete(k, None).await }
             })

@@ -23,7 +23,7 @@ pub(crate) async fn create_instance(inner: &Inner, key: &str, data: &[u8]) -> Re
     let lease = inner.lease()?;
     let (k, d) = (key.to_owned(), data.to_vec());
     let resp = inner
-        .call(Counter::Txn, "register", true, move |mut c| {
+        .call(Counter::Txn, "register", true, move |mut c: etcd::KvClient| {
             let (k, d) = (k.clone(), d.clone());
             async move {
                 c.txn(
@@ -75,7 +75,7 @@ async fn delete_own(inner: &Inner, key: &str) -> Result<()> {
     let Ok(lease) = inner.lease() else { return Ok(()) };
     let k = key.to_owned();
     match inner
-        .call(Counter::Txn, "deregister", true, move |mut c| {
+        .call(Counter::Txn, "deregister", true, move |mut c: etcd::KvClient| {
             let k = k.clone();
             async move {
                 c.txn(
@@ -111,21 +111,26 @@ impl InstanceStore for Inner {
             return Ok(());
         };
         let (k, value) = (path.to_owned(), data.to_vec());
-        self.call(Counter::Txn, "update registration", true, move |mut c| {
-            let (k, value) = (k.clone(), value.clone());
-            async move {
-                c.txn(
-                    etcd::Txn::new()
-                        .when([etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease.id)])
-                        .and_then([etcd::TxnOp::put(
-                            k,
-                            value,
-                            Some(etcd::PutOptions::new().with_lease(lease.id)),
-                        )]),
-                )
-                .await
-            }
-        })
+        self.call(
+            Counter::Txn,
+            "update registration",
+            true,
+            move |mut c: etcd::KvClient| {
+                let (k, value) = (k.clone(), value.clone());
+                async move {
+                    c.txn(
+                        etcd::Txn::new()
+                            .when([etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease.id)])
+                            .and_then([etcd::TxnOp::put(
+                                k,
+                                value,
+                                Some(etcd::PutOptions::new().with_lease(lease.id)),
+                            )]),
+                    )
+                    .await
+                }
+            },
+        )
         .await
         .map(|_| ())
     }

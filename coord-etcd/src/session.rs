@@ -214,6 +214,29 @@ fn read_pem(path: &std::path::Path, key: &str, what: &str) -> Result<Vec<u8>> {
     Ok(data)
 }
 
+/// The part of a member's client a request uses.
+pub(crate) trait Service {
+    fn of(client: &etcd::Client) -> Self;
+}
+
+impl Service for etcd::Client {
+    fn of(client: &etcd::Client) -> Self {
+        client.clone()
+    }
+}
+
+impl Service for etcd::KvClient {
+    fn of(client: &etcd::Client) -> Self {
+        client.kv_client()
+    }
+}
+
+impl Service for etcd::WatchClient {
+    fn of(client: &etcd::Client) -> Self {
+        client.watch_client()
+    }
+}
+
 impl Inner {
     pub(crate) fn new(options: EtcdOptions, members: Members) -> Arc<Inner> {
         let prefix = if options.namespace.is_empty() {
@@ -273,7 +296,10 @@ impl Inner {
     /// becomes current and, for a read or a request that provably never left, the request
     /// is sent there; a write that may have arrived is not repeated: its outcome is
     /// unknown. Each member is tried at most once.
-    pub(crate) async fn call<T, F, Fut>(
+    ///
+    /// `f` gets the part of the member's client it needs ([`Service`]): a KV request
+    /// clones the KV service's handle only.
+    pub(crate) async fn call<T, S, F, Fut>(
         &self,
         counter: Counter,
         op: &'static str,
@@ -281,7 +307,8 @@ impl Inner {
         f: F,
     ) -> Result<T>
     where
-        F: Fn(etcd::Client) -> Fut,
+        S: Service,
+        F: Fn(S) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd::Error>>,
     {
         if self.is_closed() {
@@ -291,9 +318,10 @@ impl Inner {
     }
 
     /// [`Inner::call`], even after `close` (for the revoke that ends the session).
-    async fn request<T, F, Fut>(&self, counter: Counter, op: &'static str, write: bool, f: F) -> Result<T>
+    async fn request<T, S, F, Fut>(&self, counter: Counter, op: &'static str, write: bool, f: F) -> Result<T>
     where
-        F: Fn(etcd::Client) -> Fut,
+        S: Service,
+        F: Fn(S) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd::Error>>,
     {
         let deadline = self.options.request_timeout;
@@ -302,7 +330,7 @@ impl Inner {
             tries -= 1;
             let (member, client) = self.members.client().await.map_err(|e| map(e, op, write))?;
             self.stats.incr(counter);
-            let e = match tokio::time::timeout(deadline, Box::pin(f(client))).await {
+            let e = match tokio::time::timeout(deadline, Box::pin(f(S::of(client)))).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => e,
                 Err(_) => {
@@ -346,7 +374,7 @@ impl Inner {
                 Counter::SessionRequest,
                 "lease grant",
                 false,
-                |mut c| async move { c.lease_grant(ttl, None).await },
+                |mut c: etcd::Client| async move { c.lease_grant(ttl, None).await },
             )
             .await?;
         let granted = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(1).max(1));
@@ -411,9 +439,12 @@ impl Inner {
         tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
         if let Some(lease) = old {
             match self
-                .request(Counter::SessionRequest, "close", true, |mut c| async move {
-                    c.lease_revoke(lease.id).await
-                })
+                .request(
+                    Counter::SessionRequest,
+                    "close",
+                    true,
+                    |mut c: etcd::Client| async move { c.lease_revoke(lease.id).await },
+                )
                 .await
             {
                 Ok(_) => {}
@@ -452,7 +483,7 @@ impl Inner {
                         Counter::SessionRequest,
                         "lease revoke",
                         true,
-                        |mut c| async move { c.lease_revoke(lease.id).await },
+                        |mut c: etcd::Client| async move { c.lease_revoke(lease.id).await },
                     )
                     .await;
             });
@@ -483,12 +514,12 @@ impl Inner {
             let wait = interval.min(deadline - sent_at);
             let answered = tokio::time::timeout(wait, async {
                 if stream.is_none() {
-                    let (member, mut c) = self
+                    let (member, c) = self
                         .members
                         .client()
                         .await
                         .map_err(|e| map(e, "keep-alive", false))?;
-                    let (keeper, responses) = c.lease_keep_alive(lease.id).await.map_err(|e| {
+                    let (keeper, responses) = c.lease_client().keep_alive(lease.id).await.map_err(|e| {
                         self.members.failed(member);
                         map(e, "keep-alive", false)
                     })?;
@@ -564,7 +595,7 @@ impl Inner {
                     Counter::SessionRequest,
                     "lease revoke",
                     true,
-                    |mut c| async move { c.lease_revoke(id).await },
+                    |mut c: etcd::Client| async move { c.lease_revoke(id).await },
                 )
                 .await;
             return None;

@@ -53,7 +53,7 @@ pub(crate) enum Raw {
 pub(crate) async fn range(inner: &Inner, prefix: &str) -> Result<(i64, Vec<Kv>)> {
     let p = prefix.to_owned();
     let resp = inner
-        .call(Counter::Read, "range", false, move |mut c| {
+        .call(Counter::Read, "range", false, move |mut c: etcd::KvClient| {
             let p = p.clone();
             async move { c.get(p, Some(etcd::GetOptions::new().with_prefix())).await }
         })
@@ -115,7 +115,7 @@ where
                 let p = prefix.clone();
                 let mut moves = inner.member_moves();
                 let Some(mut stream) = retry(&inner, &tx, || {
-                    inner.call(Counter::WatchSet, "watch", false, |mut c| {
+                    inner.call(Counter::WatchSet, "watch", false, |mut c: etcd::WatchClient| {
                         let p = p.clone();
                         async move {
                             c.watch(
