@@ -111,7 +111,7 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let rows = match cli.scenario {
-            Scenario::Lock { on } => lock::uncontended(&Target::parse(&on.url)?, on.seconds, 5).await?,
+            Scenario::Lock { on } => lock::uncontended(&Target::parse(&on.url)?, on.seconds, 20).await?,
             Scenario::LockContended { on, clients } => {
                 lock::contended(&Target::parse(&on.url)?, clients, on.seconds, 3).await?
             }

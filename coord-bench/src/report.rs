@@ -49,7 +49,7 @@ struct Sizes {
 }
 
 const FULL: Sizes = Sizes {
-    lock_s: 2.0,
+    lock_s: 3.0,
     contended_s: 3.0,
     waiters: [100, 1000],
     election_rounds: 20,
@@ -80,7 +80,7 @@ const SCENARIOS: [&str; 7] = [
 
 async fn scenario(name: &str, t: &Target, s: &Sizes) -> Result<Vec<Row>> {
     let mut rows = match name {
-        "lock" => lock::uncontended(t, s.lock_s, 5).await?,
+        "lock" => lock::uncontended(t, s.lock_s, 20).await?,
         "lock-contended" => lock::contended(t, 4, s.contended_s, 3).await?,
         "waiters-small" => waiters::run(t, s.waiters[0]).await?,
         "waiters-large" => waiters::run(t, s.waiters[1]).await?,
@@ -377,11 +377,13 @@ fn render(
            `*_requests` is coord's requests per operation. `coord-watch`: a put by one client until another's \
            watch delivers it, one at a time.\n\n\
          ## What stands between some figures and their targets\n\n\
-         - Uncontended lock: coord sends the floor's number of requests (ZooKeeper 3, etcd 2). On etcd each \
-           carries what safety needs — the join `Txn` also reads the queue's newest keys (the position in the same \
-           round trip), the release is guarded by the key's create revision (a late retry never deletes a newer \
-           contender) — and `raw-coord-requests` sends exactly those two raw: `x_raw-coord-requests` is the part \
-           left to coord's client side.\n\
+         - Uncontended lock: coord sends the floor's number of requests (ZooKeeper 3, etcd 2) and runs no task \
+           per grant. On etcd the join `Txn` also reads the queue's newest keys (the position in the same round \
+           trip, which saves every waiter a request); `raw-coord-requests` sends exactly coord's two requests raw, \
+           so `x_raw-coord-requests` is the part left to coord's client side (its error mapping, deadlines, \
+           member fail-over and the recipe's bookkeeping: no single hot spot in a profile), and the rest is that \
+           read. On ZooKeeper the rounds spread widely (the JVM server: one round's raw floor ran 40% faster \
+           than the next's), so read the per-round ratios too.\n\
          - etcd, 1,000 waiters: a waiter's read of \"the key right ahead of me\" is one range with a limit, but \
            etcd 3.4 answers any range sorted or filtered by create revision by fetching every key of the range \
            before sorting and truncating (`etcdserver/apply.go`: \"fetch everything; sort and truncate \
