@@ -420,7 +420,7 @@ pub(crate) async fn acquire(
 fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, gone: EntryGone, turn: Turn) {
     tokio::spawn(async move {
         let mut session = backend.session();
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             tokio::select! {
                 r = backend.wait_gone(&own) => match r {
@@ -439,11 +439,10 @@ fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, 
                 _ = gone.unwatched() => return,
             }
             tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
+                _ = backoff.wait() => {}
                 _ = ended(&mut session, generation) => return,
                 _ = gone.unwatched() => return,
             }
-            delay = (delay * 2).min(Duration::from_secs(2));
         }
     });
 }
