@@ -185,10 +185,12 @@ pub trait Factory: Send + Sync + 'static {
         Err(unsupported("end_watch_gap"))
     }
 
-    /// Stops the server process (every client's connection goes silent) now, and lets
-    /// it continue `duration` later. Returns at once; the resume happens even if the
-    /// case ends first.
-    async fn pause_server(&self, duration: Duration) -> Result<()> {
+    /// Stops the server process (every client's connection goes silent), and lets it
+    /// continue `duration` later. Returns the instant just before the stop began: it may
+    /// wait for another fault injector's member fault to end first, so measure from the
+    /// returned instant, not from the call. The resume happens even if the case ends
+    /// first.
+    async fn pause_server(&self, duration: Duration) -> Result<tokio::time::Instant> {
         self.real_server()
             .ok_or_else(|| unsupported("pause_server"))?
             .pause(duration)

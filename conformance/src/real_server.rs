@@ -185,7 +185,10 @@ impl RealServer {
         Ok(())
     }
 
-    /// Stops every member process now and lets them continue after `duration`.
+    /// Stops every member process and lets each continue `duration` after it stopped.
+    /// Waits for the cluster's fault lock first (another injector may have a member down),
+    /// so the stop can begin well after the call: returns the instant just before the
+    /// first member was stopped. No member continues before that instant plus `duration`.
     ///
     /// # Errors
     ///
@@ -194,20 +197,21 @@ impl RealServer {
     /// # Cancel safety
     ///
     /// The continue is sent by a detached process, whatever happens to the caller.
-    pub async fn pause(&self, duration: Duration) -> Result<()> {
+    pub async fn pause(&self, duration: Duration) -> Result<tokio::time::Instant> {
         let cluster = self.ctl()?.clone();
         let (paused_tx, paused_rx) = tokio::sync::oneshot::channel();
         // The fault lock is held until the members are back.
         tokio::task::spawn_blocking(move || {
             let outcome = cluster.fault_lock().and_then(|lock| {
+                let stopped = std::time::Instant::now();
                 for i in 0..cluster.len() {
                     cluster.pause_for(i, duration)?;
                 }
-                Ok(lock)
+                Ok((lock, stopped))
             });
             match outcome {
-                Ok(lock) => {
-                    let _ = paused_tx.send(Ok(()));
+                Ok((lock, stopped)) => {
+                    let _ = paused_tx.send(Ok(tokio::time::Instant::from_std(stopped)));
                     std::thread::sleep(duration);
                     drop(lock);
                 }

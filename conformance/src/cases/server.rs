@@ -89,8 +89,7 @@ pub async fn paused_server_holder_lost_before_handover(ctx: Ctx) -> CaseResult {
         .await?;
     let pause = ctx.session_timeout() * 3;
     // The server stops after this instant and continues no earlier than `pause` later.
-    let before = tokio::time::Instant::now();
-    ctx.factory().pause_server(pause).await?;
+    let before = ctx.factory().pause_server(pause).await?;
     let left = pause.saturating_sub(before.elapsed());
     within(
         left,
