@@ -54,6 +54,11 @@ pub(crate) struct ClientCore {
     pub(crate) locks: LocalQueue,
     /// This client's candidates per election name, queued locally.
     pub(crate) elections: LocalQueue,
+    /// This client's read/write lock writers per name, queued locally.
+    pub(crate) writes: LocalQueue,
+    /// This client's read/write lock readers per name and slot (readers hold at once,
+    /// each in a slot of its own).
+    pub(crate) reads: LocalQueue,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Where to end the session when the last handle is dropped outside the runtime.
@@ -91,6 +96,8 @@ impl Client {
                 backend,
                 locks: LocalQueue::default(),
                 elections: LocalQueue::default(),
+                writes: LocalQueue::default(),
+                reads: LocalQueue::default(),
                 wakeups: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),

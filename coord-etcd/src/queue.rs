@@ -19,7 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_core::raw::{
     Backoff, Counter, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind,
-    Ticket,
+    Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use etcd_client as etcd;
@@ -42,8 +42,34 @@ impl EtcdClient {
         self.queue_dir(&QueueId::new(QueueKind::Election, name))
     }
 
+    /// The key prefix a read/write lock's contenders live under (Go's
+    /// `recipes.NewRWMutex` prefix): readers at `<prefix>/read/…`, writers at
+    /// `<prefix>/write/…`.
+    pub fn rw_lock_prefix(&self, name: &str) -> String {
+        self.queue_dir(&QueueId::new(QueueKind::Write, name))
+    }
+
     fn queue_dir(&self, queue: &QueueId) -> String {
         self.inner.key(&queue.rel_dir())
+    }
+}
+
+/// The directory a contender of `kind` makes its key in, under its queue's `dir` (Go's
+/// `recipes.RWMutex`: `<prefix>/read/…` and `<prefix>/write/…`).
+fn class_dir(dir: &str, kind: QueueKind) -> String {
+    match kind {
+        QueueKind::Read => format!("{dir}/read"),
+        QueueKind::Write => format!("{dir}/write"),
+        _ => dir.to_owned(),
+    }
+}
+
+/// The prefix of the keys a contender of `kind` in queue `dir` waits for: a reader the
+/// writers', everything else the whole queue's.
+fn blockers_prefix(dir: &str, kind: QueueKind) -> String {
+    match kind {
+        QueueKind::Read => format!("{dir}/write/"),
+        _ => format!("{dir}/"),
     }
 }
 
@@ -53,6 +79,19 @@ fn is_contender(dir: &str, key: &str) -> bool {
     key.strip_prefix(dir)
         .and_then(|r| r.strip_prefix('/'))
         .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+}
+
+/// Whether `key` (under [`blockers_prefix`]) is a contender a contender of `kind` in
+/// queue `dir` waits for; keys of queues with longer names are not.
+fn blocks(dir: &str, kind: QueueKind, key: &str) -> bool {
+    match kind {
+        QueueKind::Read => is_contender(&class_dir(dir, QueueKind::Write), key),
+        QueueKind::Write => {
+            is_contender(&class_dir(dir, QueueKind::Read), key)
+                || is_contender(&class_dir(dir, QueueKind::Write), key)
+        }
+        _ => is_contender(dir, key),
+    }
 }
 
 /// A read of the `limit` keys under a prefix created last (at or before `max_create`
@@ -115,25 +154,38 @@ async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
 #[doc(hidden)]
 #[async_trait]
 impl Queue for EtcdClient {
-    fn ticket(&self, queue: &QueueId) -> Result<Ticket> {
+    fn ticket(&self, queue: &QueueId, slot: Slot) -> Result<Ticket> {
         let lease = self.inner.lease()?;
+        let mut locator = format!("{}/{:x}", class_dir(&self.queue_dir(queue), queue.kind), lease.id);
+        match self.inner.key_epoch() {
+            0 => {}
+            n => locator.push_str(&format!("-{n:x}")),
+        }
+        if slot > 0 {
+            locator.push_str(&format!(".{slot}"));
+        }
         Ok(Ticket {
             queue: queue.clone(),
             generation: lease.generation,
             session_id: lease.id,
-            locator: match self.inner.key_epoch() {
-                0 => format!("{}/{:x}", self.queue_dir(queue), lease.id),
-                n => format!("{}/{:x}-{n:x}", self.queue_dir(queue), lease.id),
-            },
+            locator,
         })
     }
 
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined> {
         let dir = self.queue_dir(&ticket.queue);
-        // One round trip: create our key unless it exists, and read the three newest
-        // keys of the queue — ours (just created, so the newest), the one right ahead and
-        // whether anything is ahead of that.
-        let (k, d, lease) = (ticket.locator.clone(), format!("{dir}/"), ticket.session_id);
+        let kind = ticket.queue.kind;
+        // A reader's own key is not among the keys it waits for (the writers').
+        let own_scanned = kind != QueueKind::Read;
+        // One round trip: create our key unless it exists, and read the newest keys this
+        // contender waits for — ours (just created, so the newest) unless a reader, the
+        // one right ahead and whether anything is ahead of that.
+        let (k, d, lease) = (
+            ticket.locator.clone(),
+            blockers_prefix(&dir, kind),
+            ticket.session_id,
+        );
+        let scan = if own_scanned { 3 } else { 2 };
         let resp = self
             .inner
             .call(Counter::Txn, "join queue", true, move |mut c: etcd::KvClient| {
@@ -151,7 +203,7 @@ impl Queue for EtcdClient {
                                 value,
                                 Some(etcd::PutOptions::new().with_lease(lease)),
                             ),
-                            etcd::TxnOp::get(d, Some(newest(3, None))),
+                            etcd::TxnOp::get(d, Some(newest(scan, None))),
                         ])
                         // Already there (a retried join): where it stands is read next.
                         .or_else([etcd::TxnOp::get(k, None)]);
@@ -172,13 +224,25 @@ impl Queue for EtcdClient {
         // Created: ours is the newest key (with the Txn's revision), the other the one
         // right ahead. Already there: the key as read.
         let (own, ahead, further) = match ranges.first() {
-            Some(g) if created => {
+            Some(g) if created && own_scanned => {
                 let mut newest = g.kvs().iter().filter_map(Kv::from);
                 (
                     newest.next().filter(|kv| kv.key == ticket.locator),
                     Some(newest.next()),
                     newest.next(),
                 )
+            }
+            // A reader: its key was made at the Txn's revision, the newest of all.
+            Some(g) if created => {
+                let mut newest = g.kvs().iter().filter_map(Kv::from);
+                let own = Kv {
+                    key: ticket.locator.clone(),
+                    value: Vec::new(),
+                    create_rev: seen_at,
+                    mod_rev: seen_at,
+                    lease: ticket.session_id,
+                };
+                (Some(own), Some(newest.next()), newest.next())
             }
             Some(g) => (g.kvs().first().and_then(Kv::from), None, None),
             None => (None, None, None),
@@ -190,7 +254,7 @@ impl Queue for EtcdClient {
             Some(None) => Some(Position::First {
                 seen_at: seen_at as u64,
             }),
-            Some(Some(ahead)) if is_contender(&dir, &ahead.key) => {
+            Some(Some(ahead)) if blocks(&dir, kind, &ahead.key) => {
                 Some(behind(&ahead, further.as_ref(), seen_at))
             }
             // A key of a queue with a longer name (read past next), or a retried join.
@@ -208,6 +272,7 @@ impl Queue for EtcdClient {
 
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
+        let kind = ticket.queue.kind;
         let own_rev = own.token.get() as i64;
         // Keys older than `below` that are not this queue's contenders are read past.
         let mut below = own_rev;
@@ -215,7 +280,7 @@ impl Queue for EtcdClient {
             // One read-only round trip: our key still there, and the two newest keys
             // created before `below` — the contender right ahead and whether anything is
             // ahead of it — never the whole queue.
-            let (k, d) = (own.path.clone(), format!("{dir}/"));
+            let (k, d) = (own.path.clone(), blockers_prefix(&dir, kind));
             let resp = self
                 .inner
                 .call(
@@ -253,7 +318,7 @@ impl Queue for EtcdClient {
                         seen_at: seen_at as u64,
                     });
                 }
-                Some(ahead) if is_contender(&dir, &ahead.key) => {
+                Some(ahead) if blocks(&dir, kind, &ahead.key) => {
                     return Ok(behind(ahead, older.get(1), seen_at));
                 }
                 Some(other) => below = other.create_rev,

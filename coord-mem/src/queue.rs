@@ -1,10 +1,11 @@
 //! The contender queue on the in-memory cluster, with etcd's rules: each contender's key
-//! is `<dir>/<session hex>`, bound to the session and created only if absent; queue
-//! order and token are the key's creation revision.
+//! is `<dir>/<session hex>` (a read/write lock's `<dir>/read/…` and `<dir>/write/…`; a
+//! reader's slot beyond the first adds `.<slot>`), bound to the session and created only
+//! if absent; queue order and token are the key's creation revision.
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Counter, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, Ticket,
+    Counter, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -20,6 +21,15 @@ impl MemClient {
     }
 }
 
+/// The directory a contender of `kind` makes its key in, under its queue's `dir`.
+fn class_dir(dir: &str, kind: QueueKind) -> String {
+    match kind {
+        QueueKind::Read => format!("{dir}/read"),
+        QueueKind::Write => format!("{dir}/write"),
+        _ => dir.to_owned(),
+    }
+}
+
 /// The contenders of `dir`: its immediate children (one segment below).
 pub(crate) fn children<'a>(
     state: &'a State,
@@ -31,10 +41,30 @@ pub(crate) fn children<'a>(
     })
 }
 
-/// Where the contender created at `own_rev` stands in `dir`.
-fn position_in(state: &State, dir: &str, own_rev: u64) -> Position {
-    let mut ahead: Vec<(&String, &KeyData)> = children(state, dir)
-        .filter(|(_, d)| d.create_rev < own_rev)
+/// Whether `key` is a contender of queue `dir` that a contender of `kind` waits for: a
+/// reader waits for the writers, a writer for both classes, anything else for the
+/// queue's direct children.
+fn blocks(dir: &str, kind: QueueKind, key: &str) -> bool {
+    let Some(rest) = key.strip_prefix(dir).and_then(|r| r.strip_prefix('/')) else {
+        return false;
+    };
+    let entry = |class: &str| {
+        rest.strip_prefix(class)
+            .and_then(|r| r.strip_prefix('/'))
+            .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+    };
+    match kind {
+        QueueKind::Read => entry("write"),
+        QueueKind::Write => entry("read") || entry("write"),
+        _ => !rest.is_empty() && !rest.contains('/'),
+    }
+}
+
+/// Where a contender of `kind` created at `own_rev` stands in queue `dir`.
+fn position_in(state: &State, dir: &str, kind: QueueKind, own_rev: u64) -> Position {
+    let mut ahead: Vec<(&String, &KeyData)> = state
+        .range(dir)
+        .filter(|(k, d)| d.create_rev < own_rev && blocks(dir, kind, k))
         .collect();
     ahead.sort_by_key(|(_, d)| d.create_rev);
     let seen_at = state.revision();
@@ -67,13 +97,17 @@ fn entry_gone() -> Error {
 #[doc(hidden)]
 #[async_trait]
 impl Queue for MemClient {
-    fn ticket(&self, queue: &QueueId) -> Result<Ticket> {
+    fn ticket(&self, queue: &QueueId, slot: Slot) -> Result<Ticket> {
         let (session, generation) = self.inner.live_session()?;
+        let dir = class_dir(&self.queue_dir(queue), queue.kind);
         Ok(Ticket {
             queue: queue.clone(),
             generation,
             session_id: session as i64,
-            locator: format!("{}/{session:016x}", self.queue_dir(queue)),
+            locator: match slot {
+                0 => format!("{dir}/{session:016x}"),
+                n => format!("{dir}/{session:016x}.{n}"),
+            },
         })
     }
 
@@ -93,7 +127,7 @@ impl Queue for MemClient {
                 Some(existing) => existing.create_rev,
                 None => s.put(&ticket.locator, value, Some(session)).create_rev,
             };
-            let position = position_in(s, &dir, own_rev);
+            let position = position_in(s, &dir, ticket.queue.kind, own_rev);
             Ok(Joined {
                 own: QueueEntry {
                     path: ticket.locator.clone(),
@@ -108,7 +142,9 @@ impl Queue for MemClient {
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
         self.inner.request(Counter::Read, |s| match s.get(&own.path) {
-            Some(d) if d.create_rev == own.token.get() => Ok(position_in(s, &dir, d.create_rev)),
+            Some(d) if d.create_rev == own.token.get() => {
+                Ok(position_in(s, &dir, ticket.queue.kind, d.create_rev))
+            }
             _ => Err(entry_gone()),
         })?
     }

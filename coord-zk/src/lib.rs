@@ -128,7 +128,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 pub use acl::ZkAcl;
-pub use options::{DEFAULT_PORT, KNOWN_OPTIONS, ZkOptions};
+pub use options::{DEFAULT_PORT, KNOWN_OPTIONS, LockLayout, ZkOptions};
 
 use session::Inner;
 

@@ -31,6 +31,44 @@ pub struct ZkOptions {
     /// TLS (`zk+tls://`; needs the `tls` feature): the CA that signs the servers'
     /// certificates, and this client's certificate for servers that require one.
     pub tls: Option<TlsFiles>,
+    /// The names of the lock contenders coord creates (`lock_layout=`). Default
+    /// [`LockLayout::Curator`]. coord waits for contenders of both layouts either way.
+    pub lock_layout: LockLayout,
+}
+
+/// The node names coord gives the lock and read/write lock contenders it creates, so the
+/// library an application runs beside coord on the same path sees them.
+///
+/// coord recognises the contenders of both layouts on a path and waits for them; Curator
+/// and kazoo each recognise only their own. Pick the layout of the library coord shares
+/// a path with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockLayout {
+    /// `lock_layout=curator` (default): Curator's protected names,
+    /// `_c_<guid>-lock-<seq>` (`InterProcessMutex`), `_c_<guid>-__READ__<seq>` and
+    /// `_c_<guid>-__WRIT__<seq>` (`InterProcessReadWriteLock`).
+    #[default]
+    Curator,
+    /// `lock_layout=kazoo`: kazoo's names, `<guid>__lock__<seq>` (`Lock`, and a
+    /// read/write lock's writer) and `<guid>__rlock__<seq>` (`ReadLock`).
+    Kazoo,
+}
+
+impl LockLayout {
+    /// Parses the `lock_layout=` value.
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid` naming the accepted values.
+    pub fn parse(value: &str) -> Result<LockLayout> {
+        match value {
+            "curator" => Ok(LockLayout::Curator),
+            "kazoo" => Ok(LockLayout::Kazoo),
+            other => Err(Error::config_invalid(format!(
+                "lock_layout={other:?} is not a layout coord knows; use lock_layout=curator or lock_layout=kazoo"
+            ))),
+        }
+    }
 }
 
 impl Default for ZkOptions {
@@ -47,6 +85,7 @@ impl Default for ZkOptions {
             digest: None,
             acl: None,
             tls: None,
+            lock_layout: LockLayout::Curator,
         }
     }
 }
@@ -62,6 +101,7 @@ impl std::fmt::Debug for ZkOptions {
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
             .field("acl", &self.acl_policy())
             .field("tls", &self.tls)
+            .field("lock_layout", &self.lock_layout)
             .finish()
     }
 }
@@ -75,13 +115,14 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     "connect_timeout",
     "request_timeout",
     "acl",
+    "lock_layout",
     TLS_OPTIONS[0],
     TLS_OPTIONS[1],
     TLS_OPTIONS[2],
 ];
 
 impl ZkOptions {
-    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…&acl=…]`,
+    /// Parses `zk://[user:password@]h1[:port][,h2[:port]…][/namespace][?session_timeout=…&connect_timeout=…&request_timeout=…&acl=…&lock_layout=…]`,
     /// or `zk+tls://…?tls_ca=<ca.pem>[&tls_cert=<cert.pem>&tls_key=<key.pem>]`.
     ///
     /// # Errors
@@ -103,6 +144,11 @@ impl ZkOptions {
         let mut opts = cs.options();
         let tls = opts.tls_files(tls, "zk+tls")?;
         let acl = opts.string("acl").map(|a| ZkAcl::parse(&a)).transpose()?;
+        let lock_layout = opts
+            .string("lock_layout")
+            .map(|l| LockLayout::parse(&l))
+            .transpose()?
+            .unwrap_or_default();
         let defaults = ZkOptions::default();
         let o = ZkOptions {
             hosts: cs.hosts(DEFAULT_PORT)?,
@@ -125,6 +171,7 @@ impl ZkOptions {
             },
             acl,
             tls,
+            lock_layout,
         };
         opts.finish(KNOWN_OPTIONS)?;
         o.validate()?;
@@ -216,6 +263,9 @@ mod tests {
         assert_eq!(creator.acl_policy(), ZkAcl::Creator);
         let opened = ZkOptions::from_url("zk://u:p@h/ns?acl=open").unwrap();
         assert_eq!(opened.acl_policy(), ZkAcl::Open);
+        assert_eq!(open.lock_layout, LockLayout::Curator);
+        let kazoo = ZkOptions::from_url("zk://h/ns?lock_layout=kazoo").unwrap();
+        assert_eq!(kazoo.lock_layout, LockLayout::Kazoo);
         let t =
             ZkOptions::from_url("zk+tls://h:2281/ns?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/k.pem").unwrap();
         let tls = t.tls.expect("tls");
@@ -237,6 +287,7 @@ mod tests {
             "zk://h/ns?acl=creator",
             "zk://h/ns?acl=creator-read-all",
             "zk://u:p@h/ns?acl=everyone",
+            "zk://h/ns?lock_layout=redis",
             "zk+tls://h/ns",
             "zk+tls://h/ns?tls_ca=/ca.pem&tls_cert=/c.pem",
         ] {

@@ -1,14 +1,18 @@
 //! The contender queue in Curator's layout: each contender creates an ephemeral
-//! sequential znode `<dir>/_c_<guid>-<marker>-<seq>` ("protected": a create retried after
-//! connection loss finds its own node by the guid instead of making a second one). Queue
-//! order is the sequence; the token is the node's `czxid`, from the create's `Stat`. The
-//! directory is a container node, deleted by the server once empty.
+//! sequential znode `<dir>/_c_<guid>-<marker><seq>` ("protected": a create retried after
+//! connection loss finds its own node by the guid instead of making a second one), or,
+//! with `lock_layout=kazoo`, kazoo's `<dir>/<guid><marker><seq>`. Contenders of both
+//! layouts are recognised. Queue order is the sequence; the token is the node's `czxid`,
+//! from the create's `Stat`. A read/write lock's readers (`__READ__`, `__rlock__`) wait
+//! for the nearest writer ahead (`__WRIT__`, `__lock__`), everything else for the
+//! contender right ahead. The directory is a container node, deleted by the server once
+//! empty.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Backoff, Counter, HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Ticket,
+    Backoff, Counter, HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -18,42 +22,91 @@ use zookeeper_client as zk;
 
 use crate::ZkClient;
 use crate::error::{map, map_at};
+use crate::options::LockLayout;
 use crate::session::Inner;
 
 /// How many times a create retries after finding its directory gone: a container may be
 /// deleted by the server between our `mkdir` and the create.
 const DIR_ATTEMPTS: usize = 5;
 
-/// The node-name marker of a queue's entries: Curator's `InterProcessMutex` (`lock-`)
-/// and `LeaderLatch` (`latch-`).
-fn marker(kind: QueueKind) -> &'static str {
-    match kind {
-        QueueKind::Election => "latch-",
+/// The marker in the names of the contenders coord creates for `kind` in `layout`:
+/// Curator's `InterProcessMutex` (`lock-`), `LeaderLatch` (`latch-`) and
+/// `InterProcessReadWriteLock` (`__READ__`, `__WRIT__`); kazoo's `Lock` (`__lock__`) and
+/// `ReadLock` (`__rlock__`). Elections have no kazoo layout.
+fn own_marker(kind: QueueKind, layout: LockLayout) -> &'static str {
+    match (kind, layout) {
+        (QueueKind::Election, _) => "latch-",
+        (QueueKind::Read, LockLayout::Curator) => "__READ__",
+        (QueueKind::Write, LockLayout::Curator) => "__WRIT__",
+        (QueueKind::Read, LockLayout::Kazoo) => "__rlock__",
+        (QueueKind::Write | QueueKind::Lock, LockLayout::Kazoo) => "__lock__",
         _ => "lock-",
     }
 }
 
-/// The sequence number of a contender node name with `marker`, if it is one: Curator's
-/// protected `_c_<guid>-lock-<seq>` or plain `lock-<seq>`.
-fn sequence(name: &str, marker: &str) -> Option<u64> {
-    let (before, seq) = name.rsplit_once(marker)?;
-    if !(before.is_empty() || before.ends_with('-')) {
-        return None;
+/// The start of the name of a contender coord creates (the server appends the sequence):
+/// Curator's protected `_c_<guid>-<marker>`, or kazoo's `<guid hex><marker>`. Either way
+/// the guid finds the node again after a create of unknown outcome.
+fn own_name_prefix(kind: QueueKind, layout: LockLayout, guid: uuid::Uuid) -> String {
+    match layout {
+        LockLayout::Kazoo if kind != QueueKind::Election => {
+            format!("{}{}", guid.simple(), own_marker(kind, layout))
+        }
+        _ => format!("_c_{guid}-{}", own_marker(kind, layout)),
     }
-    if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    seq.parse().ok()
 }
 
-/// The contender names with `marker` among `children`, in queue order.
-fn in_order(children: Vec<String>, marker: &str) -> Vec<String> {
-    let mut q: Vec<(u64, String)> = children
+/// The contenders a queue of `kind` recognises, by the marker in their names, with the
+/// class each counts as ([`QueueKind::Read`] or not): both Curator's and kazoo's names,
+/// whichever layout this client creates.
+fn markers(kind: QueueKind) -> &'static [(&'static str, QueueKind)] {
+    match kind {
+        QueueKind::Election => &[("latch-", QueueKind::Write)],
+        QueueKind::Read | QueueKind::Write => &[
+            ("__READ__", QueueKind::Read),
+            ("__rlock__", QueueKind::Read),
+            ("__WRIT__", QueueKind::Write),
+            ("__lock__", QueueKind::Write),
+        ],
+        // A lock waits for every contender on its path, a kazoo reader's too (as kazoo's
+        // `Lock` does).
+        _ => &[
+            ("lock-", QueueKind::Write),
+            ("__lock__", QueueKind::Write),
+            ("__rlock__", QueueKind::Read),
+        ],
+    }
+}
+
+/// The sequence number and class of a contender node name in a queue of `kind`, if it
+/// is one: Curator's `[_c_<guid>-]<marker><seq>` or kazoo's `<guid><marker><seq>`.
+fn sequence(name: &str, kind: QueueKind) -> Option<(u64, QueueKind)> {
+    markers(kind).iter().find_map(|&(marker, class)| {
+        let (before, seq) = name.rsplit_once(marker)?;
+        // Curator's plain markers follow a `-` (or start the name); kazoo's `__…__`
+        // markers follow its guid directly.
+        if !marker.starts_with("__") && !(before.is_empty() || before.ends_with('-')) {
+            return None;
+        }
+        if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((seq.parse().ok()?, class))
+    })
+}
+
+/// The contender names of a queue of `kind` among `children`, in queue order, with
+/// their classes.
+fn in_order(children: Vec<String>, kind: QueueKind) -> Vec<(String, QueueKind)> {
+    let mut q: Vec<(u64, String, QueueKind)> = children
         .into_iter()
-        .filter_map(|c| Some((sequence(&c, marker)?, c)))
+        .filter_map(|c| {
+            let (seq, class) = sequence(&c, kind)?;
+            Some((seq, c, class))
+        })
         .collect();
-    q.sort();
-    q.into_iter().map(|(_, c)| c).collect()
+    q.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    q.into_iter().map(|(_, c, class)| (c, class)).collect()
 }
 
 fn own_gone() -> Error {
@@ -75,20 +128,21 @@ impl ZkClient {
         self.queue_dir(&QueueId::new(QueueKind::Election, name))
     }
 
+    /// The znode a read/write lock's contenders live under (Curator's
+    /// `InterProcessReadWriteLock` path, or kazoo's `ReadLock`/`Lock` path).
+    pub fn rw_lock_path(&self, name: &str) -> String {
+        self.queue_dir(&QueueId::new(QueueKind::Write, name))
+    }
+
     fn queue_dir(&self, queue: &QueueId) -> String {
         self.inner.path(&queue.rel_dir())
     }
 }
 
-/// The directory of a ticket's entry and the `_c_<guid>` start of its name (the locator
-/// is `<dir>/_c_<guid>-<marker>`).
+/// The directory of a ticket's entry and the start of its name, which only that entry's
+/// name has (the locator is `<dir>/<name prefix>`).
 fn split_locator(ticket: &Ticket) -> (&str, &str) {
-    let (dir, name) = ticket.locator.rsplit_once('/').unwrap_or(("", &ticket.locator));
-    let guid = name
-        .strip_suffix(marker(ticket.queue.kind))
-        .and_then(|n| n.strip_suffix('-'))
-        .unwrap_or(name);
-    (dir, guid)
+    ticket.locator.rsplit_once('/').unwrap_or(("", &ticket.locator))
 }
 
 /// Looks for the ticket's node (by its guid) after a create of unknown outcome.
@@ -131,7 +185,7 @@ async fn find_own(inner: &Inner, ticket: &Ticket) -> Result<Option<QueueEntry>> 
 async fn read_head(
     inner: &Inner,
     dir: &str,
-    marker: &str,
+    kind: QueueKind,
     watch: bool,
 ) -> Result<(Option<LeaderInfo>, Vec<zk::OneshotWatcher>)> {
     loop {
@@ -172,7 +226,7 @@ async fn read_head(
             Err(e) => return Err(map_at(e, "leader", false, dir)),
         };
         let mut watchers: Vec<zk::OneshotWatcher> = child_watch.into_iter().collect();
-        let Some(first) = in_order(children, marker).into_iter().next() else {
+        let Some((first, _)) = in_order(children, kind).into_iter().next() else {
             return Ok((None, watchers));
         };
         let path = format!("{dir}/{first}");
@@ -212,14 +266,15 @@ async fn read_head(
 #[doc(hidden)]
 #[async_trait]
 impl Queue for ZkClient {
-    fn ticket(&self, queue: &QueueId) -> Result<Ticket> {
+    fn ticket(&self, queue: &QueueId, _slot: Slot) -> Result<Ticket> {
+        // Every entry has a name of its own (its guid): slots need nothing more.
         let current = self.inner.current()?;
-        let guid = uuid::Uuid::new_v4();
+        let name = own_name_prefix(queue.kind, self.inner.options.lock_layout, uuid::Uuid::new_v4());
         Ok(Ticket {
             queue: queue.clone(),
             generation: current.generation,
             session_id: current.zk.session_id().0,
-            locator: format!("{}/_c_{guid}-{}", self.queue_dir(queue), marker(queue.kind)),
+            locator: format!("{}/{name}", self.queue_dir(queue)),
         })
     }
 
@@ -296,28 +351,32 @@ impl Queue for ZkClient {
 
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
+        let kind = ticket.queue.kind;
         let queue = in_order(
             crate::reads::children(&self.inner, &dir, "list contenders").await?,
-            marker(ticket.queue.kind),
+            kind,
         );
         let name = own.path.rsplit('/').next().unwrap_or_default();
-        match queue.iter().position(|c| c == name) {
-            None => Err(own_gone()),
-            Some(0) => Ok(Position::First { seen_at: 0 }),
-            Some(i) => {
-                let ahead = QueueEntry {
-                    path: format!("{dir}/{}", queue[i - 1]),
-                    token: FencingToken(0),
-                    seen_at: 0,
-                };
-                // Sequence numbers only grow: behind the first, nothing can come between.
-                Ok(if i == 1 {
-                    Position::Next(ahead)
-                } else {
-                    Position::Behind(ahead)
-                })
-            }
-        }
+        let Some(i) = queue.iter().position(|(c, _)| c == name) else {
+            return Err(own_gone());
+        };
+        // The contenders ahead this one waits for (a reader: the writers), nearest last.
+        let mut blocking = queue[..i].iter().filter(|(_, class)| kind.waits_for(*class));
+        let Some((ahead, _)) = blocking.next_back() else {
+            return Ok(Position::First { seen_at: 0 });
+        };
+        let ahead = QueueEntry {
+            path: format!("{dir}/{ahead}"),
+            token: FencingToken(0),
+            seen_at: 0,
+        };
+        // Sequence numbers only grow: once the only contender this one waits for is
+        // gone, nothing made later can come between.
+        Ok(if blocking.next().is_none() {
+            Position::Next(ahead)
+        } else {
+            Position::Behind(ahead)
+        })
     }
 
     async fn wait_gone(&self, entry: &QueueEntry) -> Result<()> {
@@ -413,17 +472,17 @@ impl Queue for ZkClient {
 
     async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {
         let dir = self.queue_dir(queue);
-        Ok(read_head(&self.inner, &dir, marker(queue.kind), false).await?.0)
+        Ok(read_head(&self.inner, &dir, queue.kind, false).await?.0)
     }
 
     async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
         let dir = self.queue_dir(queue);
-        let marker = marker(queue.kind);
+        let kind = queue.kind;
         let inner = self.inner.clone();
         // Read once up front so errors surface to the caller.
-        let (first, watchers) = read_head(&inner, &dir, marker, true).await?;
+        let (first, watchers) = read_head(&inner, &dir, kind, true).await?;
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(follow_head(inner, dir, marker, first, watchers, tx));
+        tokio::spawn(follow_head(inner, dir, kind, first, watchers, tx));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
@@ -433,7 +492,7 @@ impl Queue for ZkClient {
 async fn follow_head(
     inner: std::sync::Arc<Inner>,
     dir: String,
-    marker: &'static str,
+    kind: QueueKind,
     first: Option<LeaderInfo>,
     mut watchers: Vec<zk::OneshotWatcher>,
     tx: mpsc::Sender<Result<HeadEvent>>,
@@ -472,7 +531,7 @@ async fn follow_head(
         }
         // Read again on the current (possibly new) session, waiting out outages.
         let (head, w) = loop {
-            match read_head(&inner, &dir, marker, true).await {
+            match read_head(&inner, &dir, kind, true).await {
                 Ok(x) => break x,
                 // Closed, or refused for good: the stream ends with the error.
                 Err(e) if e.kind() == ErrorKind::Closed || !e.is_retryable() => {
@@ -504,24 +563,82 @@ mod tests {
     use super::*;
 
     #[test]
-    fn curator_names_sort_by_sequence() {
+    fn curator_and_kazoo_names_sort_by_sequence() {
         let names = vec![
             "_c_b-lock-0000000010".to_owned(),
             "_c_a-lock-0000000002".to_owned(),
             "sub".to_owned(),
             "_c_c-latch-0000000001".to_owned(),
             "lock-0000000005".to_owned(),
+            "0f1e2d3c__lock__0000000007".to_owned(),
+            "0f1e2d3d__rlock__0000000003".to_owned(),
         ];
+        let lock: Vec<String> = in_order(names.clone(), QueueKind::Lock)
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
         assert_eq!(
-            in_order(names, "lock-"),
-            ["_c_a-lock-0000000002", "lock-0000000005", "_c_b-lock-0000000010"]
+            lock,
+            [
+                "_c_a-lock-0000000002",
+                "0f1e2d3d__rlock__0000000003",
+                "lock-0000000005",
+                "0f1e2d3c__lock__0000000007",
+                "_c_b-lock-0000000010"
+            ]
         );
-        assert_eq!(sequence("_c_x-lock-", "lock-"), None);
-        assert_eq!(sequence("_c_x-lock-12a", "lock-"), None);
+        assert_eq!(
+            in_order(names, QueueKind::Election),
+            [("_c_c-latch-0000000001".to_owned(), QueueKind::Write)]
+        );
+        assert_eq!(sequence("_c_x-lock-", QueueKind::Lock), None);
+        assert_eq!(sequence("_c_x-lock-12a", QueueKind::Lock), None);
+        assert_eq!(sequence("xlock-12", QueueKind::Lock), None);
     }
 
     #[test]
-    fn a_ticket_locator_splits_into_dir_and_guid() {
+    fn read_write_names_have_classes() {
+        let names = vec![
+            "_c_a-__READ__0000000001".to_owned(),
+            "_c_b-__WRIT__0000000002".to_owned(),
+            "ab__rlock__0000000003".to_owned(),
+            "cd__lock__0000000004".to_owned(),
+            "_c_e-lock-0000000005".to_owned(),
+        ];
+        assert_eq!(
+            in_order(names, QueueKind::Read),
+            [
+                ("_c_a-__READ__0000000001".to_owned(), QueueKind::Read),
+                ("_c_b-__WRIT__0000000002".to_owned(), QueueKind::Write),
+                ("ab__rlock__0000000003".to_owned(), QueueKind::Read),
+                ("cd__lock__0000000004".to_owned(), QueueKind::Write),
+            ]
+        );
+    }
+
+    #[test]
+    fn own_names_follow_the_layout() {
+        let guid = uuid::Uuid::nil();
+        assert_eq!(
+            own_name_prefix(QueueKind::Lock, LockLayout::Curator, guid),
+            "_c_00000000-0000-0000-0000-000000000000-lock-"
+        );
+        assert_eq!(
+            own_name_prefix(QueueKind::Read, LockLayout::Kazoo, guid),
+            "00000000000000000000000000000000__rlock__"
+        );
+        assert_eq!(
+            own_name_prefix(QueueKind::Write, LockLayout::Curator, guid),
+            "_c_00000000-0000-0000-0000-000000000000-__WRIT__"
+        );
+        assert_eq!(
+            own_name_prefix(QueueKind::Election, LockLayout::Kazoo, guid),
+            "_c_00000000-0000-0000-0000-000000000000-latch-"
+        );
+    }
+
+    #[test]
+    fn a_ticket_locator_splits_into_dir_and_name_prefix() {
         let ticket = Ticket {
             queue: QueueId::new(QueueKind::Lock, "a/b"),
             generation: 1,
@@ -530,7 +647,7 @@ mod tests {
         };
         assert_eq!(
             split_locator(&ticket),
-            ("/ns/locks/a/b", "_c_0b8b2c36-6b4c-4a8a-9a57-5b2f4c1c9f10")
+            ("/ns/locks/a/b", "_c_0b8b2c36-6b4c-4a8a-9a57-5b2f4c1c9f10-lock-")
         );
     }
 }

@@ -26,15 +26,27 @@ use crate::error::Result;
 use crate::fencing::FencingToken;
 
 /// The recipe a queue serves. Backends place its queues under [`QueueKind::dir`] and,
-/// where their layout marks entries by recipe, mark them (ZooKeeper: Curator's `-lock-`
-/// and `-latch-`).
+/// where their layout marks entries by recipe, mark them (ZooKeeper: Curator's `-lock-`,
+/// `-latch-`, `__READ__` and `__WRIT__`; etcd: the `read/` and `write/` directories of
+/// Go's `recipes.RWMutex`).
+///
+/// What an entry waits for depends on its kind: a [`QueueKind::Read`] entry only for the
+/// [`QueueKind::Write`] entries ahead of it (readers share), every other kind for any
+/// entry ahead of it in its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QueueKind {
-    /// A lock (Curator `InterProcessMutex`, Go `concurrency.Mutex`).
+    /// A lock (Curator `InterProcessMutex`, kazoo `Lock`, Go `concurrency.Mutex`).
     Lock,
     /// An election (Curator `LeaderLatch`, Go `concurrency.Election`).
     Election,
+    /// A read/write lock's reader (Curator `InterProcessReadWriteLock.readLock()`,
+    /// kazoo `ReadLock`, Go `recipes.RWMutex.RLock`). Shares the directory of
+    /// [`QueueKind::Write`].
+    Read,
+    /// A read/write lock's writer (Curator `InterProcessReadWriteLock.writeLock()`,
+    /// kazoo `Lock` on the same path, Go `recipes.RWMutex.Lock`).
+    Write,
 }
 
 impl QueueKind {
@@ -43,7 +55,14 @@ impl QueueKind {
         match self {
             QueueKind::Lock => "locks",
             QueueKind::Election => "elections",
+            QueueKind::Read | QueueKind::Write => "rwlocks",
         }
+    }
+
+    /// Whether an entry of this kind waits for `ahead`, an entry of kind `ahead` queued
+    /// before it: readers wait only for writers; everything else for everything.
+    pub fn waits_for(self, ahead: QueueKind) -> bool {
+        self != QueueKind::Read || ahead != QueueKind::Read
     }
 }
 
@@ -87,6 +106,12 @@ pub struct Ticket {
     /// `<dir>/_c_<guid>-lock-`, etcd and mem the key itself (`<dir>/<lease hex>`).
     pub locator: String,
 }
+
+/// Which of a client's places in one queue a ticket is for. Exclusive kinds queue a
+/// client's contenders locally and use slot 0 only; a client's readers hold at once,
+/// each in a slot of its own, so backends that name an entry by its session (etcd, mem)
+/// give each slot its own key.
+pub type Slot = u32;
 
 /// An entry of a queue on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,12 +170,13 @@ pub enum HeadEvent {
 /// Requests are counted in the backend's stats like any other.
 #[async_trait]
 pub trait Queue: Send + Sync {
-    /// A ticket for a new entry in `queue`, bound to the current session. No request.
+    /// A ticket for a new entry in `queue`, in this client's place `slot`, bound to the
+    /// current session. No request.
     ///
     /// # Errors
     ///
     /// `SessionLost` when there is no live session (retry on the next one); `Closed`.
-    fn ticket(&self, queue: &QueueId) -> Result<Ticket>;
+    fn ticket(&self, queue: &QueueId, slot: Slot) -> Result<Ticket>;
 
     /// Creates the ticket's entry holding `value`, on the ticket's session only. Retried
     /// or repeated for one ticket, it never makes a second entry: an entry already made

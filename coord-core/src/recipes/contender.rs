@@ -13,8 +13,8 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::hold::{EntryGone, HoldState, HoldWatch};
-use crate::local_queue::{SharedTurn, granted, release_turn};
-use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Ticket};
+use crate::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
+use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Slot, Ticket};
 use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
 
@@ -262,20 +262,30 @@ pub(crate) async fn acquire(
     wait: bool,
 ) -> Result<Option<Grant>> {
     let core = client.core();
-    let local = match queue.kind {
-        QueueKind::Lock => &core.locks,
-        QueueKind::Election => &core.elections,
-    };
-    let turn = if wait {
-        local.turn(&queue.name, core.backend.session()).await
-    } else {
-        match local.try_turn(&queue.name, &core.backend.session()) {
-            Some(t) => t,
-            None => return Ok(None),
+    let session_rx = core.backend.session();
+    let (turn, slot) = match queue.kind {
+        // A client's readers hold at once: each takes the first free slot (never waits
+        // locally), and the server orders them among the writers.
+        QueueKind::Read => free_slot(&core.reads, &queue.name, &session_rx),
+        kind => {
+            let local = match kind {
+                QueueKind::Election => &core.elections,
+                QueueKind::Write => &core.writes,
+                _ => &core.locks,
+            };
+            let turn = if wait {
+                local.turn(&queue.name, session_rx).await
+            } else {
+                match local.try_turn(&queue.name, &session_rx) {
+                    Some(t) => t,
+                    None => return Ok(None),
+                }
+            };
+            (turn, 0)
         }
     };
     let backend = core.backend.clone();
-    let ticket = backend.ticket(&queue)?;
+    let ticket = backend.ticket(&queue, slot)?;
     let generation = ticket.generation;
     let mut session = backend.session();
     // A join that failed for the link's or the cluster's sake (a member down, a leader
@@ -410,6 +420,17 @@ pub(crate) async fn acquire(
         fence,
         hold,
     }))
+}
+
+/// The first of this client's slots at `name` that no reader holds, and its turn.
+fn free_slot(reads: &LocalQueue, name: &str, session: &watch::Receiver<SessionStatus>) -> (Turn, Slot) {
+    let mut slot: Slot = 0;
+    loop {
+        if let Some(turn) = reads.try_turn(&format!("{name}\0{slot}"), session) {
+            return (turn, slot);
+        }
+        slot += 1;
+    }
 }
 
 /// Watches a grant's entry once someone waits on its hold, on a task of its own: its

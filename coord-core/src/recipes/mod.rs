@@ -8,3 +8,4 @@ mod election;
 mod lock;
 pub(crate) mod registration;
 pub(crate) mod removal;
+mod rw_lock;

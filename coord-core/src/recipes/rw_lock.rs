@@ -1,0 +1,87 @@
+//! The read/write lock: readers and writers in one queue of contenders; a reader waits
+//! for the writers ahead of it, a writer for everyone ahead. The same contender algorithm
+//! as the lock ([`acquire`]); the backend's queue applies the kind's waiting rule
+//! ([`QueueKind::waits_for`](crate::raw::QueueKind::waits_for)).
+
+use tracing::Instrument;
+
+use crate::error::Result;
+use crate::lock::LockGuard;
+use crate::raw::{QueueId, QueueKind};
+use crate::recipes::contender::acquire;
+use crate::recipes::lock::no_grant;
+use crate::rw_lock::RwLock;
+
+impl RwLock {
+    /// Waits until this client holds the lock for reading: no writer is queued ahead.
+    ///
+    /// # Errors
+    ///
+    /// `SessionLost` if the session was lost while waiting (call again to queue on the
+    /// new one); `Unavailable`, `Timeout`, `Closed`, `PermissionDenied`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves no contender behind (its entry is removed in
+    /// the background), and the queue behind it moves on.
+    pub async fn read(&self) -> Result<LockGuard> {
+        self.acquire(QueueKind::Read, true, "read")
+            .await?
+            .ok_or_else(|| no_grant("read"))
+    }
+
+    /// Waits until this client holds the lock for writing: nobody is queued ahead.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::read`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read`].
+    pub async fn write(&self) -> Result<LockGuard> {
+        self.acquire(QueueKind::Write, true, "write")
+            .await?
+            .ok_or_else(|| no_grant("write"))
+    }
+
+    /// Takes the lock for reading if no writer holds it or is queued; `None` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::read`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read`].
+    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
+        self.acquire(QueueKind::Read, false, "try_read").await
+    }
+
+    /// Takes the lock for writing if nobody holds it or is queued; `None` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::read`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RwLock::read`].
+    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
+        self.acquire(QueueKind::Write, false, "try_write").await
+    }
+
+    async fn acquire(&self, kind: QueueKind, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {
+        let span = tracing::debug_span!("coord.rw_lock", backend = self.client.kind(), name = %self.name, op);
+        let grant = acquire(
+            &self.client,
+            QueueId::new(kind, self.name.clone()),
+            Vec::new(),
+            wait,
+        )
+        .instrument(span)
+        .await
+        .map_err(|e| e.with_operation(op))?;
+        Ok(grant.map(|g| LockGuard::new(self.name.clone(), g)))
+    }
+}
