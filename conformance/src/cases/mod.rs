@@ -11,6 +11,7 @@ pub mod fencing;
 pub mod input;
 pub mod lock;
 pub mod registry;
+pub mod rw_lock;
 pub mod secrets;
 pub mod server;
 pub mod session;
@@ -181,6 +182,15 @@ pub fn all() -> Vec<Case> {
             lock::late_release_never_removes_a_newer_contender,
             LINKS_AND_OPERATOR
         ),
+        case!(rw_lock::readers_share_writer_waits),
+        case!(rw_lock::queued_writer_blocks_later_readers),
+        case!(rw_lock::readers_of_one_client_share),
+        case!(rw_lock::writers_exclude_under_contention),
+        case!(rw_lock::crashed_writer_passes_on, CRASH),
+        case!(rw_lock::killed_reader_passes_on, KILL),
+        case!(rw_lock::dropped_write_future_leaves_no_contender),
+        case!(rw_lock::reader_watches_only_the_nearest_writer),
+        case!(rw_lock::independent_of_the_plain_lock),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),
