@@ -11,6 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, RealServer};
 
+#[path = "conformance/interop.rs"]
+mod interop;
 #[path = "conformance/security.rs"]
 mod security;
 use coord_core::{Client, Error, ErrorKind, Result};
@@ -292,6 +294,21 @@ fn main() {
             name: "zk::curator_lock_nodes_exclude",
             needs: Needs::NONE,
             run: |ctx| Box::pin(curator_lock_nodes_exclude(ctx)),
+        },
+        Case {
+            name: "zk::curator_rw_lock_nodes_exclude",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(interop::curator_rw_lock_nodes_exclude(ctx)),
+        },
+        Case {
+            name: "zk::kazoo_lock_nodes_exclude",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(interop::kazoo_lock_nodes_exclude(ctx)),
+        },
+        Case {
+            name: "zk::kazoo_rw_lock_nodes_exclude",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(interop::kazoo_rw_lock_nodes_exclude(ctx)),
         },
         Case {
             name: "zk::failed_reread_is_retried",
