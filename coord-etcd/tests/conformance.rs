@@ -9,6 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, RealServer};
 
+#[path = "conformance/interop.rs"]
+mod interop;
 #[path = "conformance/security.rs"]
 mod security;
 use coord_core::{Client, Error, ErrorKind, Result};
@@ -293,6 +295,11 @@ fn main() {
             name: "etcd::etcdctl_lock_excludes",
             needs: Needs::NONE,
             run: |ctx| Box::pin(etcdctl_lock_excludes(ctx)),
+        },
+        Case {
+            name: "etcd::go_rwmutex_keys_exclude",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(interop::go_rwmutex_keys_exclude(ctx)),
         },
         Case {
             name: "etcd::compaction_under_watch_resyncs",
