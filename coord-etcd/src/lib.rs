@@ -51,8 +51,9 @@
 //!
 //! | primitive | keys |
 //! |---|---|
-//! | lock | `<ns>/locks/<name>/<lease id hex>` — Go's `concurrency.Mutex` layout: `etcdctl lock <ns>/locks/<name>` and coord exclude each other |
+//! | lock | `<ns>/locks/<name>/<lease id hex>` (`-<n>` appended after a removal that may land late) — Go's `concurrency.Mutex` layout: `etcdctl lock <ns>/locks/<name>` and coord exclude each other |
 //! | election | `<ns>/elections/<name>/<lease id hex>` holding the leader value (`concurrency.Election`) |
+//! | read/write lock | `<ns>/rwlocks/<name>/read/<lease id hex>[.<slot>]` and `…/write/<lease id hex>` — Go's `recipes.RWMutex` layout: `recipes.NewRWMutex(s, "<ns>/rwlocks/<name>")` and coord exclude each other. A reader waits for the newest `write/` key created before its own, a writer for the newest key of either class; a client's readers beyond the first hold at once with `.<slot>` keys |
 //! | registry | `<ns>/services/<service>/<id>` under the lease, JSON instance |
 //! | config | `<ns>/config/<key>` (persistent) |
 //!

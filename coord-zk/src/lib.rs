@@ -14,6 +14,7 @@
 //! | `tls_ca` | — (required for `zk+tls://`) | PEM file of the CA certificates that sign the servers' certificates |
 //! | `tls_cert`, `tls_key` | — | PEM certificate and key of this client, for mutual TLS |
 //! | `acl` | `creator-read-all` with credentials, `open` without | the ACL of every znode coord creates: `creator-read-all`, `creator` or `open` ([`ZkAcl`]) |
+//! | `lock_layout` | `curator` | the names of the lock and read/write lock contenders coord creates: `curator` or `kazoo` ([`LockLayout`]) |
 //!
 //! Unknown keys are errors.
 //!
@@ -63,6 +64,14 @@
 //! |---|---|
 //! | lock | `locks/<name>/_c_<guid>-lock-<seq>` (ephemeral sequential; Curator `InterProcessMutex` on `/<namespace>/locks/<name>` excludes coord and vice versa) |
 //! | election | `elections/<name>/_c_<guid>-latch-<seq>` holding the leader value (Curator `LeaderLatch` layout) |
+//! | read/write lock | `rwlocks/<name>/_c_<guid>-__READ__<seq>` and `…-__WRIT__<seq>` (Curator `InterProcessReadWriteLock` on `/<namespace>/rwlocks/<name>`); a reader waits for the nearest writer ahead, a writer for the contender right ahead |
+//! | with `lock_layout=kazoo` | `locks/<name>/<guid>__lock__<seq>`, `rwlocks/<name>/<guid>__rlock__<seq>` and `…__lock__<seq>` (kazoo's `Lock` and `ReadLock`) |
+//!
+//! coord recognises the contenders of both layouts (Curator's `lock-`, `__READ__`,
+//! `__WRIT__`, kazoo's `__lock__`, `__rlock__`) on a lock path and waits for them, so it
+//! excludes both libraries whichever names it creates. Each library recognises only its
+//! own names: Curator does not see kazoo's contenders or kazoo Curator's, so pick the
+//! layout of the library coord shares a path with.
 //! | registry | `services/<service>/<id>` (ephemeral, JSON instance) |
 //! | config | `config/<key with '/' written as ':'>` (persistent; one flat directory) |
 //!

@@ -85,7 +85,7 @@ fn sequence(name: &str, kind: QueueKind) -> Option<(u64, QueueKind)> {
         let (before, seq) = name.rsplit_once(marker)?;
         // Curator's plain markers follow a `-` (or start the name); kazoo's `__…__`
         // markers follow its guid directly.
-        if !marker.starts_with("__") && !(before.is_empty() || before.ends_with('-')) {
+        if !(marker.starts_with("__") || before.is_empty() || before.ends_with('-')) {
             return None;
         }
         if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
