@@ -59,6 +59,10 @@ pub(crate) struct ClientCore {
     /// This client's read/write lock readers per name and slot (readers hold at once,
     /// each in a slot of its own).
     pub(crate) reads: LocalQueue,
+    /// This client's acquirers per semaphore name, queued locally for its internal lock.
+    pub(crate) semaphores: LocalQueue,
+    /// This client's semaphore leases per name and slot (a client may hold several).
+    pub(crate) leases: LocalQueue,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Where to end the session when the last handle is dropped outside the runtime.
@@ -98,6 +102,8 @@ impl Client {
                 elections: LocalQueue::default(),
                 writes: LocalQueue::default(),
                 reads: LocalQueue::default(),
+                semaphores: LocalQueue::default(),
+                leases: LocalQueue::default(),
                 wakeups: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),

@@ -150,6 +150,64 @@ async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
     Ok((header_rev(resp.header()), resp.kvs().first().and_then(Kv::from)))
 }
 
+impl EtcdClient {
+    /// Where lease `own` stands among the leases of `dir` (one read of them all: a
+    /// semaphore has at most its permits and one acquirer's lease).
+    async fn lease_position(&self, dir: &str, own: &QueueEntry, permits: u32) -> Result<Position> {
+        let d = format!("{dir}/");
+        let resp = self
+            .inner
+            .call(
+                Counter::Read,
+                "read leases",
+                false,
+                move |mut c: etcd::KvClient| {
+                    let d = d.clone();
+                    async move {
+                        c.get(
+                            d,
+                            Some(
+                                etcd::GetOptions::new()
+                                    .with_prefix()
+                                    .with_keys_only()
+                                    .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Ascend),
+                            ),
+                        )
+                        .await
+                    }
+                },
+            )
+            .await?;
+        let seen_at = header_rev(resp.header()) as u64;
+        let leases: Vec<Kv> = resp
+            .kvs()
+            .iter()
+            .filter_map(Kv::from)
+            .filter(|kv| is_contender(dir, &kv.key))
+            .collect();
+        if !leases
+            .iter()
+            .any(|kv| kv.key == own.path && kv.create_rev as u64 == own.token.get())
+        {
+            return Err(own_gone());
+        }
+        let ahead: Vec<QueueEntry> = leases
+            .iter()
+            .filter(|kv| (kv.create_rev as u64) < own.token.get())
+            .map(|kv| QueueEntry {
+                path: kv.key.clone(),
+                token: FencingToken(kv.create_rev as u64),
+                seen_at,
+            })
+            .collect();
+        Ok(if ahead.len() < permits as usize {
+            Position::First { seen_at }
+        } else {
+            Position::Among(ahead)
+        })
+    }
+}
+
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
@@ -251,6 +309,8 @@ impl Queue for EtcdClient {
             .filter(|kv| kv.lease == ticket.session_id)
             .ok_or_else(own_gone)?;
         let position = match ahead {
+            // A lease's place depends on how many are ahead: read next.
+            _ if matches!(kind, QueueKind::Lease { .. }) => None,
             Some(None) => Some(Position::First {
                 seen_at: seen_at as u64,
             }),
@@ -274,6 +334,9 @@ impl Queue for EtcdClient {
         let dir = self.queue_dir(&ticket.queue);
         let kind = ticket.queue.kind;
         let own_rev = own.token.get() as i64;
+        if let QueueKind::Lease { permits } = kind {
+            return self.lease_position(&dir, own, permits).await;
+        }
         // Keys older than `below` that are not this queue's contenders are read past.
         let mut below = own_rev;
         loop {

@@ -68,21 +68,23 @@ fn position_in(state: &State, dir: &str, kind: QueueKind, own_rev: u64) -> Posit
         .collect();
     ahead.sort_by_key(|(_, d)| d.create_rev);
     let seen_at = state.revision();
+    let entry = |(key, d): (&String, &KeyData)| QueueEntry {
+        path: key.clone(),
+        token: FencingToken(d.create_rev),
+        seen_at,
+    };
+    if let QueueKind::Lease { permits } = kind {
+        return if ahead.len() < permits as usize {
+            Position::First { seen_at }
+        } else {
+            Position::Among(ahead.into_iter().map(entry).collect())
+        };
+    }
     let first = ahead.len() == 1;
     match ahead.pop() {
         None => Position::First { seen_at },
-        Some((key, d)) => {
-            let entry = QueueEntry {
-                path: key.clone(),
-                token: FencingToken(d.create_rev),
-                seen_at,
-            };
-            if first {
-                Position::Next(entry)
-            } else {
-                Position::Behind(entry)
-            }
-        }
+        Some(nearest) if first => Position::Next(entry(nearest)),
+        Some(nearest) => Position::Behind(entry(nearest)),
     }
 }
 

@@ -30,12 +30,15 @@ use crate::session::Inner;
 const DIR_ATTEMPTS: usize = 5;
 
 /// The marker in the names of the contenders coord creates for `kind` in `layout`:
-/// Curator's `InterProcessMutex` (`lock-`), `LeaderLatch` (`latch-`) and
-/// `InterProcessReadWriteLock` (`__READ__`, `__WRIT__`); kazoo's `Lock` (`__lock__`) and
-/// `ReadLock` (`__rlock__`). Elections have no kazoo layout.
+/// Curator's `InterProcessMutex` (`lock-`), `LeaderLatch` (`latch-`),
+/// `InterProcessReadWriteLock` (`__READ__`, `__WRIT__`) and `InterProcessSemaphoreV2`
+/// (`lock-` in its `locks`, `lease-` in its `leases`); kazoo's `Lock` (`__lock__`) and
+/// `ReadLock` (`__rlock__`). Elections and semaphores have no kazoo layout here.
 fn own_marker(kind: QueueKind, layout: LockLayout) -> &'static str {
     match (kind, layout) {
         (QueueKind::Election, _) => "latch-",
+        (QueueKind::Lease { .. }, _) => "lease-",
+        (QueueKind::SemaphoreLock, _) => "lock-",
         (QueueKind::Read, LockLayout::Curator) => "__READ__",
         (QueueKind::Write, LockLayout::Curator) => "__WRIT__",
         (QueueKind::Read, LockLayout::Kazoo) => "__rlock__",
@@ -49,7 +52,7 @@ fn own_marker(kind: QueueKind, layout: LockLayout) -> &'static str {
 /// the guid finds the node again after a create of unknown outcome.
 fn own_name_prefix(kind: QueueKind, layout: LockLayout, guid: uuid::Uuid) -> String {
     match layout {
-        LockLayout::Kazoo if kind != QueueKind::Election => {
+        LockLayout::Kazoo if matches!(kind, QueueKind::Lock | QueueKind::Read | QueueKind::Write) => {
             format!("{}{}", guid.simple(), own_marker(kind, layout))
         }
         _ => format!("_c_{guid}-{}", own_marker(kind, layout)),
@@ -62,6 +65,8 @@ fn own_name_prefix(kind: QueueKind, layout: LockLayout, guid: uuid::Uuid) -> Str
 fn markers(kind: QueueKind) -> &'static [(&'static str, QueueKind)] {
     match kind {
         QueueKind::Election => &[("latch-", QueueKind::Write)],
+        QueueKind::Lease { .. } => &[("lease-", QueueKind::Write)],
+        QueueKind::SemaphoreLock => &[("lock-", QueueKind::Write)],
         QueueKind::Read | QueueKind::Write => &[
             ("__READ__", QueueKind::Read),
             ("__rlock__", QueueKind::Read),
@@ -132,6 +137,13 @@ impl ZkClient {
     /// `InterProcessReadWriteLock` path, or kazoo's `ReadLock`/`Lock` path).
     pub fn rw_lock_path(&self, name: &str) -> String {
         self.queue_dir(&QueueId::new(QueueKind::Write, name))
+    }
+
+    /// The znode of a semaphore (Curator's `InterProcessSemaphoreV2` path: its internal
+    /// lock's contenders under `locks`, its leases under `leases`).
+    pub fn semaphore_path(&self, name: &str) -> String {
+        self.inner
+            .path(&format!("{}/{name}", QueueKind::SemaphoreLock.dir()))
     }
 
     fn queue_dir(&self, queue: &QueueId) -> String {
@@ -360,16 +372,24 @@ impl Queue for ZkClient {
         let Some(i) = queue.iter().position(|(c, _)| c == name) else {
             return Err(own_gone());
         };
+        let entry = |name: &str| QueueEntry {
+            path: format!("{dir}/{name}"),
+            token: FencingToken(0),
+            seen_at: 0,
+        };
+        if let QueueKind::Lease { permits } = kind {
+            return Ok(if i < permits as usize {
+                Position::First { seen_at: 0 }
+            } else {
+                Position::Among(queue[..i].iter().map(|(c, _)| entry(c)).collect())
+            });
+        }
         // The contenders ahead this one waits for (a reader: the writers), nearest last.
         let mut blocking = queue[..i].iter().filter(|(_, class)| kind.waits_for(*class));
         let Some((ahead, _)) = blocking.next_back() else {
             return Ok(Position::First { seen_at: 0 });
         };
-        let ahead = QueueEntry {
-            path: format!("{dir}/{ahead}"),
-            token: FencingToken(0),
-            seen_at: 0,
-        };
+        let ahead = entry(ahead);
         // Sequence numbers only grow: once the only contender this one waits for is
         // gone, nothing made later can come between.
         Ok(if blocking.next().is_none() {

@@ -311,6 +311,11 @@ fn main() {
             run: |ctx| Box::pin(interop::kazoo_rw_lock_nodes_exclude(ctx)),
         },
         Case {
+            name: "zk::curator_semaphore_nodes_share_leases",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(interop::curator_semaphore_nodes_share_leases(ctx)),
+        },
+        Case {
             name: "zk::failed_reread_is_retried",
             needs: Needs::NONE,
             run: |ctx| Box::pin(failed_reread_is_retried(ctx)),

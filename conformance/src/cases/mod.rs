@@ -13,6 +13,7 @@ pub mod lock;
 pub mod registry;
 pub mod rw_lock;
 pub mod secrets;
+pub mod semaphore;
 pub mod server;
 pub mod session;
 pub mod spans;
@@ -191,6 +192,14 @@ pub fn all() -> Vec<Case> {
         case!(rw_lock::dropped_write_future_leaves_no_contender),
         case!(rw_lock::reader_watches_only_the_nearest_writer),
         case!(rw_lock::independent_of_the_plain_lock),
+        case!(semaphore::at_most_permits_hold),
+        case!(semaphore::one_client_holds_several),
+        case!(semaphore::never_more_than_permits_under_contention),
+        case!(semaphore::fifo_and_herd_free),
+        case!(semaphore::crashed_holder_returns_its_lease, CRASH),
+        case!(semaphore::killed_holder_reports_lost, KILL),
+        case!(semaphore::dropped_acquire_leaves_nothing),
+        case!(semaphore::permit_count_mismatch_is_an_error),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

@@ -47,15 +47,27 @@ pub enum QueueKind {
     /// A read/write lock's writer (Curator `InterProcessReadWriteLock.writeLock()`,
     /// kazoo `Lock` on the same path, Go `recipes.RWMutex.Lock`).
     Write,
+    /// A semaphore's internal lock, held only while acquiring a lease (Curator
+    /// `InterProcessSemaphoreV2`'s `locks` mutex): one acquirer at a time watches the
+    /// leases.
+    SemaphoreLock,
+    /// A semaphore's lease (Curator `InterProcessSemaphoreV2`'s `leases`): held while
+    /// fewer than `permits` leases are ahead of it; otherwise it waits for any of them
+    /// to go ([`Position::Among`]).
+    Lease {
+        /// How many leases hold at once.
+        permits: u32,
+    },
 }
 
 impl QueueKind {
-    /// The directory of this kind's queues under the namespace.
+    /// The first segment of this kind's queue directories under the namespace.
     pub fn dir(self) -> &'static str {
         match self {
             QueueKind::Lock => "locks",
             QueueKind::Election => "elections",
             QueueKind::Read | QueueKind::Write => "rwlocks",
+            QueueKind::SemaphoreLock | QueueKind::Lease { .. } => "semaphores",
         }
     }
 
@@ -84,9 +96,14 @@ impl QueueId {
         }
     }
 
-    /// The queue's directory relative to the namespace: `locks/<name>`.
+    /// The queue's directory relative to the namespace: `locks/<name>`; a semaphore's
+    /// `semaphores/<name>/locks` and `semaphores/<name>/leases` (Curator's layout).
     pub fn rel_dir(&self) -> String {
-        format!("{}/{}", self.kind.dir(), self.name)
+        match self.kind {
+            QueueKind::SemaphoreLock => format!("{}/{}/locks", self.kind.dir(), self.name),
+            QueueKind::Lease { .. } => format!("{}/{}/leases", self.kind.dir(), self.name),
+            _ => format!("{}/{}", self.kind.dir(), self.name),
+        }
     }
 }
 
@@ -142,6 +159,9 @@ pub enum Position {
     /// entry made later queues behind it), with no read to confirm it — the hand-over's
     /// round trip saved. A backend that cannot tell says [`Position::Behind`].
     Next(QueueEntry),
+    /// A [`QueueKind::Lease`] with `permits` or more leases ahead, these: once any of
+    /// them is gone, read again.
+    Among(Vec<QueueEntry>),
 }
 
 /// What [`Queue::join`] returns.

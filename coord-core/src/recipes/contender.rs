@@ -264,13 +264,15 @@ pub(crate) async fn acquire(
     let core = client.core();
     let session_rx = core.backend.session();
     let (turn, slot) = match queue.kind {
-        // A client's readers hold at once: each takes the first free slot (never waits
-        // locally), and the server orders them among the writers.
+        // A client's readers (and leases) hold at once: each takes the first free slot
+        // (never waits locally), and the server orders them.
         QueueKind::Read => free_slot(&core.reads, &queue.name, &session_rx),
+        QueueKind::Lease { .. } => free_slot(&core.leases, &queue.name, &session_rx),
         kind => {
             let local = match kind {
                 QueueKind::Election => &core.elections,
                 QueueKind::Write => &core.writes,
+                QueueKind::SemaphoreLock => &core.semaphores,
                 _ => &core.locks,
             };
             let turn = if wait {
@@ -377,10 +379,29 @@ pub(crate) async fn acquire(
                 own.seen_at = seen_at;
                 break;
             }
-            Position::Behind(_) | Position::Next(_) if !wait => {
+            Position::Behind(_) | Position::Next(_) | Position::Among(_) if !wait => {
                 // Not waiting: one removal attempt now, the rest in the background.
                 contender.leave_soon().await?;
                 return Ok(None);
+            }
+            // Nothing to wait for is never a place to wait (a backend never says it): read
+            // again.
+            Position::Among(ahead) if ahead.is_empty() => backoff.wait().await,
+            Position::Among(ahead) => {
+                // Any of them gone: read again (the backend counts what is left).
+                let any_gone =
+                    futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
+                match in_session(&mut session, generation, async { any_gone.await.map(drop) }).await {
+                    Ok(()) => {
+                        core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(e) if transient(&e) => {
+                        tracing::debug!(error = %e, "coord.queue_wait_retry");
+                        reconnected(&mut session, generation).await?;
+                        backoff.wait().await;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Position::Behind(ahead) | Position::Next(ahead) => {
                 match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {

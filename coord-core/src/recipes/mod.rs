@@ -9,3 +9,4 @@ mod lock;
 pub(crate) mod registration;
 pub(crate) mod removal;
 mod rw_lock;
+mod semaphore;

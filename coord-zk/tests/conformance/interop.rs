@@ -245,3 +245,71 @@ pub async fn kazoo_rw_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
     w.release().await?;
     Ok(())
 }
+
+/// Curator's `InterProcessSemaphoreV2` nodes and coord's semaphore share the leases both
+/// ways: Curator leases (`leases/_c_<guid>-lease-<seq>`) count against coord's permits, a
+/// Curator acquirer holding the internal lock (`locks/_c_<guid>-lock-<seq>`) keeps coord
+/// out, and by Curator's rule (at most `maxLeases` children of `leases`) a Curator
+/// acquirer waits while coord holds every permit.
+pub async fn curator_semaphore_nodes_share_leases(ctx: Ctx) -> CaseResult {
+    let client = ctx.client().await?;
+    let path = zk(&client)?.semaphore_path("pool");
+    let (leases, locks) = (format!("{path}/leases"), format!("{path}/locks"));
+    let (raw, opts) = raw(&leases).await?;
+    raw.mkdir(
+        &locks,
+        &zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all()),
+    )
+    .await?;
+    let sem = client.semaphore("pool", 2)?;
+    let curator =
+        |dir: &str, marker: &str, n: u32| format!("{dir}/_c_6b1c1f0e-5a4f-4c1e-9a9e-1d2a3b4c5d6{n}-{marker}");
+
+    // Two Curator leases hold both permits: coord waits until one goes.
+    let mut held = Vec::new();
+    for n in 0..2 {
+        let (_, s) = raw
+            .create(&curator(&leases, "lease-", n), b"10.0.0.1", &opts)
+            .await?;
+        held.push(format!("{}{s}", curator(&leases, "lease-", n)));
+    }
+    ensure!(
+        sem.try_acquire().await?.is_none(),
+        "coord took a third lease of two"
+    );
+    let s = sem.clone();
+    let waiter = tokio::spawn(async move { s.acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(!waiter.is_finished(), "coord did not wait for Curator's leases");
+    raw.delete(&held[0], None).await?;
+    let lease = tokio::time::timeout(QUICK, waiter)
+        .await
+        .context("coord never got the freed lease")???;
+
+    // coord and Curator hold both permits: by Curator's rule its next acquirer waits.
+    let (_, s) = raw
+        .create(&curator(&leases, "lease-", 2), b"10.0.0.1", &opts)
+        .await?;
+    let children = raw.list_children(&leases).await?;
+    ensure!(
+        children.len() > 2,
+        "Curator's rule would grant a third lease of two: {children:?}"
+    );
+    raw.delete(&format!("{}{s}", curator(&leases, "lease-", 2)), None)
+        .await?;
+    lease.release().await?;
+
+    // A Curator acquirer holds the internal lock: coord stays out though a permit is free.
+    let (_, s) = raw.create(&curator(&locks, "lock-", 3), b"", &opts).await?;
+    ensure!(
+        sem.try_acquire().await?.is_none(),
+        "coord acquired while a Curator acquirer holds the internal lock"
+    );
+    raw.delete(&format!("{}{s}", curator(&locks, "lock-", 3)), None)
+        .await?;
+    let _lease = tokio::time::timeout(QUICK, sem.acquire())
+        .await
+        .context("coord never acquired once the internal lock was free")??;
+    raw.delete(&held[1], None).await?;
+    Ok(())
+}

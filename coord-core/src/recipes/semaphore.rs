@@ -1,0 +1,106 @@
+//! The counting semaphore, Curator's `InterProcessSemaphoreV2` algorithm over the
+//! contender queue: take the semaphore's internal lock (FIFO, herd-free), join the leases
+//! and wait until fewer than `permits` leases are ahead — watching them, as the only
+//! acquirer that does — then give the internal lock up.
+
+use tracing::Instrument;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::lock::LockGuard;
+use crate::raw::{QueueId, QueueKind};
+use crate::recipes::contender::acquire;
+use crate::recipes::lock::no_grant;
+use crate::semaphore::Semaphore;
+
+impl Semaphore {
+    /// Waits until this client holds a lease: fewer than `permits` others are held.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` if leases made with another permit count are held;
+    /// `SessionLost` if the session was lost while waiting (call again to queue on the
+    /// new one); `Unavailable`, `Timeout`, `Closed`, `PermissionDenied`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future leaves neither a lease nor a place on the internal
+    /// lock behind (removed in the background), and the acquirers behind it move on.
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        self.take(true, "acquire")
+            .await?
+            .ok_or_else(|| no_grant("acquire"))
+    }
+
+    /// Takes a lease if one is free now; `None` when every permit is held or another
+    /// acquirer is at the front (which waits only while every permit is held).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.take(false, "try_acquire").await
+    }
+
+    async fn take(&self, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {
+        let span = tracing::debug_span!(
+            "coord.semaphore",
+            backend = self.client.kind(),
+            name = %self.name,
+            permits = self.permits,
+            op
+        );
+        self.take_inner(wait)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation(op))
+    }
+
+    async fn take_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
+        let gate = QueueId::new(QueueKind::SemaphoreLock, self.name.clone());
+        let leases = QueueId::new(
+            QueueKind::Lease {
+                permits: self.permits,
+            },
+            self.name.clone(),
+        );
+        let Some(gate) = acquire(&self.client, gate, Vec::new(), wait).await? else {
+            return Ok(None);
+        };
+        let gate = LockGuard::new(self.name.clone(), gate);
+        // Leases are made only under the internal lock, so the oldest lease coord made
+        // holds the count every held lease of coord's agrees on.
+        if let Some(oldest) = self.client.backend().head(&leases).await? {
+            if let Some(stored) = std::str::from_utf8(&oldest.value)
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+            {
+                if stored != self.permits {
+                    release_gate(gate).await;
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "semaphore {:?} is held with {stored} permits, not {}: every client must use the same count \
+                             (it can change once no lease is held)",
+                            self.name, self.permits
+                        ),
+                    ));
+                }
+            }
+        }
+        let lease = acquire(&self.client, leases, self.permits.to_string().into_bytes(), wait).await;
+        release_gate(gate).await;
+        Ok(lease?.map(|g| LockGuard::new(self.name.clone(), g)))
+    }
+}
+
+/// Gives the internal lock up; a removal the server refuses is logged (the entry goes
+/// with the session, as any contender's).
+async fn release_gate(gate: LockGuard) {
+    if let Err(e) = gate.release().await {
+        tracing::warn!(error = %e, "coord.semaphore_gate_release_refused");
+    }
+}
