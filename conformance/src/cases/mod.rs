@@ -6,6 +6,7 @@
 pub mod access;
 pub mod cluster;
 pub mod config;
+pub mod counter;
 pub mod election;
 pub mod fencing;
 pub mod input;
@@ -200,6 +201,11 @@ pub fn all() -> Vec<Case> {
         case!(semaphore::killed_holder_reports_lost, KILL),
         case!(semaphore::dropped_acquire_leaves_nothing),
         case!(semaphore::permit_count_mismatch_is_an_error),
+        case!(counter::adds_are_atomic_under_contention),
+        case!(counter::get_set_add),
+        case!(counter::watch_follows_the_value),
+        case!(counter::fenced_writes_refused_after_release),
+        case!(counter::non_counter_values_are_errors),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

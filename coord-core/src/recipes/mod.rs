@@ -4,6 +4,7 @@
 //! re-register on every session, deregister), so a fix to any of them is one change.
 
 pub(crate) mod contender;
+mod counter;
 mod election;
 mod lock;
 pub(crate) mod registration;
