@@ -41,10 +41,11 @@ use tracing::Instrument;
 
 pub use coord_core::{
     Capabilities, Check, Client, ConfigEvent, ConfigStore, Election, Entry, Error, ErrorKind, Fence,
-    FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, Leadership, Lock, LockGuard, MAX_NAME_LEN,
-    MAX_PERMITS, MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult, Registration, RegistrationState,
-    Registry, RegistryEvent, Result, RwLock, Semaphore, ServiceInstance, SessionState, SessionStatus,
-    SharedCounter, Stats, Txn, Version, Versioned, validate_name,
+    FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, LeaderSelector, Leadership, Leading, Lock,
+    LockGuard, MAX_NAME_LEN, MAX_PERMITS, MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult,
+    Registration, RegistrationState, Registry, RegistryEvent, Result, RwLock, SelectorState, Semaphore,
+    ServiceInstance, SessionState, SessionStatus, SharedCounter, Stats, Txn, Version, Versioned,
+    validate_name,
 };
 pub use options::{Options, connect_with};
 

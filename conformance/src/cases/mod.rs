@@ -14,6 +14,7 @@ pub mod lock;
 pub mod registry;
 pub mod rw_lock;
 pub mod secrets;
+pub mod selector;
 pub mod semaphore;
 pub mod server;
 pub mod session;
@@ -206,6 +207,9 @@ pub fn all() -> Vec<Case> {
         case!(counter::watch_follows_the_value),
         case!(counter::fenced_writes_refused_after_release),
         case!(counter::non_counter_values_are_errors),
+        case!(selector::work_that_returns_hands_over),
+        case!(selector::lost_term_cancels_work_and_requeues, KILL),
+        case!(selector::stop_and_drop_resign),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

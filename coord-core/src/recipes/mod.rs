@@ -6,6 +6,7 @@
 pub(crate) mod contender;
 mod counter;
 mod election;
+mod leader_selector;
 mod lock;
 pub(crate) mod registration;
 pub(crate) mod removal;

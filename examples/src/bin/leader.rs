@@ -1,5 +1,6 @@
-//! A worker that campaigns for leadership, does leader-only work with fenced writes while
-//! it leads, steps down cleanly on Ctrl-C, and prints every leadership change it sees.
+//! A worker that leads with a leader selector (`client.lead`): it campaigns, does
+//! leader-only work with fenced writes while it leads, campaigns again after losing the
+//! lead, steps down cleanly on Ctrl-C, and prints every leadership change it sees.
 //! Run two or three in separate terminals and kill one; another takes over with a larger
 //! token.
 //!
@@ -19,7 +20,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use coord::LeaderEvent;
 use coord::prelude::*;
-use coord::{ErrorKind, Txn};
+use coord::Txn;
 use futures::StreamExt;
 
 #[derive(Parser)]
@@ -35,49 +36,44 @@ struct Args {
 
 const ELECTION: &str = "demo-leader";
 
-/// Campaigns, works while leading (fenced writes), and resigns when `stop` resolves.
+/// Leads with a leader selector — campaign, work while leading (fenced writes), campaign
+/// again after a loss — and resigns when `stop` resolves.
 async fn run(client: coord::Client, name: String, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
-    tokio::pin!(stop);
-    loop {
-        let leadership = tokio::select! {
-            _ = &mut stop => return Ok(()),
-            r = client.campaign(ELECTION, name.clone().into_bytes()) => match r {
-                Ok(l) => l,
-                Err(e) if e.is_retryable() => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+    let worker = client.clone();
+    let who = name.clone();
+    let selector = client.lead(ELECTION, name.clone().into_bytes(), move |leading| {
+        let (client, name) = (worker.clone(), who.clone());
+        async move {
+            println!("{name}: I lead (token {})", leading.token());
+            let mut beat = 0u64;
+            loop {
+                beat += 1;
+                // Leader-only work: lands only while this term holds.
+                let write = Txn::new().fenced_by(leading.fence()).put(
+                    "demo-leader/state",
+                    format!("{name} beat {beat} token {}", leading.token()),
+                );
+                tokio::select! {
+                    _ = leading.lost() => {
+                        println!("{name}: leadership lost");
+                        return;
+                    }
+                    r = client.commit(write) => if let Err(e) = r {
+                        println!("{name}: leader write refused ({}), stepping down", e.kind());
+                        return;
+                    },
                 }
-                Err(e) if e.kind() == ErrorKind::Closed => return Ok(()),
-                Err(e) => return Err(e.into()),
-            },
-        };
-        println!("{name}: I lead (token {})", leadership.token());
-        let mut beat = 0u64;
-        loop {
-            beat += 1;
-            // Leader-only work: lands only while this leadership holds.
-            let write = Txn::new().fenced_by(leadership.fence()).put(
-                "demo-leader/state",
-                format!("{name} beat {beat} token {}", leadership.token()),
-            );
-            tokio::select! {
-                _ = &mut stop => {
-                    leadership.resign().await?;
-                    println!("{name}: resigned");
-                    return Ok(());
-                }
-                _ = leadership.lost() => {
-                    println!("{name}: leadership lost");
-                    break;
-                }
-                r = client.commit(write) => if let Err(e) = r {
-                    println!("{name}: leader write refused ({}), stepping down", e.kind());
-                    break;
-                },
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    })?;
+    stop.await;
+    let led = selector.is_leader();
+    selector.stop().await?;
+    if led {
+        println!("{name}: resigned");
     }
+    Ok(())
 }
 
 /// Prints every leadership change of the election.

@@ -1,0 +1,151 @@
+//! Leader selector cases: leads and re-queues, hands over when the work returns, cancels
+//! the work on loss and campaigns again, stops (and drops) cleanly.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::ensure;
+use coord_core::{Client, Election, FencingToken, LeaderSelector, SelectorState};
+use tokio::sync::mpsc;
+
+use crate::harness::{CaseResult, Ctx};
+use crate::util::{eventually, within};
+
+const QUICK: Duration = Duration::from_secs(10);
+
+/// A selector whose work reports each term's token on `terms` and then runs until the
+/// term ends; `dropped` is set when a term's work is dropped.
+fn lead_forever(
+    client: &Client,
+    who: &'static str,
+    terms: mpsc::UnboundedSender<(&'static str, FencingToken)>,
+    dropped: Arc<AtomicBool>,
+) -> anyhow::Result<LeaderSelector> {
+    struct OnDrop(Arc<AtomicBool>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    Ok(client.lead("svc", who.as_bytes().to_vec(), move |leading| {
+        let (terms, dropped) = (terms.clone(), dropped.clone());
+        async move {
+            let _flag = OnDrop(dropped);
+            let _ = terms.send((who, leading.token()));
+            std::future::pending::<()>().await;
+        }
+    })?)
+}
+
+/// Two selectors whose work returns at once take turns: each leads again and again
+/// (re-queued at the back), with tokens rising term after term.
+pub async fn work_that_returns_hands_over(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut selectors = Vec::new();
+    for (c, who) in [(&a, "a"), (&b, "b")] {
+        let tx = tx.clone();
+        selectors.push(c.lead("svc", who.as_bytes().to_vec(), move |leading| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send((who, leading.token()));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })?);
+    }
+    let mut last = FencingToken(0);
+    let mut seen = (0, 0);
+    while seen.0 < 2 || seen.1 < 2 {
+        let (who, token) = within(QUICK, "the next term", rx.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("selectors ended"))?;
+        ensure!(token > last, "term token {token} not above the previous {last}");
+        last = token;
+        if who == "a" {
+            seen.0 += 1
+        } else {
+            seen.1 += 1
+        }
+        ensure!(seen.0 + seen.1 < 20, "one selector keeps the lead: {seen:?}");
+    }
+    for s in selectors {
+        s.stop().await?;
+    }
+    ensure!(
+        a.leader("svc").await?.is_none(),
+        "a leader is left after both stopped"
+    );
+    Ok(())
+}
+
+/// A leader whose session is killed has its work cancelled; the other selector leads,
+/// and the first campaigns again on its new session by itself, leading once the other
+/// stops.
+pub async fn lost_term_cancels_work_and_requeues(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a_dropped = Arc::new(AtomicBool::new(false));
+    let sa = lead_forever(&a, "a", tx.clone(), a_dropped.clone())?;
+    let (who, ta) = within(QUICK, "a leads", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "a");
+    let sb = lead_forever(&b, "b", tx.clone(), Arc::new(AtomicBool::new(false)))?;
+    ctx.factory().kill_session(&a).await?;
+    let (who, tb) = within(
+        ctx.expiry_wait(),
+        "b leads after a's session was killed",
+        rx.recv(),
+    )
+    .await?
+    .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "b" && tb > ta, "{who} led with {tb} after a's {ta}");
+    eventually(QUICK, "a's work is cancelled", || async {
+        Ok(a_dropped.load(Ordering::SeqCst))
+    })
+    .await?;
+    eventually(
+        ctx.expiry_wait(),
+        "a campaigns again on its new session",
+        || async { Ok(sa.state() == SelectorState::Campaigning && a.leader("svc").await?.is_some()) },
+    )
+    .await?;
+    sb.stop().await?;
+    let (who, ta2) = within(QUICK, "a leads again once b stopped", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "a" && ta2 > tb);
+    ensure!(sa.terms() == 2, "a led {} terms", sa.terms());
+    sa.stop().await?;
+    Ok(())
+}
+
+/// Stopping a leading selector cancels its work and resigns at once; dropping one does
+/// the same in the background.
+pub async fn stop_and_drop_resign(ctx: Ctx) -> CaseResult {
+    let (a, b, c) = (ctx.client().await?, ctx.client().await?, ctx.client().await?);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a_dropped = Arc::new(AtomicBool::new(false));
+    let sa = lead_forever(&a, "a", tx.clone(), a_dropped.clone())?;
+    within(QUICK, "a leads", rx.recv()).await?;
+    let sb = lead_forever(&b, "b", tx.clone(), Arc::new(AtomicBool::new(false)))?;
+    sa.stop().await?;
+    ensure!(a_dropped.load(Ordering::SeqCst), "a's work still runs after stop");
+    let (who, _) = within(QUICK, "b leads once a stopped", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "b");
+    let sc = lead_forever(&c, "c", tx.clone(), Arc::new(AtomicBool::new(false)))?;
+    drop(sb);
+    let (who, _) = within(QUICK, "c leads once b's selector was dropped", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "c");
+    sc.stop().await?;
+    ensure!(
+        a.lead("bad//name", Vec::new(), |_| async {}).is_err(),
+        "a bad name was accepted"
+    );
+    Ok(())
+}
