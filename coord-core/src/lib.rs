@@ -40,6 +40,7 @@
 //! at most [`MAX_VALUE_LEN`] bytes — the same on every backend, checked before any
 //! network call.
 
+mod barrier;
 mod capabilities;
 mod client;
 mod client_state;
@@ -67,6 +68,7 @@ mod trackers;
 mod txn;
 mod version;
 
+pub use barrier::Barrier;
 pub use capabilities::Capabilities;
 pub use client::Client;
 pub use config::{ConfigEvent, ConfigStore, Entry};

@@ -40,7 +40,7 @@ mod options;
 use tracing::Instrument;
 
 pub use coord_core::{
-    Capabilities, Check, Client, ConfigEvent, ConfigStore, Election, Entry, Error, ErrorKind, Fence,
+    Barrier, Capabilities, Check, Client, ConfigEvent, ConfigStore, Election, Entry, Error, ErrorKind, Fence,
     FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, LeaderSelector, Leadership, Leading, Lock,
     LockGuard, MAX_NAME_LEN, MAX_PERMITS, MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult,
     Registration, RegistrationState, Registry, RegistryEvent, Result, RwLock, SelectorState, Semaphore,

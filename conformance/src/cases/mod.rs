@@ -4,6 +4,7 @@
 //! completion or abandons it at the deadline; cases have no cancel-safety contract.
 
 pub mod access;
+pub mod barrier;
 pub mod cluster;
 pub mod config;
 pub mod counter;
@@ -210,6 +211,8 @@ pub fn all() -> Vec<Case> {
         case!(selector::work_that_returns_hands_over),
         case!(selector::lost_term_cancels_work_and_requeues, KILL),
         case!(selector::stop_and_drop_resign),
+        case!(barrier::waiters_go_on_when_removed),
+        case!(barrier::removal_during_outage_is_seen, SUSPEND),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

@@ -3,6 +3,7 @@
 //! states and guaranteed removal — and the same registration lifecycle (register,
 //! re-register on every session, deregister), so a fix to any of them is one change.
 
+mod barrier;
 pub(crate) mod contender;
 mod counter;
 mod election;

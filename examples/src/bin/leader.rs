@@ -19,8 +19,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use coord::LeaderEvent;
-use coord::prelude::*;
 use coord::Txn;
+use coord::prelude::*;
 use futures::StreamExt;
 
 #[derive(Parser)]
