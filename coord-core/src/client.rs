@@ -63,6 +63,8 @@ pub(crate) struct ClientCore {
     pub(crate) semaphores: LocalQueue,
     /// This client's semaphore leases per name and slot (a client may hold several).
     pub(crate) leases: LocalQueue,
+    /// This client's consumers per queue name, queued locally for its taker lock.
+    pub(crate) takers: LocalQueue,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Where to end the session when the last handle is dropped outside the runtime.
@@ -104,6 +106,7 @@ impl Client {
                 reads: LocalQueue::default(),
                 semaphores: LocalQueue::default(),
                 leases: LocalQueue::default(),
+                takers: LocalQueue::default(),
                 wakeups: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),

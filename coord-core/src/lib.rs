@@ -67,6 +67,7 @@ mod stats;
 mod trackers;
 mod txn;
 mod version;
+mod work_queue;
 
 pub use barrier::Barrier;
 pub use capabilities::Capabilities;
@@ -87,6 +88,7 @@ pub use session::{SessionState, SessionStatus};
 pub use stats::Stats;
 pub use txn::{Check, MAX_TXN_BYTES, MAX_TXN_OPS, Op, OpResult, Txn};
 pub use version::{Version, Versioned};
+pub use work_queue::{DistributedQueue, MAX_QUEUE_ITEMS};
 
 /// The traits, for `use coord_core::prelude::*`.
 pub mod prelude {

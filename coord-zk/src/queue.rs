@@ -38,7 +38,7 @@ fn own_marker(kind: QueueKind, layout: LockLayout) -> &'static str {
     match (kind, layout) {
         (QueueKind::Election, _) => "latch-",
         (QueueKind::Lease { .. }, _) => "lease-",
-        (QueueKind::SemaphoreLock, _) => "lock-",
+        (QueueKind::SemaphoreLock | QueueKind::Takers, _) => "lock-",
         (QueueKind::Read, LockLayout::Curator) => "__READ__",
         (QueueKind::Write, LockLayout::Curator) => "__WRIT__",
         (QueueKind::Read, LockLayout::Kazoo) => "__rlock__",
@@ -66,7 +66,7 @@ fn markers(kind: QueueKind) -> &'static [(&'static str, QueueKind)] {
     match kind {
         QueueKind::Election => &[("latch-", QueueKind::Write)],
         QueueKind::Lease { .. } => &[("lease-", QueueKind::Write)],
-        QueueKind::SemaphoreLock => &[("lock-", QueueKind::Write)],
+        QueueKind::SemaphoreLock | QueueKind::Takers => &[("lock-", QueueKind::Write)],
         QueueKind::Read | QueueKind::Write => &[
             ("__READ__", QueueKind::Read),
             ("__rlock__", QueueKind::Read),

@@ -40,12 +40,12 @@ mod options;
 use tracing::Instrument;
 
 pub use coord_core::{
-    Barrier, Capabilities, Check, Client, ConfigEvent, ConfigStore, Election, Entry, Error, ErrorKind, Fence,
-    FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, LeaderSelector, Leadership, Leading, Lock,
-    LockGuard, MAX_NAME_LEN, MAX_PERMITS, MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult,
-    Registration, RegistrationState, Registry, RegistryEvent, Result, RwLock, SelectorState, Semaphore,
-    ServiceInstance, SessionState, SessionStatus, SharedCounter, Stats, Txn, Version, Versioned,
-    validate_name,
+    Barrier, Capabilities, Check, Client, ConfigEvent, ConfigStore, DistributedQueue, Election, Entry, Error,
+    ErrorKind, Fence, FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, LeaderSelector,
+    Leadership, Leading, Lock, LockGuard, MAX_NAME_LEN, MAX_PERMITS, MAX_QUEUE_ITEMS, MAX_TXN_BYTES,
+    MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult, Registration, RegistrationState, Registry, RegistryEvent,
+    Result, RwLock, SelectorState, Semaphore, ServiceInstance, SessionState, SessionStatus, SharedCounter,
+    Stats, Txn, Version, Versioned, validate_name,
 };
 pub use options::{Options, connect_with};
 

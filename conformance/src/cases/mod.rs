@@ -12,6 +12,7 @@ pub mod election;
 pub mod fencing;
 pub mod input;
 pub mod lock;
+pub mod queue;
 pub mod registry;
 pub mod rw_lock;
 pub mod secrets;
@@ -213,6 +214,13 @@ pub fn all() -> Vec<Case> {
         case!(selector::stop_and_drop_resign),
         case!(barrier::waiters_go_on_when_removed),
         case!(barrier::removal_during_outage_is_seen, SUSPEND),
+        case!(queue::fifo_push_take),
+        case!(queue::racing_consumers_take_each_item_once),
+        case!(queue::take_waits_for_a_push),
+        case!(queue::push_beyond_the_bound_fails),
+        case!(queue::dropped_take_leaves_nothing),
+        case!(queue::crashed_consumer_passes_on, CRASH),
+        case!(queue::push_notifies_at_most_two_consumers),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

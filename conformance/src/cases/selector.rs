@@ -10,7 +10,7 @@ use coord_core::{Client, Election, FencingToken, LeaderSelector, SelectorState};
 use tokio::sync::mpsc;
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, within};
+use crate::util::{eventually, settle, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -92,6 +92,8 @@ pub async fn lost_term_cancels_work_and_requeues(ctx: Ctx) -> CaseResult {
         .ok_or_else(|| anyhow::anyhow!("ended"))?;
     ensure!(who == "a");
     let sb = lead_forever(&b, "b", tx.clone(), Arc::new(AtomicBool::new(false)))?;
+    // b queues behind a before a's session goes.
+    settle().await;
     ctx.factory().kill_session(&a).await?;
     let (who, tb) = within(
         ctx.expiry_wait(),

@@ -58,6 +58,9 @@ pub enum QueueKind {
         /// How many leases hold at once.
         permits: u32,
     },
+    /// A distributed queue's taker lock: consumers take items one at a time, in arrival
+    /// order, and only the one at the front watches for items.
+    Takers,
 }
 
 impl QueueKind {
@@ -68,6 +71,7 @@ impl QueueKind {
             QueueKind::Election => "elections",
             QueueKind::Read | QueueKind::Write => "rwlocks",
             QueueKind::SemaphoreLock | QueueKind::Lease { .. } => "semaphores",
+            QueueKind::Takers => "queues",
         }
     }
 
@@ -102,6 +106,7 @@ impl QueueId {
         match self.kind {
             QueueKind::SemaphoreLock => format!("{}/{}/locks", self.kind.dir(), self.name),
             QueueKind::Lease { .. } => format!("{}/{}/leases", self.kind.dir(), self.name),
+            QueueKind::Takers => format!("{}/{}/takers", self.kind.dir(), self.name),
             _ => format!("{}/{}", self.kind.dir(), self.name),
         }
     }

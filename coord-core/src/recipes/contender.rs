@@ -273,6 +273,7 @@ pub(crate) async fn acquire(
                 QueueKind::Election => &core.elections,
                 QueueKind::Write => &core.writes,
                 QueueKind::SemaphoreLock => &core.semaphores,
+                QueueKind::Takers => &core.takers,
                 _ => &core.locks,
             };
             let turn = if wait {

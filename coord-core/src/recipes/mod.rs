@@ -13,3 +13,4 @@ pub(crate) mod registration;
 pub(crate) mod removal;
 mod rw_lock;
 mod semaphore;
+mod work_queue;

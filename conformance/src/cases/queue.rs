@@ -1,0 +1,199 @@
+//! Distributed queue cases: FIFO, each item taken exactly once by racing consumers, take
+//! waits for a push, the bound, a dropped or crashed consumer, herd-freedom.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{bail, ensure};
+use coord_core::ErrorKind;
+
+use crate::harness::{CaseResult, Ctx};
+use crate::util::{settle, stays_pending, still_waiting, within};
+
+const QUICK: Duration = Duration::from_secs(10);
+
+/// Items come out in the order they went in; `len` counts them; an empty queue's
+/// `try_take` is `None`.
+pub async fn fifo_push_take(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let q = a.queue("jobs", 10)?;
+    for i in 0..3u8 {
+        q.push(vec![i]).await?;
+    }
+    ensure!(q.len().await? == 3);
+    let consumer = b.queue("jobs", 10)?;
+    for i in 0..3u8 {
+        let item = within(QUICK, "take", consumer.take()).await??;
+        ensure!(item == vec![i], "took {item:?}, expected [{i}]");
+    }
+    ensure!(
+        consumer.try_take().await?.is_none(),
+        "an empty queue gave an item"
+    );
+    ensure!(q.is_empty().await?);
+    Ok(())
+}
+
+/// Two producers push 20 items each while four consumers race to take them: every item
+/// is taken exactly once.
+pub async fn racing_consumers_take_each_item_once(ctx: Ctx) -> CaseResult {
+    let clients = ctx.clients(6).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut consumers = Vec::new();
+    for c in &clients[2..] {
+        let (q, tx) = (c.queue("jobs", 100)?, tx.clone());
+        consumers.push(tokio::spawn(async move {
+            loop {
+                let item = q.take().await?;
+                let _ = tx.send(item);
+            }
+            #[allow(unreachable_code)]
+            anyhow::Ok(())
+        }));
+    }
+    let mut producers = Vec::new();
+    for (p, c) in clients[..2].iter().enumerate() {
+        let q = c.queue("jobs", 100)?;
+        producers.push(tokio::spawn(async move {
+            for i in 0..20u8 {
+                q.push(vec![p as u8, i]).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for p in producers {
+        within(Duration::from_secs(60), "a producer pushes its items", p).await???;
+    }
+    let mut taken = BTreeSet::new();
+    while taken.len() < 40 {
+        let item = within(Duration::from_secs(30), "the next item is taken", rx.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("consumers ended"))?;
+        ensure!(taken.insert(item.clone()), "item {item:?} was taken twice");
+    }
+    settle().await;
+    if let Ok(item) = rx.try_recv() {
+        bail!("an extra item {item:?} was taken");
+    }
+    for c in consumers {
+        c.abort();
+    }
+    Ok(())
+}
+
+/// A `take` on an empty queue waits, and gets the item pushed later.
+pub async fn take_waits_for_a_push(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let q = b.queue("jobs", 10)?;
+    let mut taker = tokio::spawn(async move { q.take().await });
+    settle().await;
+    still_waiting(&mut taker, "take returned on an empty queue").await?;
+    a.queue("jobs", 10)?.push(b"job".to_vec()).await?;
+    let item = within(QUICK, "the waiting take gets the pushed item", taker).await???;
+    ensure!(item == b"job");
+    Ok(())
+}
+
+/// A push beyond the maximum fails with a retryable `Unavailable` naming the bound, and
+/// adds nothing; once an item is taken, a push fits again.
+pub async fn push_beyond_the_bound_fails(ctx: Ctx) -> CaseResult {
+    let c = ctx.client().await?;
+    let q = c.queue("jobs", 2)?;
+    q.push(b"1".to_vec()).await?;
+    q.push(b"2".to_vec()).await?;
+    match q.push(b"3".to_vec()).await {
+        Err(e) if e.kind() == ErrorKind::Unavailable && e.message().contains("full") => {
+            ensure!(e.is_retryable(), "a full queue's error is not retryable");
+        }
+        other => bail!("a push beyond the bound returned {other:?}"),
+    }
+    ensure!(q.len().await? == 2, "the refused push added an item");
+    ensure!(q.take().await? == b"1");
+    q.push(b"3".to_vec()).await?;
+    ensure!(c.queue("x", 0).is_err(), "a queue of 0 items was accepted");
+    Ok(())
+}
+
+/// A `take` dropped while waiting leaves nothing: another consumer gets the next item.
+pub async fn dropped_take_leaves_nothing(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    stays_pending(
+        Duration::from_millis(500),
+        "a take on an empty queue",
+        b.queue("jobs", 10)?.take(),
+    )
+    .await?;
+    let q = c.queue("jobs", 10)?;
+    let taker = tokio::spawn(async move { q.take().await });
+    settle().await;
+    a.queue("jobs", 10)?.push(b"job".to_vec()).await?;
+    let item = within(
+        QUICK,
+        "c takes; a taker entry left by b's dropped take would block it",
+        taker,
+    )
+    .await???;
+    ensure!(item == b"job");
+    Ok(())
+}
+
+/// A consumer that crashes while waiting at the front hands its place on: the next
+/// consumer gets the item once the crashed one's session is gone.
+pub async fn crashed_consumer_passes_on(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let qa = a.queue("jobs", 10)?;
+    let first = tokio::spawn(async move { qa.take().await });
+    settle().await;
+    let qb = b.queue("jobs", 10)?;
+    let mut second = tokio::spawn(async move { qb.take().await });
+    settle().await;
+    ctx.factory().crash(&a).await?;
+    first.abort();
+    c.queue("jobs", 10)?.push(b"job".to_vec()).await?;
+    let item = within(
+        ctx.expiry_wait(),
+        "b takes once the crashed consumer is gone",
+        &mut second,
+    )
+    .await???;
+    ensure!(item == b"job");
+    Ok(())
+}
+
+/// Herd-free: with three consumers waiting, a push notifies at most two of them (the one
+/// at the front, watching the items, and the next, watching the taker lock).
+pub async fn push_notifies_at_most_two_consumers(ctx: Ctx) -> CaseResult {
+    let producer = ctx.client().await?;
+    let consumers = ctx.clients(3).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for (i, c) in consumers.iter().enumerate() {
+        let (q, tx) = (c.queue("jobs", 10)?, tx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Ok(item) = q.take().await {
+                let _ = tx.send((i, item));
+            }
+        }));
+        settle().await;
+    }
+    let before: Vec<u64> = consumers.iter().map(|c| c.stats().watch_events).collect();
+    producer.queue("jobs", 10)?.push(b"job".to_vec()).await?;
+    let (who, _) = within(QUICK, "a consumer takes the item", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("consumers ended"))?;
+    ensure!(who == 0, "consumer {who} took the item before the first in line");
+    settle().await;
+    let woken = consumers
+        .iter()
+        .zip(&before)
+        .filter(|(c, b)| c.stats().watch_events > **b)
+        .count();
+    ensure!(
+        woken <= 2,
+        "one push notified {woken} waiting consumers; expected at most 2"
+    );
+    for t in tasks {
+        t.abort();
+    }
+    Ok(())
+}
