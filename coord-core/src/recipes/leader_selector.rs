@@ -102,7 +102,9 @@ impl Client {
 }
 
 impl LeaderSelector {
-    /// Stops the selector: cancels the work if it runs, resigns, and waits until done.
+    /// Stops the selector: cancels the work if it runs, resigns, and waits until done. A
+    /// campaign under way is withdrawn in the background, as a dropped
+    /// [`campaign`](crate::Election::campaign) future is.
     ///
     /// # Errors
     ///
