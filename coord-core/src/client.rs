@@ -65,6 +65,10 @@ pub(crate) struct ClientCore {
     pub(crate) leases: LocalQueue,
     /// This client's consumers per queue name, queued locally for its taker lock.
     pub(crate) takers: LocalQueue,
+    /// This client's coordinators per transaction.
+    pub(crate) coordinators: LocalQueue,
+    /// This client's barrier members and votes per name and slot (several at once).
+    pub(crate) members: LocalQueue,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Where to end the session when the last handle is dropped outside the runtime.
@@ -107,6 +111,8 @@ impl Client {
                 semaphores: LocalQueue::default(),
                 leases: LocalQueue::default(),
                 takers: LocalQueue::default(),
+                coordinators: LocalQueue::default(),
+                members: LocalQueue::default(),
                 wakeups: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),

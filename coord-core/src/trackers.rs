@@ -30,6 +30,21 @@ impl LeaderTracker {
         self.candidates.remove(key);
     }
 
+    /// Every candidate, in token order.
+    pub fn members(&self) -> Vec<crate::raw::Member> {
+        let mut all: Vec<crate::raw::Member> = self
+            .candidates
+            .iter()
+            .map(|(k, (t, v))| crate::raw::Member {
+                path: k.clone(),
+                token: *t,
+                value: v.clone(),
+            })
+            .collect();
+        all.sort_by_key(|m| m.token);
+        all
+    }
+
     /// The current leader: the candidate with the lowest token.
     pub fn leader(&self) -> Option<LeaderInfo> {
         self.candidates

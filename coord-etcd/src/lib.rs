@@ -56,6 +56,8 @@
 //! | read/write lock | `<ns>/rwlocks/<name>/read/<lease id hex>[.<slot>]` and `…/write/<lease id hex>` — Go's `recipes.RWMutex` layout: `recipes.NewRWMutex(s, "<ns>/rwlocks/<name>")` and coord exclude each other. A reader waits for the newest `write/` key created before its own, a writer for the newest key of either class; a client's readers beyond the first hold at once with `.<slot>` keys |
 //! | semaphore | `<ns>/semaphores/<name>/locks/<lease id hex>` (the internal lock, held while acquiring) and `<ns>/semaphores/<name>/leases/<lease id hex>[.<slot>]` holding the permit count; the acquirer at the front reads every lease and watches those ahead of it |
 //! | queue | items: config keys `<ns>/config/<name>/items/<seq>` and `…/<name>/tail`; takers: `<ns>/queues/<name>/takers/<lease id hex>` |
+//! | double barrier | `<ns>/barriers/<name>/<lease id hex>[.<slot>]` holding `<state>:<id>` |
+//! | two-phase commit | `<ns>/transactions/<name>/coordinator/<lease id hex>`, votes `<ns>/transactions/<name>/votes/<lease id hex>[.<slot>]` holding `<commit\|abort>:<id>`; plan and decision: config keys `<name>/plan`, `<name>/decision` |
 //! | registry | `<ns>/services/<service>/<id>` under the lease, JSON instance |
 //! | config | `<ns>/config/<key>` (persistent) |
 //!

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Backoff, Counter, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind,
-    Slot, Ticket,
+    Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId,
+    QueueKind, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use etcd_client as etcd;
@@ -309,6 +309,10 @@ impl Queue for EtcdClient {
             .filter(|kv| kv.lease == ticket.session_id)
             .ok_or_else(own_gone)?;
         let position = match ahead {
+            // A member never waits.
+            _ if kind.never_waits() => Some(Position::First {
+                seen_at: seen_at as u64,
+            }),
             // A lease's place depends on how many are ahead: read next.
             _ if matches!(kind, QueueKind::Lease { .. }) => None,
             Some(None) => Some(Position::First {
@@ -336,6 +340,9 @@ impl Queue for EtcdClient {
         let own_rev = own.token.get() as i64;
         if let QueueKind::Lease { permits } = kind {
             return self.lease_position(&dir, own, permits).await;
+        }
+        if kind.never_waits() {
+            return Ok(Position::First { seen_at: 0 });
         }
         // Keys older than `below` that are not this queue's contenders are read past.
         let mut below = own_rev;
@@ -558,6 +565,36 @@ impl Queue for EtcdClient {
     }
 
     async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+        self.track(queue, |raw| match raw {
+            Tracked::Changed(t) => vec![HeadEvent::Head(t.leader())],
+            Tracked::Gap => vec![HeadEvent::Gap],
+        })
+        .await
+    }
+
+    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
+        self.track(queue, |raw| match raw {
+            Tracked::Changed(t) => vec![EntriesEvent::Entries(t.members())],
+            Tracked::Gap => vec![EntriesEvent::Gap],
+        })
+        .await
+    }
+}
+
+/// What [`EtcdClient::track`] passes on: the queue's entries after a change, or a gap.
+enum Tracked<'a> {
+    Changed(&'a LeaderTracker),
+    Gap,
+}
+
+impl EtcdClient {
+    /// Watches the contenders of `queue`, passing the tracked entries after every change
+    /// of one to `map`.
+    async fn track<T, F>(&self, queue: &QueueId, mut map: F) -> Result<BoxStream<'static, Result<T>>>
+    where
+        T: Send + 'static,
+        F: FnMut(Tracked<'_>) -> Vec<T> + Send + 'static,
+    {
         let dir = self.queue_dir(queue);
         let mut tracker = LeaderTracker::default();
         let d = dir.clone();
@@ -573,9 +610,9 @@ impl Queue for EtcdClient {
                 }
                 Raw::Delete(key) if is_contender(&d, &key) => tracker.remove(&key),
                 Raw::Put(_) | Raw::Delete(_) => return Vec::new(),
-                Raw::Resync => return vec![HeadEvent::Gap],
+                Raw::Resync => return map(Tracked::Gap),
             }
-            vec![HeadEvent::Head(tracker.leader())]
+            map(Tracked::Changed(&tracker))
         })
         .await
     }

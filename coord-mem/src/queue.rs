@@ -5,7 +5,8 @@
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Counter, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket,
+    Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind,
+    Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -73,6 +74,9 @@ fn position_in(state: &State, dir: &str, kind: QueueKind, own_rev: u64) -> Posit
         token: FencingToken(d.create_rev),
         seen_at,
     };
+    if kind.never_waits() {
+        return Position::First { seen_at };
+    }
     if let QueueKind::Lease { permits } = kind {
         return if ahead.len() < permits as usize {
             Position::First { seen_at }
@@ -205,6 +209,34 @@ impl Queue for MemClient {
     }
 
     async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+        self.track(queue, |raw| match raw {
+            Tracked::Changed(t) => vec![HeadEvent::Head(t.leader())],
+            Tracked::Gap => vec![HeadEvent::Gap],
+        })
+    }
+
+    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
+        self.track(queue, |raw| match raw {
+            Tracked::Changed(t) => vec![EntriesEvent::Entries(t.members())],
+            Tracked::Gap => vec![EntriesEvent::Gap],
+        })
+    }
+}
+
+/// What [`MemClient::track`] passes on: the queue's entries after a change, or a gap.
+enum Tracked<'a> {
+    Changed(&'a LeaderTracker),
+    Gap,
+}
+
+impl MemClient {
+    /// Watches the entries of `queue` (its direct children), passing the tracked entries
+    /// after every change of one to `map`.
+    fn track<T, F>(&self, queue: &QueueId, mut map: F) -> Result<BoxStream<'static, Result<T>>>
+    where
+        T: Send + 'static,
+        F: FnMut(Tracked<'_>) -> Vec<T> + Send + 'static,
+    {
         let dir = self.queue_dir(queue);
         let prefix = format!("{dir}/");
         let is_child = {
@@ -227,9 +259,9 @@ impl Queue for MemClient {
                     None => tracker.remove(&e.key),
                 },
                 Raw::Event(_) => return Vec::new(),
-                Raw::Resync => return vec![HeadEvent::Gap],
+                Raw::Resync => return map(Tracked::Gap),
             }
-            vec![HeadEvent::Head(tracker.leader())]
+            map(Tracked::Changed(&tracker))
         })
     }
 }

@@ -67,6 +67,8 @@
 //! | read/write lock | `rwlocks/<name>/_c_<guid>-__READ__<seq>` and `…-__WRIT__<seq>` (Curator `InterProcessReadWriteLock` on `/<namespace>/rwlocks/<name>`); a reader waits for the nearest writer ahead, a writer for the contender right ahead |
 //! | semaphore | `semaphores/<name>/locks/_c_<guid>-lock-<seq>` (the internal lock, held while acquiring) and `semaphores/<name>/leases/_c_<guid>-lease-<seq>` holding the permit count (Curator `InterProcessSemaphoreV2` on `/<namespace>/semaphores/<name>`) |
 //! | queue | items: config keys `<name>/items/<seq>` and `<name>/tail`; takers: `queues/<name>/takers/_c_<guid>-lock-<seq>` |
+//! | double barrier | `barriers/<name>/_c_<guid>-member-<seq>` holding `<state>:<id>` (ephemeral sequential; coord's own layout) |
+//! | two-phase commit | `transactions/<name>/coordinator/_c_<guid>-lock-<seq>`, votes `transactions/<name>/votes/_c_<guid>-vote-<seq>` holding `<commit\|abort>:<id>`; plan and decision: config keys `<name>/plan`, `<name>/decision` |
 //! | with `lock_layout=kazoo` | `locks/<name>/<guid>__lock__<seq>`, `rwlocks/<name>/<guid>__rlock__<seq>` and `…__lock__<seq>` (kazoo's `Lock` and `ReadLock`) |
 //!
 //! coord recognises the contenders of both layouts (Curator's `lock-`, `__READ__`,

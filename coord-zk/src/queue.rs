@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Backoff, Counter, HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket,
+    Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueId,
+    QueueKind, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -38,7 +39,9 @@ fn own_marker(kind: QueueKind, layout: LockLayout) -> &'static str {
     match (kind, layout) {
         (QueueKind::Election, _) => "latch-",
         (QueueKind::Lease { .. }, _) => "lease-",
-        (QueueKind::SemaphoreLock | QueueKind::Takers, _) => "lock-",
+        (QueueKind::SemaphoreLock | QueueKind::Takers | QueueKind::Coordinator, _) => "lock-",
+        (QueueKind::Vote, _) => "vote-",
+        (QueueKind::Member, _) => "member-",
         (QueueKind::Read, LockLayout::Curator) => "__READ__",
         (QueueKind::Write, LockLayout::Curator) => "__WRIT__",
         (QueueKind::Read, LockLayout::Kazoo) => "__rlock__",
@@ -66,7 +69,11 @@ fn markers(kind: QueueKind) -> &'static [(&'static str, QueueKind)] {
     match kind {
         QueueKind::Election => &[("latch-", QueueKind::Write)],
         QueueKind::Lease { .. } => &[("lease-", QueueKind::Write)],
-        QueueKind::SemaphoreLock | QueueKind::Takers => &[("lock-", QueueKind::Write)],
+        QueueKind::SemaphoreLock | QueueKind::Takers | QueueKind::Coordinator => {
+            &[("lock-", QueueKind::Write)]
+        }
+        QueueKind::Vote => &[("vote-", QueueKind::Write)],
+        QueueKind::Member => &[("member-", QueueKind::Write)],
         QueueKind::Read | QueueKind::Write => &[
             ("__READ__", QueueKind::Read),
             ("__rlock__", QueueKind::Read),
@@ -377,6 +384,9 @@ impl Queue for ZkClient {
             token: FencingToken(0),
             seen_at: 0,
         };
+        if kind.never_waits() {
+            return Ok(Position::First { seen_at: 0 });
+        }
         if let QueueKind::Lease { permits } = kind {
             return Ok(if i < permits as usize {
                 Position::First { seen_at: 0 }
@@ -502,34 +512,81 @@ impl Queue for ZkClient {
         // Read once up front so errors surface to the caller.
         let (first, watchers) = read_head(&inner, &dir, kind, true).await?;
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(follow_head(inner, dir, kind, first, watchers, tx));
+        let read = {
+            let inner = inner.clone();
+            move || {
+                let (inner, dir) = (inner.clone(), dir.clone());
+                async move {
+                    let (head, w) = read_head(&inner, &dir, kind, true).await?;
+                    Ok((HeadEvent::Head(head), w))
+                }
+            }
+        };
+        tokio::spawn(follow(
+            inner,
+            HeadEvent::Head(first),
+            watchers,
+            HeadEvent::Gap,
+            read,
+            tx,
+        ));
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+
+    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
+        let dir = self.queue_dir(queue);
+        let kind = queue.kind;
+        let inner = self.inner.clone();
+        // Read once up front so errors surface to the caller.
+        let (first, watchers) = read_entries(&inner, &dir, kind).await?;
+        let (tx, rx) = mpsc::channel(64);
+        let read = {
+            let inner = inner.clone();
+            move || {
+                let (inner, dir) = (inner.clone(), dir.clone());
+                async move {
+                    let (entries, w) = read_entries(&inner, &dir, kind).await?;
+                    Ok((EntriesEvent::Entries(entries), w))
+                }
+            }
+        };
+        tokio::spawn(follow(
+            inner,
+            EntriesEvent::Entries(first),
+            watchers,
+            EntriesEvent::Gap,
+            read,
+            tx,
+        ));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
 
-/// Sends `first`, then the head after every change any of `watchers` (armed with it)
-/// reports; a `Gap` when the session ends, then the head on the next session.
-async fn follow_head(
+/// Sends `first`, then what `read` returns after every change any of `watchers` (armed
+/// by the last read) reports; `gap` when the session ends, then a read on the next
+/// session.
+async fn follow<E, R, Fut>(
     inner: std::sync::Arc<Inner>,
-    dir: String,
-    kind: QueueKind,
-    first: Option<LeaderInfo>,
+    first: E,
     mut watchers: Vec<zk::OneshotWatcher>,
-    tx: mpsc::Sender<Result<HeadEvent>>,
-) {
-    if tx.send(Ok(HeadEvent::Head(first))).await.is_err() {
+    gap_event: E,
+    read: R,
+    tx: mpsc::Sender<Result<E>>,
+) where
+    E: Clone + Send + 'static,
+    R: Fn() -> Fut + Send,
+    Fut: Future<Output = Result<(E, Vec<zk::OneshotWatcher>)>> + Send,
+{
+    if tx.send(Ok(first)).await.is_err() {
         return;
     }
-    let mut backoff = coord_core::raw::Backoff::new(
-        std::time::Duration::from_millis(50),
-        std::time::Duration::from_secs(1),
-    );
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         let mut gap = false;
         if watchers.is_empty() {
             backoff.wait().await;
         } else {
-            // Any child change, leader data change or session event: read again.
+            // Any watched change or session event: read again.
             let any = futures::future::select_all(watchers.into_iter().map(|w| Box::pin(w.changed())));
             let (event, _, _) = tokio::select! {
                 fired = any => fired,
@@ -546,12 +603,12 @@ async fn follow_head(
             let _ = tx.send(Err(Error::closed())).await;
             return;
         }
-        if gap && tx.send(Ok(HeadEvent::Gap)).await.is_err() {
+        if gap && tx.send(Ok(gap_event.clone())).await.is_err() {
             return;
         }
         // Read again on the current (possibly new) session, waiting out outages.
-        let (head, w) = loop {
-            match read_head(&inner, &dir, kind, true).await {
+        let (now, w) = loop {
+            match read().await {
                 Ok(x) => break x,
                 // Closed, or refused for good: the stream ends with the error.
                 Err(e) if e.kind() == ErrorKind::Closed || !e.is_retryable() => {
@@ -559,7 +616,7 @@ async fn follow_head(
                     return;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "coord.zk.observe_retry");
+                    tracing::debug!(error = %e, "coord.zk.queue_watch_retry");
                     tokio::select! {
                         c = inner.session.connected() => if c.is_err() {
                             let _ = tx.send(Err(Error::closed())).await;
@@ -572,9 +629,71 @@ async fn follow_head(
             }
         };
         watchers = w;
-        if tx.send(Ok(HeadEvent::Head(head))).await.is_err() {
+        if tx.send(Ok(now)).await.is_err() {
             return;
         }
+    }
+}
+
+/// Reads every contender of queue directory `dir` with its value, in queue order, and
+/// arms a child watch on the directory and a data watch on each contender (a member's
+/// value changes as it moves through a barrier).
+async fn read_entries(
+    inner: &Inner,
+    dir: &str,
+    kind: QueueKind,
+) -> Result<(Vec<Member>, Vec<zk::OneshotWatcher>)> {
+    loop {
+        let d = dir.to_owned();
+        let listed = inner
+            .call(Counter::WatchSet, "watch entries", false, |zk| async move {
+                zk.list_and_watch_children(&d).await
+            })
+            .await?;
+        let (children, child_watch) = match listed {
+            Ok(x) => x,
+            // Nobody has joined (or the directory was swept): no entries, and watch for
+            // the directory to appear without creating it.
+            Err(zk::Error::NoNode) => {
+                let d = dir.to_owned();
+                let exists = inner
+                    .call(Counter::WatchSet, "watch entries", false, |zk| async move {
+                        zk.check_and_watch_stat(&d).await
+                    })
+                    .await?
+                    .map_err(|e| map_at(e, "watch entries", false, dir))?;
+                match exists {
+                    (None, watcher) => return Ok((Vec::new(), vec![watcher])),
+                    (Some(_), _) => continue,
+                }
+            }
+            Err(e) => return Err(map_at(e, "watch entries", false, dir)),
+        };
+        let mut watchers = vec![child_watch];
+        let mut members = Vec::new();
+        for (name, _) in in_order(children, kind) {
+            let path = format!("{dir}/{name}");
+            let p = path.clone();
+            let read = inner
+                .call(Counter::WatchSet, "watch entries", false, |zk| async move {
+                    zk.get_and_watch_data(&p).await
+                })
+                .await?;
+            match read {
+                Ok((value, stat, w)) => {
+                    watchers.push(w);
+                    members.push(Member {
+                        path,
+                        token: FencingToken(stat.czxid as u64),
+                        value,
+                    });
+                }
+                // Left between the list and the read: the child watch fires for it.
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(map(e, "watch entries", false)),
+            }
+        }
+        return Ok((members, watchers));
     }
 }
 

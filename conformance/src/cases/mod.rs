@@ -8,6 +8,7 @@ pub mod barrier;
 pub mod cluster;
 pub mod config;
 pub mod counter;
+pub mod double_barrier;
 pub mod election;
 pub mod fencing;
 pub mod input;
@@ -22,6 +23,7 @@ pub mod server;
 pub mod session;
 pub mod spans;
 pub mod tls;
+pub mod two_phase;
 
 use crate::factory::Faults;
 use crate::harness::{Case, Needs};
@@ -221,6 +223,21 @@ pub fn all() -> Vec<Case> {
         case!(queue::dropped_take_leaves_nothing),
         case!(queue::crashed_consumer_passes_on, CRASH),
         case!(queue::push_notifies_at_most_two_consumers),
+        case!(double_barrier::members_enter_and_leave_together),
+        case!(double_barrier::missing_member_times_out_and_is_named),
+        case!(double_barrier::crashed_member_counts_as_left, CRASH),
+        case!(double_barrier::member_still_inside_is_named),
+        case!(double_barrier::dropped_enter_leaves_nothing),
+        case!(two_phase::all_commit_commits),
+        case!(two_phase::one_abort_aborts),
+        case!(two_phase::missing_vote_aborts_at_the_deadline),
+        case!(
+            two_phase::crashed_coordinator_aborts_at_the_participants_deadline,
+            CRASH
+        ),
+        case!(two_phase::vote_goes_with_the_session, CRASH),
+        case!(two_phase::one_coordinator_at_a_time),
+        case!(two_phase::stale_coordinator_cannot_decide, KILL),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

@@ -38,4 +38,6 @@ pub use crate::stats::{Counter, StatsRecorder};
 pub use crate::trackers::{InstanceTracker, LeaderTracker};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
-pub use queue::{HeadEvent, Joined, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket};
+pub use queue::{
+    EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket,
+};

@@ -17,6 +17,7 @@
 //! | wait until one entry is gone ([`Queue::wait_gone`]) | the hold state of a grant, and its loss |
 //! | one removal attempt ([`Queue::leave`]) | removal retried until confirmed or the session ended, on drop too |
 //! | the first entry and its changes ([`Queue::head`], [`Queue::watch_head`]) | leader observation: no duplicates, tokens never going back |
+//! | every entry and its changes ([`Queue::watch_entries`]) | a double barrier's members |
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -61,6 +62,14 @@ pub enum QueueKind {
     /// A distributed queue's taker lock: consumers take items one at a time, in arrival
     /// order, and only the one at the front watches for items.
     Takers,
+    /// A member of a double barrier: never waits ([`Position::First`] at once); the
+    /// recipe watches every member ([`Queue::watch_entries`]).
+    Member,
+    /// A two-phase commit's coordinator lock.
+    Coordinator,
+    /// A two-phase commit participant's vote: never waits; the coordinator watches every
+    /// vote.
+    Vote,
 }
 
 impl QueueKind {
@@ -72,7 +81,15 @@ impl QueueKind {
             QueueKind::Read | QueueKind::Write => "rwlocks",
             QueueKind::SemaphoreLock | QueueKind::Lease { .. } => "semaphores",
             QueueKind::Takers => "queues",
+            QueueKind::Member => "barriers",
+            QueueKind::Coordinator | QueueKind::Vote => "transactions",
         }
+    }
+
+    /// Whether an entry of this kind is granted at once, whatever is ahead of it (a
+    /// barrier member, a vote): its recipe watches the entries instead.
+    pub fn never_waits(self) -> bool {
+        matches!(self, QueueKind::Member | QueueKind::Vote)
     }
 
     /// Whether an entry of this kind waits for `ahead`, an entry of kind `ahead` queued
@@ -107,6 +124,8 @@ impl QueueId {
             QueueKind::SemaphoreLock => format!("{}/{}/locks", self.kind.dir(), self.name),
             QueueKind::Lease { .. } => format!("{}/{}/leases", self.kind.dir(), self.name),
             QueueKind::Takers => format!("{}/{}/takers", self.kind.dir(), self.name),
+            QueueKind::Coordinator => format!("{}/{}/coordinator", self.kind.dir(), self.name),
+            QueueKind::Vote => format!("{}/{}/votes", self.kind.dir(), self.name),
             _ => format!("{}/{}", self.kind.dir(), self.name),
         }
     }
@@ -177,6 +196,27 @@ pub struct Joined {
     /// Its position, when the join's round trip showed it (etcd and mem read the queue
     /// in the same request); `None` otherwise (ZooKeeper lists children next).
     pub position: Option<Position>,
+}
+
+/// An entry of a queue as a watcher sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The backend path of the entry.
+    pub path: String,
+    /// Its creation order (`czxid`, create revision).
+    pub token: FencingToken,
+    /// Its value.
+    pub value: Vec<u8>,
+}
+
+/// What [`Queue::watch_entries`] yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntriesEvent {
+    /// Every entry of the queue now, in queue order. Backends may repeat an unchanged
+    /// list.
+    Entries(Vec<Member>),
+    /// Changes may have been missed (history compacted, session lost); `Entries` follow.
+    Gap,
 }
 
 /// A change of the first entry of a queue, for leader observation.
@@ -291,4 +331,18 @@ pub trait Queue: Send + Sync {
     ///
     /// Dropping the stream stops watching.
     async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>>;
+
+    /// Every entry of `queue` with its value now, then again whenever the entries may
+    /// have changed (an entry joined, left, or changed its value); an
+    /// [`EntriesEvent::Gap`] where changes may have been missed. The stream ends after an
+    /// error item (`Closed` when the client is closed).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `Closed`, for the first read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream stops watching.
+    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>>;
 }

@@ -268,12 +268,20 @@ pub(crate) async fn acquire(
         // (never waits locally), and the server orders them.
         QueueKind::Read => free_slot(&core.reads, &queue.name, &session_rx),
         QueueKind::Lease { .. } => free_slot(&core.leases, &queue.name, &session_rx),
+        // Barrier members and votes of one client (several ids) are entries of their own;
+        // the kind keeps a barrier's and a transaction's slots apart.
+        kind @ (QueueKind::Member | QueueKind::Vote) => free_slot(
+            &core.members,
+            &format!("{}/{}", kind.dir(), queue.name),
+            &session_rx,
+        ),
         kind => {
             let local = match kind {
                 QueueKind::Election => &core.elections,
                 QueueKind::Write => &core.writes,
                 QueueKind::SemaphoreLock => &core.semaphores,
                 QueueKind::Takers => &core.takers,
+                QueueKind::Coordinator => &core.coordinators,
                 _ => &core.locks,
             };
             let turn = if wait {

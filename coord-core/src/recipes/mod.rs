@@ -6,6 +6,7 @@
 mod barrier;
 pub(crate) mod contender;
 mod counter;
+mod double_barrier;
 mod election;
 mod leader_selector;
 mod lock;
@@ -13,4 +14,5 @@ pub(crate) mod registration;
 pub(crate) mod removal;
 mod rw_lock;
 mod semaphore;
+mod two_phase;
 mod work_queue;

@@ -1,0 +1,172 @@
+//! Two-phase commit cases: all commit, one abort, a missing vote, a crashed coordinator,
+//! a crashed participant, a decision read after the fact, a stale coordinator fenced.
+
+use std::time::Duration;
+
+use anyhow::{bail, ensure};
+use coord_core::{Decision, ErrorKind};
+
+use crate::harness::{CaseResult, Ctx};
+use crate::util::{settle, within};
+
+const LONG: Duration = Duration::from_secs(30);
+const QUICK: Duration = Duration::from_secs(10);
+
+/// Every participant votes commit: the coordinator and both participants get `Commit`,
+/// and it stays readable.
+pub async fn all_commit_commits(ctx: Ctx) -> CaseResult {
+    let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let txn = c.transaction("t")?;
+    let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2"], LONG).await });
+    let t1 = p1.transaction("t")?;
+    let v1 = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
+    let d2 = within(
+        QUICK,
+        "p2 learns the decision",
+        p2.transaction("t")?.vote("p2", true, LONG),
+    )
+    .await??;
+    ensure!(d2 == Decision::Commit, "p2 got {d2:?}");
+    ensure!(within(QUICK, "p1's decision", v1).await??? == Decision::Commit);
+    ensure!(within(QUICK, "the coordinator's decision", coordinator).await??? == Decision::Commit);
+    ensure!(p1.transaction("t")?.decision().await? == Some(Decision::Commit));
+    Ok(())
+}
+
+/// One participant votes abort: everyone gets `Abort`, without waiting for the deadline.
+pub async fn one_abort_aborts(ctx: Ctx) -> CaseResult {
+    let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let txn = c.transaction("t")?;
+    let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2"], LONG).await });
+    let t1 = p1.transaction("t")?;
+    let v1 = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
+    let d2 = within(
+        QUICK,
+        "p2 learns the decision",
+        p2.transaction("t")?.vote("p2", false, LONG),
+    )
+    .await??;
+    ensure!(d2 == Decision::Abort);
+    ensure!(within(QUICK, "p1's decision", v1).await??? == Decision::Abort);
+    ensure!(within(QUICK, "the coordinator's decision", coordinator).await??? == Decision::Abort);
+    Ok(())
+}
+
+/// A participant that never votes (or crashed before voting): `Abort` at the
+/// coordinator's deadline, for the coordinator and the participant that voted commit.
+pub async fn missing_vote_aborts_at_the_deadline(ctx: Ctx) -> CaseResult {
+    let (c, p1) = (ctx.client().await?, ctx.client().await?);
+    let txn = c.transaction("t")?;
+    let coordinator =
+        tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(1)).await });
+    let d1 = within(
+        QUICK,
+        "p1 learns the decision",
+        p1.transaction("t")?.vote("p1", true, LONG),
+    )
+    .await??;
+    ensure!(d1 == Decision::Abort, "p1 got {d1:?} with p2's vote missing");
+    ensure!(within(QUICK, "the coordinator's decision", coordinator).await??? == Decision::Abort);
+    Ok(())
+}
+
+/// A coordinator that crashes before deciding: the participants' deadline writes
+/// `Abort`, the same for all; a later coordinator finds that decision and keeps it.
+pub async fn crashed_coordinator_aborts_at_the_participants_deadline(ctx: Ctx) -> CaseResult {
+    let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let txn = c.transaction("t")?;
+    let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2", "p3"], LONG).await });
+    settle().await;
+    ctx.factory().crash(&c).await?;
+    coordinator.abort();
+    let t1 = p1.transaction("t")?;
+    let v1 = tokio::spawn(async move { t1.vote("p1", true, Duration::from_secs(2)).await });
+    let d2 = within(
+        LONG,
+        "p2's decision",
+        p2.transaction("t")?.vote("p2", true, Duration::from_secs(2)),
+    )
+    .await??;
+    ensure!(d2 == Decision::Abort, "p2 got {d2:?} with the coordinator gone");
+    ensure!(within(QUICK, "p1's decision", v1).await??? == Decision::Abort);
+    let again = within(
+        QUICK,
+        "a new coordinator",
+        p1.transaction("t")?.coordinate(&["p1"], QUICK),
+    )
+    .await??;
+    ensure!(
+        again == Decision::Abort,
+        "a later coordinator changed the decision to {again:?}"
+    );
+    Ok(())
+}
+
+/// A participant whose session ends after voting commit: its vote goes with its session,
+/// so the transaction aborts at the coordinator's deadline instead of committing.
+pub async fn vote_goes_with_the_session(ctx: Ctx) -> CaseResult {
+    let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let t1 = p1.transaction("t")?;
+    let _voter = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
+    settle().await;
+    ctx.factory().crash(&p1).await?;
+    // Past the session timeout: p1's vote is gone before the coordinator looks.
+    tokio::time::sleep(ctx.expiry_wait()).await;
+    let txn = c.transaction("t")?;
+    let coordinator =
+        tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(2)).await });
+    let d2 = within(LONG, "p2's decision", p2.transaction("t")?.vote("p2", true, LONG)).await??;
+    ensure!(
+        d2 == Decision::Abort,
+        "committed with a vote whose session is gone"
+    );
+    ensure!(within(QUICK, "the coordinator's decision", coordinator).await??? == Decision::Abort);
+    Ok(())
+}
+
+/// A second coordinator while one runs is refused; bad participant lists are refused.
+pub async fn one_coordinator_at_a_time(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let txn = a.transaction("t")?;
+    let first = tokio::spawn(async move { txn.coordinate(&["p1"], Duration::from_secs(3)).await });
+    settle().await;
+    match b.transaction("t")?.coordinate(&["p1"], QUICK).await {
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        other => bail!("a second coordinator returned {other:?}"),
+    }
+    ensure!(within(QUICK, "the first coordinator decides", first).await??? == Decision::Abort);
+    for bad in [&[][..], &["p", "p"][..], &["bad/id"][..]] {
+        match b.transaction("u")?.coordinate(bad, QUICK).await {
+            Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
+            other => bail!("participants {bad:?} returned {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// A coordinator whose lock went with its session cannot decide: when the last vote
+/// comes, its `commit` is refused (`Fenced`) and nothing is written; the participant
+/// aborts at its deadline.
+pub async fn stale_coordinator_cannot_decide(ctx: Ctx) -> CaseResult {
+    let (c, p1) = (ctx.client().await?, ctx.client().await?);
+    let txn = c.transaction("t")?;
+    let coordinator = tokio::spawn(async move { txn.coordinate(&["p1"], LONG).await });
+    settle().await;
+    ctx.factory().kill_session(&c).await?;
+    settle().await;
+    let d1 = within(
+        LONG,
+        "p1's decision",
+        p1.transaction("t")?.vote("p1", true, Duration::from_secs(3)),
+    )
+    .await??;
+    match within(LONG, "the stale coordinator ends", coordinator).await?? {
+        Err(e) if e.kind() == ErrorKind::Fenced => {}
+        other => bail!("a coordinator without its lock returned {other:?}"),
+    }
+    ensure!(
+        d1 == Decision::Abort,
+        "p1 got {d1:?}: a stale coordinator decided"
+    );
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! Two-phase commit over the store: the coordinator's lock (a contender queue), votes as
+//! session-bound entries, the plan and the decision as config keys; the decision is
+//! created once (`check_absent`), the coordinator's under its lock's fence.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tracing::Instrument;
+
+use crate::config::{ConfigEvent, ConfigStore};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fencing::Fence;
+use crate::lock::LockGuard;
+use crate::name::validate_segment_name;
+use crate::raw::{EntriesEvent, QueueId, QueueKind};
+use crate::recipes::contender::acquire;
+use crate::recipes::lock::no_grant;
+use crate::two_phase::{Decision, Transaction, validate_participants};
+use crate::txn::Txn;
+
+impl Transaction {
+    fn plan_key(&self) -> String {
+        format!("{}/plan", self.name)
+    }
+
+    fn decision_key(&self) -> String {
+        format!("{}/decision", self.name)
+    }
+
+    /// The decision, if one was written.
+    ///
+    /// # Errors
+    ///
+    /// `Unexpected` when the decision key holds something else; `Unavailable`,
+    /// `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    pub async fn decision(&self) -> Result<Option<Decision>> {
+        let span = tracing::debug_span!("coord.transaction.decision", backend = self.client.kind(), name = %self.name);
+        self.read_decision()
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("transaction decision"))
+    }
+
+    async fn read_decision(&self) -> Result<Option<Decision>> {
+        match self.client.get(&self.decision_key()).await? {
+            None => Ok(None),
+            Some(v) => Decision::parse(&v.value).map(Some).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unexpected,
+                    format!("key {:?} holds no decision", self.decision_key()),
+                )
+            }),
+        }
+    }
+
+    /// Coordinates the transaction among `participants`: persists the plan, waits for
+    /// their votes, and persists the decision — `commit` once every participant voted
+    /// commit, `abort` on the first abort vote or when `deadline` passes first. Returns
+    /// the decision (one written earlier, if any).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for an empty, oversized or duplicated participant list;
+    /// `AlreadyExists` when another coordinator runs the transaction; `Fenced` when this
+    /// coordinator lost its lock before deciding (it decided nothing);
+    /// `Unavailable`/`Timeout` — with [`outcome_unknown`](Error::outcome_unknown) when
+    /// the decision may have been written (read it with [`Transaction::decision`]);
+    /// `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped before deciding, the coordinator lock is given up and the participants
+    /// abort at their deadlines; dropped while writing the decision, it may or may not
+    /// have been written.
+    pub async fn coordinate(&self, participants: &[&str], deadline: Duration) -> Result<Decision> {
+        let span = tracing::debug_span!(
+            "coord.transaction.coordinate",
+            backend = self.client.kind(),
+            name = %self.name,
+            participants = participants.len()
+        );
+        self.coordinate_inner(participants, deadline)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("transaction coordinate"))
+    }
+
+    async fn coordinate_inner(&self, participants: &[&str], deadline: Duration) -> Result<Decision> {
+        validate_participants(participants)?;
+        if let Some(decided) = self.read_decision().await? {
+            return Ok(decided);
+        }
+        let lock = QueueId::new(QueueKind::Coordinator, self.name.clone());
+        let gate = acquire(&self.client, lock, Vec::new(), false)
+            .await?
+            .map(|g| LockGuard::new(self.name.clone(), g))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("another coordinator runs transaction {:?}", self.name),
+                )
+            })?;
+        let decided = async {
+            self.client
+                .commit(
+                    Txn::new()
+                        .fenced_by(gate.fence())
+                        .put(self.plan_key(), participants.join(",").into_bytes()),
+                )
+                .await?;
+            let outcome = match tokio::time::timeout(deadline, self.votes(participants)).await {
+                Ok(r) => r?,
+                Err(_) => Decision::Abort,
+            };
+            self.decide(outcome, Some(gate.fence())).await
+        }
+        .await;
+        if let Err(e) = gate.release().await {
+            tracing::warn!(error = %e, "coord.transaction_coordinator_release_refused");
+        }
+        decided
+    }
+
+    /// Watches the votes until every participant voted commit (`Commit`) or one voted
+    /// abort (`Abort`).
+    async fn votes(&self, participants: &[&str]) -> Result<Decision> {
+        let queue = QueueId::new(QueueKind::Vote, self.name.clone());
+        let mut entries = self.client.backend().watch_entries(&queue).await?;
+        while let Some(event) = entries.next().await {
+            let EntriesEvent::Entries(now) = event? else {
+                continue;
+            };
+            let votes: BTreeMap<&str, Decision> = now
+                .iter()
+                .filter_map(|m| {
+                    let v = std::str::from_utf8(&m.value).ok()?;
+                    let (vote, id) = v.split_once(':')?;
+                    Some((id, Decision::parse(vote.as_bytes())?))
+                })
+                .collect();
+            let mut all_commit = true;
+            for p in participants {
+                match votes.get(p) {
+                    Some(Decision::Abort) => return Ok(Decision::Abort),
+                    Some(Decision::Commit) => {}
+                    None => all_commit = false,
+                }
+            }
+            if all_commit {
+                return Ok(Decision::Commit);
+            }
+        }
+        Err(Error::closed())
+    }
+
+    /// Writes `outcome` unless a decision exists (under `fence` when given); returns the
+    /// decision in force.
+    async fn decide(&self, outcome: Decision, fence: Option<Fence>) -> Result<Decision> {
+        let mut txn = Txn::new();
+        if let Some(fence) = fence {
+            txn = txn.fenced_by(fence);
+        }
+        let txn = txn
+            .check_absent(self.decision_key())
+            .put(self.decision_key(), outcome.as_str().as_bytes().to_vec());
+        match self.client.commit(txn).await {
+            Ok(_) => Ok(outcome),
+            // Decided already (a participant's abort at its deadline, say): that stands.
+            Err(e) if e.kind() == ErrorKind::VersionMismatch => self
+                .read_decision()
+                .await?
+                .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the decision exists but cannot be read")),
+            Err(e) if e.outcome_unknown() => match self.read_decision().await {
+                Ok(Some(d)) => Ok(d),
+                _ => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Votes as participant `id` (`commit` true to commit), bound to this client's
+    /// session, and waits for the decision; if none comes within `deadline`, persists
+    /// `abort`. Returns the decision in force (one written earlier, if any, without
+    /// voting).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad id; `Unavailable`/`Timeout` — with
+    /// [`outcome_unknown`](Error::outcome_unknown) when an `abort` may have been
+    /// written; `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the vote is withdrawn (in the background) and counts as missing.
+    pub async fn vote(&self, id: &str, commit: bool, deadline: Duration) -> Result<Decision> {
+        let span = tracing::debug_span!("coord.transaction.vote", backend = self.client.kind(), name = %self.name, id, commit);
+        self.vote_inner(id, commit, deadline)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("transaction vote"))
+    }
+
+    async fn vote_inner(&self, id: &str, commit: bool, deadline: Duration) -> Result<Decision> {
+        validate_segment_name("participant id", id)?;
+        if let Some(decided) = self.read_decision().await? {
+            return Ok(decided);
+        }
+        let vote = if commit { Decision::Commit } else { Decision::Abort };
+        let queue = QueueId::new(QueueKind::Vote, self.name.clone());
+        let ballot = acquire(
+            &self.client,
+            queue,
+            format!("{}:{id}", vote.as_str()).into_bytes(),
+            true,
+        )
+        .await?
+        .ok_or_else(|| no_grant("vote"))?;
+        let decided = match tokio::time::timeout(deadline, self.until_decided()).await {
+            Ok(r) => r,
+            Err(_) => self.decide(Decision::Abort, None).await,
+        };
+        if let Err(e) = ballot.contender.leave().await {
+            tracing::warn!(error = %e, "coord.transaction_vote_removal_refused");
+        }
+        decided
+    }
+
+    /// Waits until a decision is written, through watch gaps.
+    async fn until_decided(&self) -> Result<Decision> {
+        let key = self.decision_key();
+        let mut events = ConfigStore::watch(&self.client, &key).await?;
+        while let Some(event) = events.next().await {
+            let value = match event? {
+                ConfigEvent::Snapshot(entries) => entries.into_iter().find(|e| e.key == key).map(|e| e.value),
+                ConfigEvent::Put(e) if e.key == key => Some(e.value),
+                _ => None,
+            };
+            if let Some(d) = value.as_deref().and_then(Decision::parse) {
+                return Ok(d);
+            }
+        }
+        Err(Error::closed())
+    }
+}
