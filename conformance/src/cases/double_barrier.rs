@@ -136,3 +136,38 @@ pub async fn dropped_enter_leaves_nothing(ctx: Ctx) -> CaseResult {
         other => bail!("a dropped enter still counted: {other:?}"),
     }
 }
+
+/// A member whose session is killed while it waits in `enter` gets `SessionLost`, and
+/// does not count towards the barrier.
+pub async fn waiter_session_lost_fails_and_does_not_count(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let ba = a.double_barrier("round", 2)?;
+    let waiter = tokio::spawn(async move { ba.enter("a", LONG).await });
+    settle().await;
+    ctx.factory().kill_session(&a).await?;
+    match within(ctx.expiry_wait(), "the waiting member ends", waiter).await?? {
+        Err(e) if e.kind() == ErrorKind::SessionLost => {}
+        other => bail!("a member whose session was lost while entering returned {other:?}"),
+    }
+    match b
+        .double_barrier("round", 2)?
+        .enter("b", Duration::from_secs(1))
+        .await
+    {
+        Err(e) if e.kind() == ErrorKind::Timeout => {}
+        other => bail!("the lost member still counted: {other:?}"),
+    }
+    let bc = c.double_barrier("round", 2)?;
+    let cc = tokio::spawn(async move { bc.enter("c", LONG).await });
+    let mb = within(
+        QUICK,
+        "b enters with c",
+        b.double_barrier("round", 2)?.enter("b", LONG),
+    )
+    .await??;
+    let mc = within(QUICK, "c enters with b", cc).await???;
+    let lc = tokio::spawn(async move { mc.leave(LONG).await });
+    mb.leave(LONG).await?;
+    within(QUICK, "c leaves", lc).await???;
+    Ok(())
+}

@@ -197,3 +197,21 @@ pub async fn push_notifies_at_most_two_consumers(ctx: Ctx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A consumer whose session is killed while it waits for an item gets `SessionLost`
+/// (it took nothing); the next consumer gets the item pushed later.
+pub async fn waiter_session_lost_fails_and_takes_nothing(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let qb = b.queue("jobs", 10)?;
+    let waiter = tokio::spawn(async move { qb.take().await });
+    settle().await;
+    ctx.factory().kill_session(&b).await?;
+    match within(ctx.expiry_wait(), "the waiting consumer ends", waiter).await?? {
+        Err(e) if e.kind() == ErrorKind::SessionLost => {}
+        other => bail!("a consumer whose session was lost while waiting returned {other:?}"),
+    }
+    a.queue("jobs", 10)?.push(b"job".to_vec()).await?;
+    let item = within(QUICK, "c takes the item", c.queue("jobs", 10)?.take()).await??;
+    ensure!(item == b"job");
+    Ok(())
+}

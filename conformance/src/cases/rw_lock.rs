@@ -258,3 +258,26 @@ pub async fn independent_of_the_plain_lock(ctx: Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// A reader whose session is killed while it waits gets `SessionLost` and leaves
+/// nothing behind: once the writer leaves, another reader holds at once.
+pub async fn waiter_session_lost_fails_and_leaves_nothing(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let w = a.rw_lock("doc")?.write().await?;
+    let br = b.rw_lock("doc")?;
+    let waiter = tokio::spawn(async move { br.read().await });
+    settle().await;
+    ctx.factory().kill_session(&b).await?;
+    match within(ctx.expiry_wait(), "the waiting reader ends", waiter).await?? {
+        Err(e) if e.kind() == coord_core::ErrorKind::SessionLost => {}
+        other => bail!("a reader whose session was lost while waiting returned {other:?}"),
+    }
+    w.release().await?;
+    let _r = within(
+        QUICK,
+        "another reader holds once the writer left",
+        c.rw_lock("doc")?.read(),
+    )
+    .await??;
+    Ok(())
+}

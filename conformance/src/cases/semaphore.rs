@@ -244,3 +244,27 @@ pub async fn permit_count_mismatch_is_an_error(ctx: Ctx) -> CaseResult {
     ensure!(a.semaphore("x", 0).is_err(), "zero permits accepted");
     Ok(())
 }
+
+/// An acquirer whose session is killed while it waits (at the front, watching the
+/// leases) gets `SessionLost` and leaves nothing behind: the next acquirer gets the lease
+/// once the holder releases it.
+pub async fn waiter_session_lost_fails_and_leaves_nothing(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let la = a.semaphore("pool", 1)?.acquire().await?;
+    let sb = b.semaphore("pool", 1)?;
+    let waiter = tokio::spawn(async move { sb.acquire().await });
+    settle().await;
+    ctx.factory().kill_session(&b).await?;
+    match within(ctx.expiry_wait(), "the waiting acquirer ends", waiter).await?? {
+        Err(e) if e.kind() == ErrorKind::SessionLost => {}
+        other => bail!("an acquirer whose session was lost while waiting returned {other:?}"),
+    }
+    la.release().await?;
+    let _lc = within(
+        QUICK,
+        "c acquires once the holder released",
+        c.semaphore("pool", 1)?.acquire(),
+    )
+    .await??;
+    Ok(())
+}

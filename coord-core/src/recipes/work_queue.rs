@@ -246,14 +246,18 @@ impl DistributedQueue {
     }
 
     /// Waits until the queue may hold an item, watching its items (the only consumer
-    /// that does, as the holder of the taker lock); ends early if the lock is lost.
+    /// that does, as the holder of the taker lock); fails with `SessionLost` if the lock
+    /// is lost meanwhile.
     async fn until_an_item(&self, gate: &LockGuard) -> Result<()> {
         let mut events = ConfigStore::watch(&self.client, &self.items_prefix()).await?;
         let prefix = format!("{}/", self.items_prefix());
         loop {
             let event = tokio::select! {
                 e = events.next() => e,
-                _ = gate.lost() => return Ok(()),
+                _ = gate.lost() => return Err(Error::new(
+                    ErrorKind::SessionLost,
+                    "the queue's taker lock was lost while waiting for an item (session lost); nothing was taken — call again",
+                )),
             };
             match event {
                 None => return Err(Error::closed()),
