@@ -7,8 +7,12 @@
 //! [`Error`]/[`ErrorKind`] taxonomy, name and value rules, fencing tokens, and the
 //! connection-string parser. Applications normally depend on the `coord` facade.
 //!
-//! Three layers: this crate root is the user API; the lock and the election are
-//! *recipes* written once here over the backend contract in [`raw`], which each backend
+//! The recipes built on them: [`Client::lead`] (leader selector), [`RwLock`],
+//! [`Semaphore`], [`Barrier`], [`DoubleBarrier`], [`DistributedQueue`],
+//! [`SharedCounter`] and [`Transaction`] (two-phase commit).
+//!
+//! Three layers: this crate root is the user API; the lock, the election and every
+//! recipe are written once here over the backend contract in [`raw`], which each backend
 //! implements in its native layout. Applications never need [`raw`].
 //!
 //! # Sessions

@@ -1,6 +1,13 @@
 //! coord: leader election, fenced locks, service discovery and shared configuration,
 //! over ZooKeeper, etcd or an embedded in-memory backend, with one API.
 //!
+//! Beyond the four primitives ([`Lock`], [`Election`], [`Registry`], [`ConfigStore`]),
+//! the classic recipes, on every backend: a leader selector ([`Client::lead`]), a
+//! read/write lock ([`RwLock`]), a counting semaphore ([`Semaphore`]), a barrier
+//! ([`Barrier`]) and a double barrier ([`DoubleBarrier`]), a bounded FIFO queue
+//! ([`DistributedQueue`]), a shared counter ([`SharedCounter`]) and two-phase commit
+//! ([`Transaction`]). Each type's docs state its guarantees and limits.
+//!
 //! Pick a backend with a connection string (and, for ZooKeeper and etcd, a Cargo
 //! feature); application code does not change:
 //!
@@ -40,12 +47,13 @@ mod options;
 use tracing::Instrument;
 
 pub use coord_core::{
-    Barrier, Capabilities, Check, Client, ConfigEvent, ConfigStore, DistributedQueue, Election, Entry, Error,
-    ErrorKind, Fence, FencingToken, HoldState, HoldWatch, LeaderEvent, LeaderInfo, LeaderSelector,
-    Leadership, Leading, Lock, LockGuard, MAX_NAME_LEN, MAX_PERMITS, MAX_QUEUE_ITEMS, MAX_TXN_BYTES,
-    MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult, Registration, RegistrationState, Registry, RegistryEvent,
-    Result, RwLock, SelectorState, Semaphore, ServiceInstance, SessionState, SessionStatus, SharedCounter,
-    Stats, Txn, Version, Versioned, validate_name,
+    Barrier, Capabilities, Check, Client, ConfigEvent, ConfigStore, Decision, DistributedQueue,
+    DoubleBarrier, Election, Entered, Entry, Error, ErrorKind, Fence, FencingToken, HoldState, HoldWatch,
+    LeaderEvent, LeaderInfo, LeaderSelector, Leadership, Leading, Lock, LockGuard, MAX_MEMBERS, MAX_NAME_LEN,
+    MAX_PARTICIPANTS, MAX_PERMITS, MAX_QUEUE_ITEMS, MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult,
+    Registration, RegistrationState, Registry, RegistryEvent, Result, RwLock, SelectorState, Semaphore,
+    ServiceInstance, SessionState, SessionStatus, SharedCounter, Stats, Transaction, Txn, Version, Versioned,
+    validate_name,
 };
 pub use options::{Options, connect_with};
 
