@@ -53,17 +53,23 @@ async fn run(client: coord::Client, name: String, stop: impl Future<Output = ()>
                     "demo-leader/state",
                     format!("{name} beat {beat} token {}", leading.token()),
                 );
+                // The work always waits on the loss too, so it notes the loss itself
+                // before the selector cancels it.
+                let beat = async {
+                    client.commit(write).await?;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Ok::<_, coord::Error>(())
+                };
                 tokio::select! {
                     _ = leading.lost() => {
                         println!("{name}: leadership lost");
                         return;
                     }
-                    r = client.commit(write) => if let Err(e) = r {
+                    r = beat => if let Err(e) = r {
                         println!("{name}: leader write refused ({}), stepping down", e.kind());
                         return;
                     },
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
     })?;
