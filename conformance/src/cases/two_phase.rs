@@ -115,7 +115,12 @@ pub async fn vote_goes_with_the_session(ctx: Ctx) -> CaseResult {
     let txn = c.transaction("t")?;
     let coordinator =
         tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(2)).await });
-    let d2 = within(LONG, "p2's decision", p2.transaction("t")?.vote("p2", true, LONG)).await??;
+    let d2 = within(
+        LONG,
+        "p2's decision",
+        p2.transaction("t")?.vote("p2", true, QUICK),
+    )
+    .await??;
     ensure!(
         d2 == Decision::Abort,
         "committed with a vote whose session is gone"

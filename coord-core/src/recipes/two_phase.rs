@@ -13,11 +13,15 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::lock::LockGuard;
 use crate::name::validate_segment_name;
-use crate::raw::{EntriesEvent, QueueId, QueueKind};
+use crate::raw::{Backoff, EntriesEvent, QueueId, QueueKind};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
 use crate::two_phase::{Decision, Transaction, validate_participants};
 use crate::txn::Txn;
+
+/// How many times a decision is sent before its error is returned (about 30 s of
+/// connection trouble).
+const DECIDE_ATTEMPTS: u32 = 30;
 
 impl Transaction {
     fn plan_key(&self) -> String {
@@ -159,27 +163,36 @@ impl Transaction {
     }
 
     /// Writes `outcome` unless a decision exists (under `fence` when given); returns the
-    /// decision in force.
+    /// decision in force. Retried through connection trouble (a create that fails if a
+    /// decision exists is safe to send again: a retry after one that landed finds it).
     async fn decide(&self, outcome: Decision, fence: Option<Fence>) -> Result<Decision> {
-        let mut txn = Txn::new();
-        if let Some(fence) = fence {
-            txn = txn.fenced_by(fence);
-        }
-        let txn = txn
-            .check_absent(self.decision_key())
-            .put(self.decision_key(), outcome.as_str().as_bytes().to_vec());
-        match self.client.commit(txn).await {
-            Ok(_) => Ok(outcome),
-            // Decided already (a participant's abort at its deadline, say): that stands.
-            Err(e) if e.kind() == ErrorKind::VersionMismatch => self
-                .read_decision()
-                .await?
-                .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the decision exists but cannot be read")),
-            Err(e) if e.outcome_unknown() => match self.read_decision().await {
-                Ok(Some(d)) => Ok(d),
-                _ => Err(e),
-            },
-            Err(e) => Err(e),
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut txn = Txn::new();
+            if let Some(fence) = &fence {
+                txn = txn.fenced_by(fence.clone());
+            }
+            let txn = txn
+                .check_absent(self.decision_key())
+                .put(self.decision_key(), outcome.as_str().as_bytes().to_vec());
+            match self.client.commit(txn).await {
+                Ok(_) => return Ok(outcome),
+                // Decided already (a participant's abort at its deadline, or this
+                // coordinator's own earlier attempt): that stands.
+                Err(e) if e.kind() == ErrorKind::VersionMismatch => match self.read_decision().await {
+                    Ok(Some(d)) => return Ok(d),
+                    Ok(None) => {}
+                    Err(e) if e.is_retryable() && attempts < DECIDE_ATTEMPTS => {}
+                    Err(e) => return Err(e),
+                },
+                Err(e) if e.is_retryable() && attempts < DECIDE_ATTEMPTS => {
+                    tracing::debug!(error = %e, "coord.transaction_decide_retry");
+                }
+                Err(e) => return Err(e),
+            }
+            backoff.wait().await;
         }
     }
 
