@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::capabilities::Capabilities;
 use crate::config::{ConfigEvent, ConfigStore, Entry};
@@ -163,6 +164,22 @@ impl Client {
             wakeups: self.core.wakeups.load(std::sync::atomic::Ordering::Relaxed),
             ..self.core.backend.stats()
         }
+    }
+
+    /// The version the server reports of itself: etcd's `Status` version, ZooKeeper's
+    /// answer to the `srvr` command (`None` over TLS), `coord-mem` and its version on
+    /// mem.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`/`Timeout` when no server answers; `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    pub async fn server_version(&self) -> Result<Option<String>> {
+        let span = tracing::debug_span!("coord.server_version", backend = self.kind());
+        self.core.backend.server_version().instrument(span).await
     }
 
     /// The concrete backend, for its own extra API, e.g. the in-memory backend's fault

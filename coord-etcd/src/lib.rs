@@ -217,6 +217,19 @@ impl Backend for EtcdClient {
         self.inner.stats.snapshot()
     }
 
+    async fn server_version(&self) -> Result<Option<String>> {
+        let status = self
+            .inner
+            .call(
+                coord_core::raw::Counter::Read,
+                "server_version",
+                false,
+                |mut c: etcd_client::MaintenanceClient| async move { c.status().await },
+            )
+            .await?;
+        Ok(Some(status.version().to_owned()))
+    }
+
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }

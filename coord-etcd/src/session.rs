@@ -231,6 +231,12 @@ impl Service for etcd::KvClient {
     }
 }
 
+impl Service for etcd::MaintenanceClient {
+    fn of(client: &etcd::Client) -> Self {
+        client.maintenance_client()
+    }
+}
+
 impl Service for etcd::WatchClient {
     fn of(client: &etcd::Client) -> Self {
         client.watch_client()

@@ -236,6 +236,10 @@ impl Backend for MemClient {
         self.inner.stats.snapshot()
     }
 
+    async fn server_version(&self) -> Result<Option<String>> {
+        Ok(Some(format!("coord-mem {}", env!("CARGO_PKG_VERSION"))))
+    }
+
     async fn close(&self) -> Result<()> {
         if !self.inner.mark_closed() {
             return Ok(());

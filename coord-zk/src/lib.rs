@@ -129,6 +129,7 @@ mod options;
 mod queue;
 mod reads;
 mod registry;
+mod server_info;
 mod session;
 
 use std::any::Any;
@@ -246,6 +247,10 @@ impl Backend for ZkClient {
 
     fn stats(&self) -> Stats {
         self.inner.stats.snapshot()
+    }
+
+    async fn server_version(&self) -> Result<Option<String>> {
+        server_info::server_version(&self.inner.options).await
     }
 
     async fn close(&self) -> Result<()> {

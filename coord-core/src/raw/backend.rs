@@ -43,6 +43,20 @@ pub trait Backend: Queue + ConfigStore + Registry + Send + Sync + 'static {
     /// The client's counters.
     fn stats(&self) -> Stats;
 
+    /// The version the server reports of itself (e.g. `3.4.30`), or `None` when the
+    /// backend cannot ask (the default).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`/`Timeout` when the server does not answer; `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn server_version(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// Ends the session, releasing everything bound to it, and stops background tasks.
     /// Idempotent. Also called, in the background, when the last [`Client`] handle is
     /// dropped.
