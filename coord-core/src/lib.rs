@@ -9,7 +9,9 @@
 //!
 //! The recipes built on them: [`Client::lead`] (leader selector), [`RwLock`],
 //! [`Semaphore`], [`Barrier`], [`DoubleBarrier`], [`DistributedQueue`],
-//! [`SharedCounter`] and [`Transaction`] (two-phase commit).
+//! [`SharedCounter`] and [`Transaction`] (two-phase commit). Live caches
+//! ([`ConfigCache`], [`ServiceCache`]) keep a map of a config prefix or a service's
+//! instances up to date from a watch, with whether it is in sync.
 //!
 //! Three layers: this crate root is the user API; the lock, the election and every
 //! recipe are written once here over the backend contract in [`raw`], which each backend
@@ -45,6 +47,7 @@
 //! network call.
 
 mod barrier;
+mod cache;
 mod capabilities;
 mod client;
 mod client_state;
@@ -76,6 +79,7 @@ mod version;
 mod work_queue;
 
 pub use barrier::Barrier;
+pub use cache::{CacheView, ConfigCache, ServiceCache};
 pub use capabilities::Capabilities;
 pub use client::Client;
 pub use config::{ConfigEvent, ConfigStore, Entry};

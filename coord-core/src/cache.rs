@@ -1,0 +1,847 @@
+//! Live caches: a map kept up to date from a watch by a background task, with a signal
+//! of whether it is in sync with the server.
+//!
+//! One fold engine serves both caches: a watch's events become [`Change`]s (a snapshot,
+//! a put, a delete, a resync), folded into a [`CacheView`] published on a `watch`
+//! channel. [`ConfigCache`] follows [`ConfigStore::watch`] on a prefix,
+//! [`ServiceCache`] follows [`Registry::watch`] on a service.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map;
+use std::sync::{Arc, OnceLock};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::config::{ConfigEvent, ConfigStore, Entry};
+use crate::error::{Error, ErrorKind, Result};
+use crate::registry::{Registry, RegistryEvent, ServiceInstance};
+
+/// What a cache holds at one moment: its map and whether the map is known to match the
+/// server. Cheap to clone (the map is shared).
+///
+/// A view never changes; the cache publishes a new view on each change.
+pub struct CacheView<V> {
+    entries: Arc<BTreeMap<String, V>>,
+    in_sync: bool,
+    resyncs: u64,
+}
+
+impl<V> CacheView<V> {
+    /// An empty view, not in sync: what a cache folds its first snapshot into.
+    fn empty() -> Self {
+        CacheView {
+            entries: Arc::new(BTreeMap::new()),
+            in_sync: false,
+            resyncs: 0,
+        }
+    }
+
+    /// The value under `key` (a config key, or a service instance's id).
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.entries.get(key)
+    }
+
+    /// Whether `key` is in the map.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// The whole map, sorted by key.
+    pub fn entries(&self) -> &BTreeMap<String, V> {
+        &self.entries
+    }
+
+    /// Every key and value, sorted by key.
+    pub fn iter(&self) -> btree_map::Iter<'_, String, V> {
+        self.entries.iter()
+    }
+
+    /// Every value, sorted by key.
+    pub fn values(&self) -> btree_map::Values<'_, String, V> {
+        self.entries.values()
+    }
+
+    /// How many keys the map holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether the map is known to match the server: true from the watch's snapshot on,
+    /// false from a reported gap (`Resync`) until the fresh snapshot after it, and for
+    /// good once the cache has ended (its client closed). While false, the map is the
+    /// last one known, possibly stale.
+    ///
+    /// In sync does not mean the server is reachable right now: during connection
+    /// trouble the watch receives nothing, and the map is as of the last change seen.
+    pub fn in_sync(&self) -> bool {
+        self.in_sync
+    }
+
+    /// How many gaps (`Resync` events) the cache has been through since it started.
+    pub fn resyncs(&self) -> u64 {
+        self.resyncs
+    }
+}
+
+impl<V: Clone + PartialEq> CacheView<V> {
+    /// Folds one change into the view; returns whether the view changed.
+    fn apply(&mut self, change: Change<V>) -> bool {
+        match change {
+            Change::Snapshot(items) => {
+                let map: BTreeMap<String, V> = items.into_iter().collect();
+                if self.in_sync && *self.entries == map {
+                    return false;
+                }
+                self.entries = Arc::new(map);
+                self.in_sync = true;
+                true
+            }
+            Change::Put(key, value) => {
+                if self.entries.get(&key) == Some(&value) {
+                    return false;
+                }
+                Arc::make_mut(&mut self.entries).insert(key, value);
+                true
+            }
+            Change::Delete(key) => {
+                if !self.entries.contains_key(&key) {
+                    return false;
+                }
+                Arc::make_mut(&mut self.entries).remove(&key);
+                true
+            }
+            Change::Resync => {
+                self.in_sync = false;
+                self.resyncs += 1;
+                true
+            }
+        }
+    }
+}
+
+impl<V> Clone for CacheView<V> {
+    fn clone(&self) -> Self {
+        CacheView {
+            entries: self.entries.clone(),
+            in_sync: self.in_sync,
+            resyncs: self.resyncs,
+        }
+    }
+}
+
+impl<V: PartialEq> PartialEq for CacheView<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.in_sync == other.in_sync && self.resyncs == other.resyncs && self.entries == other.entries
+    }
+}
+
+impl<V: Eq> Eq for CacheView<V> {}
+
+impl<V: std::fmt::Debug> std::fmt::Debug for CacheView<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheView")
+            .field("in_sync", &self.in_sync)
+            .field("resyncs", &self.resyncs)
+            .field("entries", &*self.entries)
+            .finish()
+    }
+}
+
+impl<'a, V> IntoIterator for &'a CacheView<V> {
+    type Item = (&'a String, &'a V);
+    type IntoIter = btree_map::Iter<'a, String, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter()
+    }
+}
+
+/// A watch event in the fold engine's terms.
+#[derive(Debug)]
+enum Change<V> {
+    /// The whole map now; replaces the map and brings it in sync.
+    Snapshot(Vec<(String, V)>),
+    /// A key was created or changed.
+    Put(String, V),
+    /// A key was deleted.
+    Delete(String),
+    /// Changes may have been missed: out of sync, the map kept until the next snapshot.
+    Resync,
+}
+
+impl From<ConfigEvent> for Change<Entry> {
+    fn from(event: ConfigEvent) -> Self {
+        match event {
+            ConfigEvent::Snapshot(entries) => {
+                Change::Snapshot(entries.into_iter().map(|e| (e.key.clone(), e)).collect())
+            }
+            ConfigEvent::Put(entry) => Change::Put(entry.key.clone(), entry),
+            ConfigEvent::Delete(key) => Change::Delete(key),
+            ConfigEvent::Resync => Change::Resync,
+        }
+    }
+}
+
+impl From<RegistryEvent> for Change<ServiceInstance> {
+    fn from(event: RegistryEvent) -> Self {
+        match event {
+            RegistryEvent::Snapshot(instances) => {
+                Change::Snapshot(instances.into_iter().map(|i| (i.id.clone(), i)).collect())
+            }
+            RegistryEvent::Joined(instance) | RegistryEvent::Updated(instance) => {
+                Change::Put(instance.id.clone(), instance)
+            }
+            RegistryEvent::Left(id) => Change::Delete(id),
+            RegistryEvent::Resync => Change::Resync,
+        }
+    }
+}
+
+type Changes<V> = BoxStream<'static, Result<Change<V>>>;
+
+/// Aborts the fold task when the last handle of a cache is dropped.
+struct StopOnDrop(tokio::task::AbortHandle);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The fold engine behind both caches.
+struct Cache<V> {
+    view: watch::Receiver<CacheView<V>>,
+    /// Why the watch ended, once it has.
+    ended: Arc<OnceLock<Error>>,
+    _task: Arc<StopOnDrop>,
+}
+
+impl<V> Clone for Cache<V> {
+    fn clone(&self) -> Self {
+        Cache {
+            view: self.view.clone(),
+            ended: self.ended.clone(),
+            _task: self._task.clone(),
+        }
+    }
+}
+
+impl<V: Clone + PartialEq + Send + Sync + 'static> Cache<V> {
+    /// Folds `changes` until the first snapshot, then hands them to a task of their own.
+    async fn start(mut changes: Changes<V>, span: tracing::Span) -> Result<Cache<V>> {
+        let mut view = CacheView::empty();
+        while !view.in_sync {
+            match changes.next().await {
+                Some(Ok(change)) => {
+                    view.apply(change);
+                }
+                Some(Err(e)) => return Err(e),
+                None => return Err(ended_silently()),
+            }
+        }
+        let (tx, rx) = watch::channel(view);
+        let ended = Arc::new(OnceLock::new());
+        let task = tokio::spawn(follow(changes, tx, ended.clone()).instrument(span));
+        Ok(Cache {
+            view: rx,
+            ended,
+            _task: Arc::new(StopOnDrop(task.abort_handle())),
+        })
+    }
+
+    fn view(&self) -> CacheView<V> {
+        self.view.borrow().clone()
+    }
+
+    fn get(&self, key: &str) -> Option<V> {
+        self.view.borrow().get(key).cloned()
+    }
+
+    fn in_sync(&self) -> bool {
+        self.view.borrow().in_sync
+    }
+
+    fn subscribe(&self) -> watch::Receiver<CacheView<V>> {
+        let mut rx = self.view.clone();
+        rx.borrow_and_update();
+        rx
+    }
+
+    fn ended(&self) -> Option<Error> {
+        self.ended.get().cloned()
+    }
+
+    async fn changed(&mut self) -> Result<CacheView<V>> {
+        if let Some(e) = self.ended() {
+            self.view.borrow_and_update();
+            return Err(e);
+        }
+        let changed = self.view.changed().await;
+        let view = self.view.borrow_and_update().clone();
+        match (changed, self.ended()) {
+            (_, Some(e)) => Err(e),
+            (Ok(()), None) => Ok(view),
+            (Err(_), None) => Err(ended_silently()),
+        }
+    }
+
+    async fn synced(&mut self) -> Result<CacheView<V>> {
+        let result = self.view.wait_for(|v| v.in_sync).await.map(|v| v.clone());
+        match (result, self.ended()) {
+            (_, Some(e)) => Err(e),
+            (Ok(view), None) => Ok(view),
+            (Err(_), None) => Err(ended_silently()),
+        }
+    }
+}
+
+/// Folds each change into the published view until the watch ends (with the client's
+/// close, typically); then records why, and marks the view out of sync.
+async fn follow<V: Clone + PartialEq>(
+    mut changes: Changes<V>,
+    tx: watch::Sender<CacheView<V>>,
+    ended: Arc<OnceLock<Error>>,
+) {
+    let error = loop {
+        match changes.next().await {
+            Some(Ok(change)) => {
+                if matches!(change, Change::Resync) {
+                    tracing::debug!("coord.cache.resync: out of sync until the next snapshot");
+                }
+                tx.send_if_modified(|view| view.apply(change));
+            }
+            Some(Err(e)) => break e,
+            None => break ended_silently(),
+        }
+    };
+    tracing::debug!(error = %error, "coord.cache.ended");
+    let _ = ended.set(error);
+    tx.send_modify(|view| view.in_sync = false);
+}
+
+fn ended_silently() -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        "the watch behind the cache ended without an error",
+    )
+}
+
+/// A live copy of every config key under a prefix, kept up to date by a background
+/// task that follows [`ConfigStore::watch`]. Made by [`Client::config_cache`].
+///
+/// The map goes from key (relative to the client's namespace, as in [`Entry::key`]) to
+/// [`Entry`]. When the watch reports a gap ([`ConfigEvent::Resync`]), the cache is out of
+/// sync and keeps its last map until the fresh snapshot replaces it wholesale.
+///
+/// Cheap to clone; every clone has its own [`ConfigCache::changed`] position. The task
+/// stops when the last clone is dropped. The cache does not keep its client's session
+/// alive: when the client is closed (or its last handle dropped), the cache ends, out of
+/// sync, and [`ConfigCache::changed`] fails with `Closed`.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> coord_core::Result<()> {
+/// use coord_core::ConfigStore;
+/// let client = coord_mem::connect("mem://config-cache-doc")?;
+/// client.put("flags/dark-mode", b"on".to_vec()).await?;
+/// let mut flags = client.config_cache("flags").await?;
+/// assert!(flags.in_sync());
+/// assert_eq!(flags.get("flags/dark-mode").map(|e| e.value), Some(b"on".to_vec()));
+/// client.put("flags/beta", b"off".to_vec()).await?;
+/// let view = flags.changed().await?;
+/// assert_eq!(view.len(), 2);
+/// assert_eq!(view.get("flags/beta").map(|e| e.value.as_slice()), Some(&b"off"[..]));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ConfigCache {
+    prefix: String,
+    cache: Cache<Entry>,
+}
+
+impl ConfigCache {
+    /// The prefix this cache follows.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The latest view: every key under the prefix and whether it is in sync.
+    pub fn view(&self) -> CacheView<Entry> {
+        self.cache.view()
+    }
+
+    /// The entry of `key` in the latest view.
+    pub fn get(&self, key: &str) -> Option<Entry> {
+        self.cache.get(key)
+    }
+
+    /// Whether the latest view is in sync (see [`CacheView::in_sync`]).
+    pub fn in_sync(&self) -> bool {
+        self.cache.in_sync()
+    }
+
+    /// A channel that always holds the latest view, as if seen already. It closes when
+    /// the cache ends or the last clone of the cache is dropped.
+    pub fn subscribe(&self) -> watch::Receiver<CacheView<Entry>> {
+        self.cache.subscribe()
+    }
+
+    /// Why the cache ended, once it has (the client was closed): it then stays out of
+    /// sync for good; open a new cache on a new client.
+    pub fn ended(&self) -> Option<Error> {
+        self.cache.ended()
+    }
+
+    /// Waits for the next change of the view — a key created, changed or deleted, or the
+    /// cache going out of or back into sync — and returns the new view. Changes made in
+    /// quick succession may be seen as one.
+    ///
+    /// # Errors
+    ///
+    /// The error that ended the watch: `Closed` once the client is closed (at once if it
+    /// already was).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a change made while no future is pending is seen by the next call.
+    pub async fn changed(&mut self) -> Result<CacheView<Entry>> {
+        self.cache.changed().await
+    }
+
+    /// Waits until the view is in sync (at once if it is) and returns it.
+    ///
+    /// # Errors
+    ///
+    /// As [`ConfigCache::changed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn synced(&mut self) -> Result<CacheView<Entry>> {
+        self.cache.synced().await
+    }
+}
+
+impl std::fmt::Debug for ConfigCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let view = self.view();
+        f.debug_struct("ConfigCache")
+            .field("prefix", &self.prefix)
+            .field("len", &view.len())
+            .field("in_sync", &view.in_sync())
+            .finish()
+    }
+}
+
+/// A live copy of the instances of one service, kept up to date by a background task
+/// that follows [`Registry::watch`]. Made by [`Client::service_cache`].
+///
+/// The map goes from instance id to [`ServiceInstance`]. When the watch reports a gap
+/// ([`RegistryEvent::Resync`]), the cache is out of sync and keeps its last map until
+/// the fresh snapshot replaces it wholesale.
+///
+/// Cheap to clone; every clone has its own [`ServiceCache::changed`] position. The task
+/// stops when the last clone is dropped. The cache does not keep its client's session
+/// alive: when the client is closed (or its last handle dropped), the cache ends, out of
+/// sync, and [`ServiceCache::changed`] fails with `Closed`.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> coord_core::Result<()> {
+/// use coord_core::{Registry, ServiceInstance};
+/// let client = coord_mem::connect("mem://service-cache-doc")?;
+/// let mut api = client.service_cache("api").await?;
+/// assert!(api.in_sync() && api.view().is_empty());
+/// let reg = client.register("api", ServiceInstance::new("a1", "10.0.0.1:80")).await?;
+/// let view = api.changed().await?;
+/// let addresses: Vec<&str> = view.values().map(|i| i.address.as_str()).collect();
+/// assert_eq!(addresses, ["10.0.0.1:80"]);
+/// reg.deregister().await?;
+/// assert!(api.changed().await?.is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ServiceCache {
+    service: String,
+    cache: Cache<ServiceInstance>,
+}
+
+impl ServiceCache {
+    /// The service this cache follows.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The latest view: every instance by id and whether it is in sync.
+    pub fn view(&self) -> CacheView<ServiceInstance> {
+        self.cache.view()
+    }
+
+    /// The instance with this id in the latest view.
+    pub fn get(&self, id: &str) -> Option<ServiceInstance> {
+        self.cache.get(id)
+    }
+
+    /// Whether the latest view is in sync (see [`CacheView::in_sync`]).
+    pub fn in_sync(&self) -> bool {
+        self.cache.in_sync()
+    }
+
+    /// A channel that always holds the latest view, as if seen already. It closes when
+    /// the cache ends or the last clone of the cache is dropped.
+    pub fn subscribe(&self) -> watch::Receiver<CacheView<ServiceInstance>> {
+        self.cache.subscribe()
+    }
+
+    /// Why the cache ended, once it has (the client was closed): it then stays out of
+    /// sync for good; open a new cache on a new client.
+    pub fn ended(&self) -> Option<Error> {
+        self.cache.ended()
+    }
+
+    /// Waits for the next change of the view — an instance joined, updated or left, or
+    /// the cache going out of or back into sync — and returns the new view. Changes made
+    /// in quick succession may be seen as one.
+    ///
+    /// # Errors
+    ///
+    /// The error that ended the watch: `Closed` once the client is closed (at once if it
+    /// already was).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a change made while no future is pending is seen by the next call.
+    pub async fn changed(&mut self) -> Result<CacheView<ServiceInstance>> {
+        self.cache.changed().await
+    }
+
+    /// Waits until the view is in sync (at once if it is) and returns it.
+    ///
+    /// # Errors
+    ///
+    /// As [`ServiceCache::changed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn synced(&mut self) -> Result<CacheView<ServiceInstance>> {
+        self.cache.synced().await
+    }
+}
+
+impl std::fmt::Debug for ServiceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let view = self.view();
+        f.debug_struct("ServiceCache")
+            .field("service", &self.service)
+            .field("len", &view.len())
+            .field("in_sync", &view.in_sync())
+            .finish()
+    }
+}
+
+impl Client {
+    /// A live cache of every config key equal to `prefix` or below it (segment-wise, as
+    /// [`ConfigStore::watch`]; empty for the whole namespace). Returns once the first
+    /// snapshot is in, so the cache starts in sync.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad prefix, before any network call; the watch's errors
+    /// (`Unavailable`, `Timeout`, `Closed`) while waiting for the snapshot.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future stops watching and leaves nothing running.
+    pub async fn config_cache(&self, prefix: &str) -> Result<ConfigCache> {
+        let span = tracing::debug_span!("coord.config_cache", backend = self.kind(), prefix);
+        async {
+            let changes = ConfigStore::watch(self, prefix)
+                .await?
+                .map(|item| item.map(Change::from))
+                .boxed();
+            let cache = Cache::start(changes, tracing::Span::current()).await?;
+            Ok(ConfigCache {
+                prefix: prefix.to_owned(),
+                cache,
+            })
+        }
+        .instrument(span)
+        .await
+        .map_err(|e: Error| e.with_operation("config_cache"))
+    }
+
+    /// A live cache of the instances of `service`. Returns once the first snapshot is
+    /// in, so the cache starts in sync.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad service name, before any network call; the watch's
+    /// errors (`Unavailable`, `Timeout`, `Closed`) while waiting for the snapshot.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped future stops watching and leaves nothing running.
+    pub async fn service_cache(&self, service: &str) -> Result<ServiceCache> {
+        let span = tracing::debug_span!("coord.service_cache", backend = self.kind(), service);
+        async {
+            let changes = Registry::watch(self, service)
+                .await?
+                .map(|item| item.map(Change::from))
+                .boxed();
+            let cache = Cache::start(changes, tracing::Span::current()).await?;
+            Ok(ServiceCache {
+                service: service.to_owned(),
+                cache,
+            })
+        }
+        .instrument(span)
+        .await
+        .map_err(|e: Error| e.with_operation("service_cache"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::channel::mpsc;
+
+    use super::*;
+    use crate::version::Version;
+
+    fn entry(key: &str, value: &str, version: u64) -> Entry {
+        Entry {
+            key: key.to_owned(),
+            value: value.as_bytes().to_vec(),
+            version: Version::from_parts(version, 0),
+        }
+    }
+
+    fn keys<V>(view: &CacheView<V>) -> Vec<&str> {
+        view.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    fn fold<V: Clone + PartialEq>(events: impl IntoIterator<Item = Change<V>>) -> CacheView<V> {
+        let mut view = CacheView::empty();
+        for change in events {
+            view.apply(change);
+        }
+        view
+    }
+
+    #[test]
+    fn config_events_fold_into_a_map() {
+        let view = fold(
+            [
+                ConfigEvent::Snapshot(vec![entry("c/a", "1", 1), entry("c/b", "1", 2)]),
+                ConfigEvent::Put(entry("c/a", "2", 3)),
+                ConfigEvent::Put(entry("c/c", "1", 4)),
+                ConfigEvent::Delete("c/b".into()),
+            ]
+            .map(Change::from),
+        );
+        assert!(view.in_sync());
+        assert_eq!(keys(&view), ["c/a", "c/c"]);
+        assert_eq!(view.get("c/a"), Some(&entry("c/a", "2", 3)));
+        assert_eq!(view.resyncs(), 0);
+    }
+
+    #[test]
+    fn resync_keeps_the_map_until_the_snapshot_replaces_it() {
+        let mut view = fold(
+            [
+                ConfigEvent::Snapshot(vec![entry("c/a", "1", 1), entry("c/b", "1", 2)]),
+                ConfigEvent::Resync,
+            ]
+            .map(Change::from),
+        );
+        assert!(!view.in_sync());
+        assert_eq!(view.resyncs(), 1);
+        assert_eq!(
+            keys(&view),
+            ["c/a", "c/b"],
+            "the last map stays while out of sync"
+        );
+        let changed = view.apply(Change::from(ConfigEvent::Snapshot(vec![
+            entry("c/b", "2", 5),
+            entry("c/new", "1", 6),
+        ])));
+        assert!(changed);
+        assert!(view.in_sync());
+        assert_eq!(
+            keys(&view),
+            ["c/b", "c/new"],
+            "the snapshot replaces the map wholesale"
+        );
+        assert_eq!(view.get("c/b"), Some(&entry("c/b", "2", 5)));
+    }
+
+    #[test]
+    fn registry_events_fold_by_instance_id() {
+        let view = fold(
+            [
+                RegistryEvent::Snapshot(vec![ServiceInstance::new("n1", "h:1")]),
+                RegistryEvent::Joined(ServiceInstance::new("n2", "h:2")),
+                RegistryEvent::Updated(ServiceInstance::new("n1", "h:11").with_metadata("v", "2")),
+                RegistryEvent::Left("n2".into()),
+                RegistryEvent::Joined(ServiceInstance::new("n3", "h:3")),
+            ]
+            .map(Change::from),
+        );
+        assert!(view.in_sync());
+        assert_eq!(keys(&view), ["n1", "n3"]);
+        let n1 = view.get("n1").expect("n1");
+        assert_eq!((n1.address.as_str(), n1.metadata["v"].as_str()), ("h:11", "2"));
+    }
+
+    #[test]
+    fn only_real_changes_make_a_new_view() {
+        let mut view = fold([Change::from(RegistryEvent::Snapshot(vec![ServiceInstance::new(
+            "n1", "h:1",
+        )]))]);
+        assert!(
+            !view.apply(Change::from(RegistryEvent::Updated(ServiceInstance::new(
+                "n1", "h:1"
+            ))))
+        );
+        assert!(!view.apply(Change::from(RegistryEvent::Left("unknown".into()))));
+        assert!(
+            !view.apply(Change::from(RegistryEvent::Snapshot(vec![ServiceInstance::new(
+                "n1", "h:1"
+            ),])))
+        );
+        assert!(view.apply(Change::from(RegistryEvent::Resync)));
+        assert!(
+            view.apply(Change::from(RegistryEvent::Snapshot(vec![ServiceInstance::new(
+                "n1", "h:1"
+            )]))),
+            "the same map coming back in sync is a change"
+        );
+    }
+
+    #[test]
+    fn a_view_is_unchanged_by_later_changes() {
+        let mut view = fold([Change::from(ConfigEvent::Snapshot(vec![entry("c/a", "1", 1)]))]);
+        let before = view.clone();
+        view.apply(Change::from(ConfigEvent::Put(entry("c/a", "2", 2))));
+        assert_eq!(before.get("c/a"), Some(&entry("c/a", "1", 1)));
+        assert_ne!(before, view);
+    }
+
+    type Feed = mpsc::UnboundedSender<Result<Change<Entry>>>;
+
+    async fn fed_cache() -> (Feed, Cache<Entry>) {
+        let (tx, rx) = mpsc::unbounded();
+        tx.unbounded_send(Ok(Change::from(ConfigEvent::Snapshot(vec![entry(
+            "c/a", "1", 1,
+        )]))))
+        .expect("feed");
+        let cache = Cache::start(rx.boxed(), tracing::Span::none())
+            .await
+            .expect("start");
+        (tx, cache)
+    }
+
+    async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(5), fut)
+            .await
+            .expect("in time")
+    }
+
+    #[tokio::test]
+    async fn the_task_publishes_each_change() {
+        let (feed, mut cache) = fed_cache().await;
+        assert!(cache.in_sync());
+        assert_eq!(keys(&cache.view()), ["c/a"]);
+        feed.unbounded_send(Ok(Change::from(ConfigEvent::Put(entry("c/b", "1", 2)))))
+            .expect("feed");
+        let view = within(cache.changed()).await.expect("changed");
+        assert_eq!(keys(&view), ["c/a", "c/b"]);
+        feed.unbounded_send(Ok(Change::Resync)).expect("feed");
+        let view = within(cache.changed()).await.expect("changed");
+        assert!(!view.in_sync() && view.len() == 2);
+        assert!(!cache.in_sync());
+        let mut waiter = cache.clone();
+        let synced = tokio::spawn(async move { waiter.synced().await });
+        feed.unbounded_send(Ok(Change::from(ConfigEvent::Snapshot(vec![entry(
+            "c/z", "1", 9,
+        )]))))
+        .expect("feed");
+        let view = within(synced).await.expect("task").expect("synced");
+        assert!(view.in_sync());
+        assert_eq!(keys(&view), ["c/z"]);
+        assert_eq!(cache.get("c/z"), Some(entry("c/z", "1", 9)));
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_cache_out_of_sync() {
+        let (feed, mut cache) = fed_cache().await;
+        let mut rx = cache.subscribe();
+        feed.unbounded_send(Err(Error::closed())).expect("feed");
+        let err = within(cache.changed()).await.expect_err("ended");
+        assert_eq!(err.kind(), ErrorKind::Closed);
+        assert!(!cache.in_sync());
+        assert_eq!(keys(&cache.view()), ["c/a"], "the last map stays");
+        let again = within(cache.changed()).await.expect_err("still ended");
+        assert_eq!(again.kind(), ErrorKind::Closed);
+        assert_eq!(
+            within(cache.synced()).await.expect_err("never synced").kind(),
+            ErrorKind::Closed
+        );
+        // The subscriber sees the last view, then the channel closes.
+        while within(rx.changed()).await.is_ok() {}
+        assert!(!rx.borrow().in_sync());
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_silently_is_an_error() {
+        let (feed, mut cache) = fed_cache().await;
+        drop(feed);
+        let err = within(cache.changed()).await.expect_err("ended");
+        assert_eq!(err.kind(), ErrorKind::Unexpected);
+    }
+
+    #[tokio::test]
+    async fn start_fails_with_the_watch_error() {
+        let (tx, rx) = mpsc::unbounded::<Result<Change<Entry>>>();
+        tx.unbounded_send(Err(Error::closed())).expect("feed");
+        let err = Cache::start(rx.boxed(), tracing::Span::none())
+            .await
+            .err()
+            .expect("error");
+        assert_eq!(err.kind(), ErrorKind::Closed);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_last_clone_stops_the_task() {
+        let (feed, cache) = fed_cache().await;
+        let clone = cache.clone();
+        let mut rx = cache.subscribe();
+        drop(cache);
+        tokio::task::yield_now().await;
+        assert!(!feed.is_closed(), "a clone still uses the task");
+        drop(clone);
+        // The aborted task drops the stream (closing the feed) and the channel's sender.
+        within(async {
+            while !feed.is_closed() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(within(rx.changed()).await.is_err());
+    }
+}
