@@ -16,7 +16,7 @@ use crate::registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 use crate::session::{SessionState, SessionStatus};
 use crate::stats::Stats;
 use crate::txn::{OpResult, Txn};
-use crate::version::{Version, Versioned};
+use crate::version::Versioned;
 
 /// One coordination participant: a cheap `Clone` handle over a backend and its session.
 ///
@@ -241,12 +241,6 @@ impl ConfigStore for Client {
     }
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
         ConfigStore::watch(&*self.core.backend, prefix).await
-    }
-    async fn put(&self, key: &str, value: Vec<u8>) -> Result<Version> {
-        self.core.backend.put(key, value).await
-    }
-    async fn compare_and_set(&self, key: &str, expected: Option<Version>, value: Vec<u8>) -> Result<Version> {
-        self.core.backend.compare_and_set(key, expected, value).await
     }
     async fn delete(&self, key: &str) -> Result<bool> {
         self.core.backend.delete(key).await

@@ -19,6 +19,18 @@ pub struct Entry {
     pub version: Version,
 }
 
+impl Entry {
+    /// The value decoded from JSON, with its key and version.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` when the value is not JSON of `T`.
+    #[cfg(feature = "serde")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<Versioned<T>> {
+        crate::version::from_json(&self.key, &self.value).map(|v| Versioned::new(v, self.version))
+    }
+}
+
 /// A change seen by [`ConfigStore::watch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigEvent {
@@ -44,8 +56,8 @@ pub enum ConfigEvent {
 /// ```
 /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
 /// use coord_core::{ConfigStore, ErrorKind};
-/// let v1 = client.put("feature/x", b"on".to_vec()).await?;
-/// let v2 = client.compare_and_set("feature/x", Some(v1), b"off".to_vec()).await?;
+/// let v1 = client.put("feature/x", "on").await?;
+/// let v2 = client.compare_and_set("feature/x", Some(v1), "off").await?;
 /// let stale = client.compare_and_set("feature/x", Some(v1), b"on".to_vec()).await;
 /// assert_eq!(stale.unwrap_err().kind(), ErrorKind::VersionMismatch);
 /// assert_eq!(client.get("feature/x").await?.unwrap().version, v2);
@@ -107,7 +119,8 @@ pub trait ConfigStore: Send + Sync {
     /// Dropping the stream stops watching.
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>>;
 
-    /// Creates or replaces `key`; returns the new version.
+    /// Creates or replaces `key`; returns the new version. The value is anything that
+    /// becomes bytes: `&str`, `String`, `&[u8]`, `Vec<u8>`, `bytes::Bytes`, `[u8; N]`.
     ///
     /// # Errors
     ///
@@ -116,11 +129,16 @@ pub trait ConfigStore: Send + Sync {
     /// # Cancel safety
     ///
     /// As [`ConfigStore::commit`].
-    async fn put(&self, key: &str, value: Vec<u8>) -> Result<Version> {
+    async fn put<V>(&self, key: &str, value: V) -> Result<Version>
+    where
+        V: Into<Vec<u8>> + Send,
+        Self: Sized,
+    {
         single_put(self.commit(Txn::new().put(key, value)).await?)
     }
 
-    /// Writes `key` only if it is at `expected` (`None`: only if absent).
+    /// Writes `key` only if it is at `expected` (`None`: only if absent). The value is
+    /// anything that becomes bytes, as for [`ConfigStore::put`].
     ///
     /// # Errors
     ///
@@ -130,12 +148,97 @@ pub trait ConfigStore: Send + Sync {
     /// # Cancel safety
     ///
     /// As [`ConfigStore::commit`].
-    async fn compare_and_set(&self, key: &str, expected: Option<Version>, value: Vec<u8>) -> Result<Version> {
+    async fn compare_and_set<V>(&self, key: &str, expected: Option<Version>, value: V) -> Result<Version>
+    where
+        V: Into<Vec<u8>> + Send,
+        Self: Sized,
+    {
         let txn = match expected {
             Some(v) => Txn::new().check_version(key, v),
             None => Txn::new().check_absent(key),
         };
         single_put(self.commit(txn.put(key, value)).await?)
+    }
+
+    /// Reads `key` and decodes its value from JSON.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` when the stored value is not JSON of `T` (read it with
+    /// [`ConfigStore::get`] to see what is there); otherwise as [`ConfigStore::get`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+    /// use coord_core::ConfigStore;
+    /// #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    /// struct Limits { rps: u32 }
+    /// let v1 = client.put_json("service/limits", &Limits { rps: 100 }).await?;
+    /// let read = client.get_json::<Limits>("service/limits").await?.unwrap();
+    /// assert_eq!((read.value, read.version), (Limits { rps: 100 }, v1));
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "serde")]
+    async fn get_json<T>(&self, key: &str) -> Result<Option<Versioned<T>>>
+    where
+        T: serde::de::DeserializeOwned,
+        Self: Sized,
+    {
+        match self.get(key).await? {
+            Some(v) => Ok(Some(v.json().map_err(|e| e.with_operation("get_json"))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Encodes `value` as JSON and writes it to `key`, as [`ConfigStore::put`].
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when `value` cannot be encoded or is too large; otherwise as
+    /// [`ConfigStore::commit`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ConfigStore::commit`].
+    #[cfg(feature = "serde")]
+    async fn put_json<T>(&self, key: &str, value: &T) -> Result<Version>
+    where
+        T: serde::Serialize + Sync + ?Sized,
+        Self: Sized,
+    {
+        let bytes = crate::version::to_json(value).map_err(|e| e.with_operation("put_json"))?;
+        self.put(key, bytes).await
+    }
+
+    /// Encodes `value` as JSON and writes it to `key` only if the key is at `expected`,
+    /// as [`ConfigStore::compare_and_set`]: a read-modify-write of a typed value.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when `value` cannot be encoded; otherwise as
+    /// [`ConfigStore::compare_and_set`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ConfigStore::commit`].
+    #[cfg(feature = "serde")]
+    async fn compare_and_set_json<T>(
+        &self,
+        key: &str,
+        expected: Option<Version>,
+        value: &T,
+    ) -> Result<Version>
+    where
+        T: serde::Serialize + Sync + ?Sized,
+        Self: Sized,
+    {
+        let bytes = crate::version::to_json(value).map_err(|e| e.with_operation("compare_and_set_json"))?;
+        self.compare_and_set(key, expected, bytes).await
     }
 
     /// Removes `key`; returns whether it existed.

@@ -65,7 +65,8 @@ impl LeaderEvent {
 /// ```
 #[async_trait]
 pub trait Election: Send + Sync {
-    /// Enters the election `name` with `value` and waits until this client leads.
+    /// Enters the election `name` with `value` (anything that becomes bytes: `&str`,
+    /// `String`, `&[u8]`, `Vec<u8>`, `bytes::Bytes`) and waits until this client leads.
     ///
     /// # Errors
     ///
@@ -76,7 +77,9 @@ pub trait Election: Send + Sync {
     ///
     /// Cancel-safe: a dropped future leaves no candidate behind (removed in the
     /// background).
-    async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership>;
+    async fn campaign<V>(&self, name: &str, value: V) -> Result<Leadership>
+    where
+        V: Into<Vec<u8>> + Send;
 
     /// The current leader of `name`, if any.
     ///
@@ -187,7 +190,8 @@ impl Leadership {
     ///
     /// If dropped, the new value may or may not have been written; [`Leadership::value`]
     /// keeps the old one.
-    pub async fn proclaim(&mut self, value: Vec<u8>) -> Result<()> {
+    pub async fn proclaim(&mut self, value: impl Into<Vec<u8>>) -> Result<()> {
+        let value = value.into();
         validate_value("leader value", &value)?;
         if self.state() == HoldState::Lost {
             return Err(Error::new(

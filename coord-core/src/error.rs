@@ -40,6 +40,9 @@ pub enum ErrorKind {
     PermissionDenied,
     /// The client was closed.
     Closed,
+    /// A stored value is not in the form asked for, e.g. `get_json` of a value that is
+    /// not JSON of that type. Read it as bytes to see what is there.
+    Decode,
     /// A bug or a backend answer coord does not understand. Please report it.
     Unexpected,
 }
@@ -60,6 +63,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::Closed => "closed",
+            ErrorKind::Decode => "cannot decode",
             ErrorKind::Unexpected => "unexpected",
         }
     }

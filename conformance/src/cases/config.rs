@@ -35,6 +35,91 @@ pub async fn put_get_delete(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Values given as any byte-like type (`&str`, `String`, `&[u8]`, arrays, `Vec<u8>`) are
+/// stored as their bytes, for config, campaign and proclaim alike; JSON helpers round-trip
+/// a struct with its version, compare-and-set it, and name a value that is not JSON of
+/// the type asked for as `Decode`.
+pub async fn typed_values(ctx: Ctx) -> CaseResult {
+    use coord_core::Election as _;
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Limits {
+        rps: u32,
+        zones: Vec<String>,
+    }
+    let a = ctx.client().await?;
+    a.put("str", "text").await?;
+    a.put("string", String::from("owned")).await?;
+    a.put("slice", &b"\x00\x01"[..]).await?;
+    a.put("array", [1u8, 2, 3]).await?;
+    for (key, want) in [
+        ("str", &b"text"[..]),
+        ("string", b"owned"),
+        ("slice", b"\x00\x01"),
+        ("array", &[1, 2, 3]),
+    ] {
+        let got = a.get(key).await?.with_context(|| format!("{key} missing"))?;
+        ensure!(got.value == want, "{key} read back as {:?}", got.value);
+    }
+
+    let limits = Limits {
+        rps: 100,
+        zones: vec!["a".into(), "b".into()],
+    };
+    let v1 = a.put_json("limits", &limits).await?;
+    let read = a.get_json::<Limits>("limits").await?.context("limits missing")?;
+    ensure!(
+        read.value == limits && read.version == v1,
+        "read back {read:?}, wrote {v1}"
+    );
+    let raw = a.get("limits").await?.context("limits missing")?;
+    ensure!(
+        raw.value == br#"{"rps":100,"zones":["a","b"]}"#,
+        "stored as {:?}, not plain JSON other tools can read",
+        String::from_utf8_lossy(&raw.value)
+    );
+    let v2 = a
+        .compare_and_set_json("limits", Some(v1), &Limits { rps: 5, ..limits })
+        .await?;
+    let stale = a
+        .compare_and_set_json(
+            "limits",
+            Some(v1),
+            &Limits {
+                rps: 1,
+                zones: vec![],
+            },
+        )
+        .await;
+    ensure!(
+        matches!(&stale, Err(e) if e.kind() == ErrorKind::VersionMismatch),
+        "a stale typed compare-and-set gave {stale:?}"
+    );
+    let listed = a.list("limits").await?;
+    let entry = listed.first().context("limits not listed")?.json::<Limits>()?;
+    ensure!(entry.value.rps == 5 && entry.version == v2, "listed {entry:?}");
+    let wrong = a.get_json::<Vec<u64>>("str").await;
+    ensure!(
+        matches!(&wrong, Err(e) if e.kind() == ErrorKind::Decode),
+        "decoding text as a list gave {wrong:?}"
+    );
+
+    let mut leading = a.campaign("typed", "node-1").await?;
+    ensure!(
+        leading.value() == b"node-1",
+        "campaign value {:?}",
+        leading.value()
+    );
+    leading.proclaim(String::from("node-1 at 10.0.0.1")).await?;
+    let leader = a.leader("typed").await?.context("no leader")?;
+    ensure!(
+        leader.value == b"node-1 at 10.0.0.1",
+        "leader value {:?}",
+        leader.value
+    );
+    leading.resign().await?;
+    Ok(())
+}
+
 /// Compare-and-set with a stale version fails with `VersionMismatch` and changes nothing.
 pub async fn cas_rejects_stale_version(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);

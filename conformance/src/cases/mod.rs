@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod barrier;
+pub mod cache;
 pub mod cluster;
 pub mod config;
 pub mod counter;
@@ -275,6 +276,7 @@ pub fn all() -> Vec<Case> {
         case!(registry::deregister_during_outage_is_retried, SUSPEND),
         case!(registry::watch_follows_changes_after_a_reconnect, SUSPEND),
         case!(config::put_get_delete),
+        case!(config::typed_values),
         case!(config::cas_rejects_stale_version),
         case!(config::cas_create_if_absent),
         case!(config::cas_detects_recreate),
@@ -287,6 +289,15 @@ pub fn all() -> Vec<Case> {
         case!(config::watch_snapshot_is_taken_at_call),
         case!(config::watch_follows_changes_after_a_reconnect, SUSPEND),
         case!(config::applied_commit_is_never_reported_not_applied, LINKS),
+        case!(cache::config_cache_follows_its_prefix),
+        case!(cache::service_cache_follows_registrations),
+        case!(cache::service_cache_sees_a_crashed_member_leave, CRASH),
+        case!(cache::caches_follow_through_session_loss, KILL),
+        case!(cache::config_cache_resyncs_after_a_gap, GAP),
+        case!(cache::service_cache_resyncs_after_a_gap, GAP),
+        case!(cache::caches_end_when_the_client_closes),
+        case!(cache::dropped_cache_stops_its_task),
+        case!(cache::caches_reject_bad_names),
         case!(session::starts_connected),
         case!(session::kill_reported_then_new_session, KILL),
         case!(session::short_suspension_keeps_session, SUSPEND),

@@ -18,7 +18,11 @@ use crate::recipes::lock::no_grant;
 
 #[async_trait]
 impl Election for Client {
-    async fn campaign(&self, name: &str, value: Vec<u8>) -> Result<Leadership> {
+    async fn campaign<V>(&self, name: &str, value: V) -> Result<Leadership>
+    where
+        V: Into<Vec<u8>> + Send,
+    {
+        let value = value.into();
         validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
         validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
         let span = tracing::debug_span!("coord.campaign", backend = self.kind(), name);

@@ -64,11 +64,12 @@ impl Client {
     /// selector.stop().await?;
     /// # Ok(()) }
     /// ```
-    pub fn lead<F, Fut>(&self, name: &str, value: Vec<u8>, work: F) -> Result<LeaderSelector>
+    pub fn lead<F, Fut>(&self, name: &str, value: impl Into<Vec<u8>>, work: F) -> Result<LeaderSelector>
     where
         F: FnMut(Leading) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        let value = value.into();
         validate_name("election name", name).map_err(|e| e.with_operation("lead"))?;
         validate_value("leader value", &value).map_err(|e| e.with_operation("lead"))?;
         let rt = tokio::runtime::Handle::try_current().map_err(|_| {

@@ -41,7 +41,8 @@ impl DistributedQueue {
     /// # Cancel safety
     ///
     /// If dropped after a write was sent, the item may or may not have been added.
-    pub async fn push(&self, item: Vec<u8>) -> Result<u64> {
+    pub async fn push(&self, item: impl Into<Vec<u8>>) -> Result<u64> {
+        let item = item.into();
         let span = tracing::debug_span!("coord.queue.push", backend = self.client.kind(), name = %self.name);
         async {
             validate_value("queue item", &item)?;
