@@ -90,7 +90,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};
 pub use hold::{HoldState, HoldWatch};
 pub use leader_selector::{LeaderSelector, Leading, SelectorState};
-pub use lock::{Lock, LockGuard};
+pub use lock::{Lock, LockGuard, LockHolder};
 pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
 pub use registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
 pub use rw_lock::RwLock;

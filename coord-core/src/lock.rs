@@ -59,6 +59,58 @@ pub trait Lock: Send + Sync {
     ///
     /// Cancel-safe, as [`Lock::lock`].
     async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>>;
+
+    /// As [`Lock::lock`], storing `holder` (e.g. `host:pid`) in this client's entry so
+    /// that others can see who holds the lock or waits for it ([`Lock::holder`]). The
+    /// entry's data is what kazoo calls the lock's identifier; Curator and etcd's
+    /// `concurrency.Mutex` ignore it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for an oversized `holder`; otherwise as [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    async fn lock_as<V>(&self, name: &str, holder: V) -> Result<LockGuard>
+    where
+        V: Into<Vec<u8>> + Send;
+
+    /// As [`Lock::try_lock`], storing `holder` as [`Lock::lock_as`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock_as`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
+    where
+        V: Into<Vec<u8>> + Send;
+
+    /// Who holds the lock `name` now: its token and the `holder` it was taken with
+    /// (empty for [`Lock::lock`], Curator's address bytes for a Curator holder); `None`
+    /// when it is free. For status displays: by the time it returns, it may have
+    /// changed.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name; `Unavailable`, `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn holder(&self, name: &str) -> Result<Option<LockHolder>>;
+}
+
+/// The holder of a lock as others see it ([`Lock::holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The holder's fencing token.
+    pub token: FencingToken,
+    /// What the holder took the lock with ([`Lock::lock_as`]); empty if nothing.
+    pub holder: Vec<u8>,
 }
 
 /// A held lock. Dropping it releases the lock in the background; prefer

@@ -13,6 +13,44 @@ use crate::util::{retrying, settle, stays_pending, still_waiting, through_short_
 
 const QUICK: Duration = Duration::from_secs(10);
 
+/// Others see who holds a lock: the holder's token and what it took the lock with,
+/// while waiters queue behind it; `None` once it is free.
+pub async fn holder_is_visible(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    ensure!(b.holder("res").await?.is_none(), "a fresh lock has a holder");
+    let g = a.lock_as("res", "host-a:41").await?;
+    let b2 = b.clone();
+    let mut waiting = tokio::spawn(async move { b2.lock_as("res", "host-b:42").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    still_waiting(&mut waiting, "b.lock_as while a holds").await?;
+    let seen = b.holder("res").await?;
+    ensure!(
+        seen.as_ref().map(|h| (h.token, h.holder.as_slice())) == Some((g.token(), &b"host-a:41"[..])),
+        "holder seen as {seen:?}, held by token {} as host-a:41",
+        g.token()
+    );
+    g.release().await?;
+    let g2 = within(QUICK, "b's grant after a's release", waiting).await???;
+    let seen = a.holder("res").await?;
+    ensure!(
+        seen.as_ref().map(|h| (h.token, h.holder.as_slice())) == Some((g2.token(), &b"host-b:42"[..])),
+        "holder seen as {seen:?} after the hand-off"
+    );
+    g2.release().await?;
+    ensure!(
+        a.holder("res").await?.is_none(),
+        "a released lock still has a holder"
+    );
+    let e = a
+        .try_lock_as("res", vec![0u8; coord_core::MAX_VALUE_LEN + 1])
+        .await;
+    ensure!(
+        matches!(&e, Err(e) if e.kind() == coord_core::ErrorKind::InvalidArgument),
+        "an oversized holder gave {e:?}"
+    );
+    Ok(())
+}
+
 /// Acquire, observe `Held`, release; the lock is then free.
 pub async fn acquire_and_release(ctx: Ctx) -> CaseResult {
     let c = ctx.client().await?;

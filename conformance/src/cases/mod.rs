@@ -164,6 +164,7 @@ pub fn all() -> Vec<Case> {
     vec![
         case!(lock::acquire_and_release),
         case!(lock::try_lock_none_when_held),
+        case!(lock::holder_is_visible),
         case!(lock::mutual_exclusion_under_contention),
         case!(lock::fifo_order),
         case!(lock::tokens_increase_across_holders),

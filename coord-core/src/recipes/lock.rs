@@ -6,17 +6,30 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lock::{Lock, LockGuard};
-use crate::name::validate_name;
+use crate::lock::{Lock, LockGuard, LockHolder};
+use crate::name::{validate_name, validate_value};
 use crate::raw::{QueueId, QueueKind};
 use crate::recipes::contender::acquire;
 
 #[async_trait]
 impl Lock for Client {
     async fn lock(&self, name: &str) -> Result<LockGuard> {
+        self.lock_as(name, Vec::new()).await
+    }
+
+    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        self.try_lock_as(name, Vec::new()).await
+    }
+
+    async fn lock_as<V>(&self, name: &str, holder: V) -> Result<LockGuard>
+    where
+        V: Into<Vec<u8>> + Send,
+    {
+        let holder = holder.into();
         validate_name("lock name", name).map_err(|e| e.with_operation("lock"))?;
+        validate_value("lock holder", &holder).map_err(|e| e.with_operation("lock"))?;
         let span = tracing::debug_span!("coord.lock", backend = self.kind(), name);
-        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), Vec::new(), true)
+        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), holder, true)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("lock"))?
@@ -24,14 +37,34 @@ impl Lock for Client {
         Ok(LockGuard::new(name, grant))
     }
 
-    async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+    async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
+    where
+        V: Into<Vec<u8>> + Send,
+    {
+        let holder = holder.into();
         validate_name("lock name", name).map_err(|e| e.with_operation("try_lock"))?;
+        validate_value("lock holder", &holder).map_err(|e| e.with_operation("try_lock"))?;
         let span = tracing::debug_span!("coord.try_lock", backend = self.kind(), name);
-        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), Vec::new(), false)
+        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), holder, false)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("try_lock"))?;
         Ok(grant.map(|g| LockGuard::new(name, g)))
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<LockHolder>> {
+        validate_name("lock name", name).map_err(|e| e.with_operation("holder"))?;
+        let span = tracing::debug_span!("coord.lock_holder", backend = self.kind(), name);
+        let head = self
+            .backend()
+            .head(&QueueId::new(QueueKind::Lock, name))
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("holder"))?;
+        Ok(head.map(|h| LockHolder {
+            token: h.token,
+            holder: h.value,
+        }))
     }
 }
 
