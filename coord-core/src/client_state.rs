@@ -31,7 +31,7 @@ impl ClientState {
     pub fn new(backend: &'static str, namespace: String, status: SessionStatus) -> ClientState {
         ClientState {
             session: SessionSignal::new(backend, namespace, status),
-            stats: StatsRecorder::default(),
+            stats: StatsRecorder::new(backend),
             registrations: RegistrationBook::default(),
             past_sessions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),

@@ -62,6 +62,7 @@ mod hold;
 mod leader_selector;
 mod local_queue;
 mod lock;
+pub mod metrics;
 mod name;
 pub mod raw;
 mod recipes;

@@ -5,7 +5,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::session::{SessionState, SessionStatus};
-use crate::stats::{Counter, StatsRecorder};
+use crate::stats::StatsRecorder;
 
 /// Publishes a client's [`SessionStatus`]. `Closed` is terminal: later updates are
 /// ignored.
@@ -54,7 +54,7 @@ impl SessionSignal {
             }
         });
         if changed {
-            stats.incr(Counter::SessionTransition);
+            stats.session_transition(state);
             tracing::info!(backend = self.backend, namespace = %self.namespace, %state, generation, "coord.session");
         }
         changed

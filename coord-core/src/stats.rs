@@ -3,6 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::metrics;
+use crate::session::SessionState;
+
 /// What a counter counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Counter {
@@ -69,17 +72,39 @@ impl Stats {
     }
 }
 
-/// The live counters a backend increments.
+/// The live counters a backend increments. With the `metrics` feature each count is also
+/// recorded through the `metrics` facade (see [`crate::metrics`]), labelled with the
+/// backend's name.
 #[derive(Debug, Default)]
 pub struct StatsRecorder {
     counters: [AtomicU64; 7],
+    /// The `backend` label of the recorded metrics; empty for [`Default`].
+    backend: &'static str,
 }
 
 impl StatsRecorder {
+    /// Counters of a `backend` client (its scheme name: the metrics' `backend` label).
+    pub fn new(backend: &'static str) -> Self {
+        StatsRecorder {
+            counters: Default::default(),
+            backend,
+        }
+    }
+
     /// Adds one to `counter`.
     pub fn incr(&self, counter: Counter) {
         self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
+        metrics::count(self.backend, counter);
         tracing::trace!(?counter, "coord.stats");
+    }
+
+    /// Counts a session transition to `to` ([`Counter::SessionTransition`], recorded with
+    /// the new state).
+    pub fn session_transition(&self, to: SessionState) {
+        let counter = Counter::SessionTransition;
+        self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
+        metrics::session_transition(self.backend, Some(to));
+        tracing::trace!(?counter, %to, "coord.stats");
     }
 
     /// The current values.

@@ -5,15 +5,16 @@
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::client::Client;
+use crate::client::{Client, ClientCore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::hold::{EntryGone, HoldState, HoldWatch};
 use crate::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
+use crate::metrics;
 use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Slot, Ticket};
 use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
@@ -262,6 +263,11 @@ pub(crate) async fn acquire(
     wait: bool,
 ) -> Result<Option<Grant>> {
     let core = client.core();
+    let started = Instant::now();
+    let kind = queue.kind;
+    // Whether this acquisition waited for someone ahead: a local contender for the name,
+    // or an entry on the server (a hand-off, in the metrics).
+    let mut waited = false;
     let session_rx = core.backend.session();
     let (turn, slot) = match queue.kind {
         // A client's readers (and leases) hold at once: each takes the first free slot
@@ -285,7 +291,13 @@ pub(crate) async fn acquire(
                 _ => &core.locks,
             };
             let turn = if wait {
-                local.turn(&queue.name, session_rx).await
+                match local.try_turn(&queue.name, &session_rx) {
+                    Some(t) => t,
+                    None => {
+                        waited = true;
+                        local.turn(&queue.name, session_rx).await
+                    }
+                }
             } else {
                 match local.try_turn(&queue.name, &session_rx) {
                     Some(t) => t,
@@ -402,7 +414,8 @@ pub(crate) async fn acquire(
                     futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
                 match in_session(&mut session, generation, async { any_gone.await.map(drop) }).await {
                     Ok(()) => {
-                        core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        woken(core, kind);
+                        waited = true;
                     }
                     Err(e) if transient(&e) => {
                         tracing::debug!(error = %e, "coord.queue_wait_retry");
@@ -415,7 +428,8 @@ pub(crate) async fn acquire(
             Position::Behind(ahead) | Position::Next(ahead) => {
                 match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
                     Ok(()) => {
-                        core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        woken(core, kind);
+                        waited = true;
                         // The first entry went, and everything that joined since queues
                         // behind this one: first, without another read. (Were this
                         // entry itself gone with its session, the hold starts `Lost`; a
@@ -444,12 +458,22 @@ pub(crate) async fn acquire(
     } else {
         granted(&contender.turn, generation);
     }
+    if wait && !kind.never_waits() {
+        metrics::granted(backend.kind(), kind, started.elapsed(), waited);
+    }
     let fence = Fence::new(own.path.clone(), own.token);
     Ok(Some(Grant {
         contender,
         fence,
         hold,
     }))
+}
+
+/// Counts a waiting contender's wake-up ([`Stats::wakeups`](crate::Stats::wakeups), and
+/// the metrics).
+fn woken(core: &ClientCore, kind: QueueKind) {
+    core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics::wakeup(core.backend.kind(), kind);
 }
 
 /// The first of this client's slots at `name` that no reader holds, and its turn.
