@@ -25,6 +25,15 @@
 //! coord is safe only if it checks the token; config writes can be made conditional with
 //! [`Txn::fenced_by`]. See [`coord_core`] for the full contract.
 //!
+//! # Metrics
+//!
+//! [`Client::stats`] counts one client's requests, watch events, session transitions and
+//! wake-ups. With the `metrics` feature, every client also records them, with lock and
+//! election wait times and hand-offs, through the [`metrics`](https://docs.rs/metrics)
+//! facade to the recorder the application installs (e.g. `metrics-exporter-prometheus`).
+//! The names (`coord_requests_total`, `coord_acquire_wait_seconds`, …), their labels and
+//! meanings are listed in [`metrics`].
+//!
 //! # Examples
 //!
 //! ```
@@ -56,6 +65,9 @@ pub use coord_core::{
     Stats, Transaction, Txn, Version, Versioned, validate_name,
 };
 pub use options::{Options, connect_with};
+
+/// Metric names and labels (recorded with the `metrics` feature).
+pub use coord_core::metrics;
 
 /// The traits, for `use coord::prelude::*`.
 pub mod prelude {
