@@ -132,6 +132,7 @@ async fn a_lock_cycle_records_requests_waits_handoffs_and_transitions() -> coord
 
     a.close().await?;
     b.close().await?;
+    // One thread (`#[tokio::test]`): nothing records between these two reads.
     let stats = [a.stats(), b.stats()];
     let total = |f: fn(&Stats) -> u64| stats.iter().map(f).sum::<u64>();
     let recorded: Recorded = snapshotter.snapshot().into_vec();
@@ -165,8 +166,9 @@ async fn a_lock_cycle_records_requests_waits_handoffs_and_transitions() -> coord
     };
     assert_eq!(*unit, Some(Unit::Seconds), "described in seconds");
     assert_eq!(waits.len(), 4, "one sample per grant: {waits:?}");
-    let waited_out = waits.iter().filter(|w| w.0 >= HOLD.as_secs_f64() * 0.9).count();
-    assert_eq!(waited_out, 2, "the two waiters waited out a hold: {waits:?}");
+    // (At least: under load an uncontended grant may be slow too.)
+    let waited_out = waits.iter().filter(|w| w.0 >= HOLD.as_secs_f64() / 2.0).count();
+    assert!(waited_out >= 2, "the two waiters waited out a hold: {waits:?}");
 
     // Hand-offs: b's grant (on the server) and a's second contender's (locally).
     assert_eq!(counter(&recorded, HANDOFFS_TOTAL, &lock_labels), 2);
