@@ -1,0 +1,153 @@
+//! Running a command while something is held (a lock, a leadership, a registration),
+//! stopping it when the hold is lost, and the signals coord itself answers to.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::exit::{self, Failure};
+use crate::output::Out;
+
+/// The signals that ask coord to stop: SIGINT, SIGTERM, SIGHUP. While one of them is
+/// installed, coord is not killed by them but cleans up (drops its queue entry,
+/// resigns, deregisters) and exits.
+pub struct Stop {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    pub fn install() -> Result<Stop, Failure> {
+        let install = |kind: SignalKind| {
+            signal(kind).map_err(|e| Failure::new(exit::FAILED, "io", format!("cannot handle signals: {e}")))
+        };
+        Ok(Stop {
+            int: install(SignalKind::interrupt())?,
+            term: install(SignalKind::terminate())?,
+            hup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next stop signal.
+    pub async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+        }
+    }
+}
+
+/// The status a shell gives a process stopped by `signal`.
+pub fn stopped_by(signal: Signal) -> ExitCode {
+    ExitCode::from(128 + signal as u8)
+}
+
+/// What is held while the command runs, for messages.
+pub struct Held<'a> {
+    /// `lock`, `leadership`, `registration`.
+    pub what: &'static str,
+    pub name: &'a str,
+}
+
+/// Runs `command` with `env` added to its environment until it exits, and returns its
+/// status. If `lost` completes first, the command gets SIGTERM, then SIGKILL after
+/// `grace`, and the result is the [`exit::LOST`] failure. SIGTERM and SIGHUP sent to
+/// coord are passed on to the command (SIGINT from a terminal reaches it directly), and
+/// coord keeps waiting for it.
+pub async fn run_while_held(
+    command: &[OsString],
+    env: &[(&str, String)],
+    held: Held<'_>,
+    lost: impl Future<Output = ()>,
+    grace: Duration,
+    stop: &mut Stop,
+    out: Out,
+) -> Result<ExitCode, Failure> {
+    let mut child = spawn(command, env)?;
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|e| Failure::new(exit::FAILED, "io", format!("cannot wait for the command: {e}")))?;
+                return Ok(exit::of_child(status));
+            }
+            () = &mut lost => {
+                out.notice(
+                    format!("the {} {:?} was lost; stopping the command (SIGTERM, SIGKILL after {})", held.what, held.name, humantime::format_duration(grace)),
+                    json!({"event": "lost", "what": held.what, "name": held.name}),
+                );
+                terminate(&mut child, pid, grace).await;
+                return Err(Failure::new(
+                    exit::LOST,
+                    "lost",
+                    format!(
+                        "the {} {:?} was lost while the command ran (session expired or the entry was deleted); the command was stopped",
+                        held.what, held.name
+                    ),
+                ));
+            }
+            signal = stop.next() => {
+                if signal != Signal::SIGINT {
+                    if let Some(pid) = pid {
+                        let _ = kill(pid, signal);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(Failure::usage("no command given after --"));
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args).kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().map_err(|e| {
+        let shown = program.to_string_lossy();
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Failure::new(
+                exit::NOT_RUNNABLE,
+                "not found",
+                format!("command not found: {shown}"),
+            )
+        } else {
+            Failure::new(exit::CANNOT_RUN, "cannot run", format!("cannot run {shown}: {e}"))
+        }
+    })
+}
+
+/// SIGTERM, then SIGKILL if the command is still running after `grace`.
+async fn terminate(child: &mut Child, pid: Option<Pid>, grace: Duration) {
+    if let Some(pid) = pid {
+        let _ = kill(pid, Signal::SIGTERM);
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}
+
+/// Waits for `fut` unless a stop signal comes first (then `Err(signal)`); dropping `fut`
+/// is how a wait is abandoned (coord's waits are cancel-safe).
+pub async fn unless_stopped<T>(stop: &mut Stop, fut: impl Future<Output = T>) -> Result<T, Signal> {
+    tokio::select! {
+        v = fut => Ok(v),
+        s = stop.next() => Err(s),
+    }
+}

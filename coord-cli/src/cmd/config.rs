@@ -1,0 +1,146 @@
+//! `coord config get|put|cas|delete|list|watch`.
+
+use std::io::Read as _;
+use std::process::ExitCode;
+
+use coord::{Client, ConfigEvent, ConfigStore as _, Entry, Version};
+use futures::StreamExt as _;
+use serde_json::json;
+
+use crate::ConfigCommand;
+use crate::child::{self, Stop};
+use crate::exit::{self, Failure};
+use crate::output::{self, Out};
+
+pub async fn run(
+    client: &Client,
+    command: ConfigCommand,
+    stop: &mut Stop,
+    out: Out,
+) -> Result<ExitCode, Failure> {
+    match command {
+        ConfigCommand::Get { key } => match client.get(&key).await? {
+            Some(v) => {
+                out.result(
+                    output::text(&v.value),
+                    output::with_value(json!({"key": key, "version": v.version.to_string()}), &v.value),
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            None => Err(Failure::new(
+                exit::NOT_FOUND,
+                "not found",
+                format!("no key {key:?}"),
+            )),
+        },
+        ConfigCommand::Put { key, value } => {
+            let version = client.put(&key, read_value(&value)?).await?;
+            written(out, &key, version);
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Cas {
+            key,
+            value,
+            expect,
+            absent,
+        } => {
+            let expected = match (expect, absent) {
+                (Some(v), false) => Some(v.parse::<Version>()?),
+                (None, true) => None,
+                _ => return Err(Failure::usage("give either --expect VERSION or --absent")),
+            };
+            let version = client
+                .compare_and_set(&key, expected, read_value(&value)?)
+                .await?;
+            written(out, &key, version);
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Delete { key } => {
+            let existed = client.delete(&key).await?;
+            let human = if existed {
+                format!("deleted {key:?}")
+            } else {
+                format!("{key:?} did not exist")
+            };
+            out.result(human, json!({"key": key, "deleted": existed}));
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::List { prefix } => {
+            for e in client.list(&prefix).await? {
+                entry(out, "entry", &e);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Watch { prefix } => {
+            let mut events = client.watch(&prefix).await?;
+            loop {
+                let event = match child::unless_stopped(stop, events.next()).await {
+                    Ok(Some(event)) => event?,
+                    Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
+                    Err(_) => return Ok(ExitCode::SUCCESS),
+                };
+                match event {
+                    ConfigEvent::Snapshot(entries) => {
+                        out.result(
+                            format!("snapshot: {} keys", entries.len()),
+                            json!({"event": "snapshot", "keys": entries.len()}),
+                        );
+                        for e in &entries {
+                            entry(out, "entry", e);
+                        }
+                    }
+                    ConfigEvent::Put(e) => entry(out, "put", &e),
+                    ConfigEvent::Delete(key) => {
+                        out.result(format!("delete {key}"), json!({"event": "delete", "key": key}))
+                    }
+                    ConfigEvent::Resync => out.result(
+                        "resync: changes may have been missed; a fresh snapshot follows",
+                        json!({"event": "resync"}),
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The value argument, or standard input for `-`.
+fn read_value(arg: &str) -> Result<Vec<u8>, Failure> {
+    if arg != "-" {
+        return Ok(arg.as_bytes().to_vec());
+    }
+    let mut buf = Vec::new();
+    std::io::stdin().read_to_end(&mut buf).map_err(|e| {
+        Failure::new(
+            exit::FAILED,
+            "io",
+            format!("cannot read the value from standard input: {e}"),
+        )
+    })?;
+    Ok(buf)
+}
+
+fn written(out: Out, key: &str, version: Version) {
+    out.result(
+        format!("{key} at version {version}"),
+        json!({"key": key, "version": version.to_string()}),
+    );
+}
+
+fn entry(out: Out, event: &str, e: &Entry) {
+    let human = match event {
+        "entry" => format!("{} = {}  (version {})", e.key, output::text(&e.value), e.version),
+        _ => format!(
+            "{event} {} = {}  (version {})",
+            e.key,
+            output::text(&e.value),
+            e.version
+        ),
+    };
+    out.result(
+        human,
+        output::with_value(
+            json!({"event": event, "key": e.key, "version": e.version.to_string()}),
+            &e.value,
+        ),
+    );
+}

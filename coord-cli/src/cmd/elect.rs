@@ -1,0 +1,141 @@
+//! `coord elect`, `coord leader`, `coord observe`.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use coord::{Client, Election as _, LeaderEvent, LeaderInfo};
+use futures::StreamExt as _;
+use serde_json::json;
+
+use crate::child::{self, Held, Stop};
+use crate::cmd::wait::{self, Holder, Waiting};
+use crate::exit::{self, Failure};
+use crate::output::{self, Out};
+
+/// The arguments of `coord elect`.
+pub struct Campaign<'a> {
+    pub name: &'a str,
+    pub value: &'a str,
+    pub timeout: Option<Duration>,
+    pub grace: Duration,
+    pub command: &'a [OsString],
+}
+
+/// Campaigns, then runs the command while leading, or holds the leadership until
+/// stopped; resigns at the end.
+pub async fn campaign(
+    client: &Client,
+    args: Campaign<'_>,
+    stop: &mut Stop,
+    out: Out,
+) -> Result<ExitCode, Failure> {
+    let name = args.name;
+    let leader = || async {
+        Ok(client.leader(name).await?.map(|l| Holder {
+            token: l.token,
+            who: l.value,
+        }))
+    };
+    let waiting = Waiting {
+        what: "leadership",
+        name,
+    };
+    let campaign = client.campaign(name, args.value);
+    let leadership = match wait::wait(waiting, campaign, leader, args.timeout, stop, out).await? {
+        Ok(leadership) => leadership,
+        Err(signal) => return Ok(child::stopped_by(signal)),
+    };
+    let token = leadership.token();
+    let event = json!({
+        "event": "leading",
+        "election": name,
+        "value": args.value,
+        "token": token.get(),
+        "session": format!("{:x}", client.session_id()),
+    });
+    let held = Held {
+        what: "leadership",
+        name,
+    };
+    let ran = if args.command.is_empty() {
+        out.result(
+            format!(
+                "leading {name:?} as {:?} with fencing token {token}; Ctrl-C to resign",
+                args.value
+            ),
+            event,
+        );
+        tokio::select! {
+            () = leadership.lost() => Err(Failure::new(
+                exit::LOST,
+                "lost",
+                format!("the leadership of {name:?} was lost (session expired or the entry was deleted)"),
+            )),
+            _ = stop.next() => Ok(ExitCode::SUCCESS),
+        }
+    } else {
+        out.notice(format!("leading {name:?} with fencing token {token}"), event);
+        let env = [
+            ("COORD_FENCING_TOKEN", token.get().to_string()),
+            ("COORD_ELECTION", name.to_owned()),
+            ("COORD_LEADER_VALUE", args.value.to_owned()),
+        ];
+        child::run_while_held(args.command, &env, held, leadership.lost(), args.grace, stop, out).await
+    };
+    if ran.is_ok() {
+        if let Err(e) = leadership.resign().await {
+            out.notice(
+                format!("could not confirm resigning {name:?} ({e}); it ends with the session"),
+                json!({"event": "resign_failed", "election": name, "message": e.to_string()}),
+            );
+        }
+    }
+    ran
+}
+
+fn leader_line(name: &str, leader: Option<&LeaderInfo>) -> (String, serde_json::Value) {
+    match leader {
+        Some(l) => (
+            format!("{} (token {})", output::text(&l.value), l.token),
+            output::with_value(
+                json!({"election": name, "leader": true, "token": l.token.get()}),
+                &l.value,
+            ),
+        ),
+        None => ("no leader".to_owned(), json!({"election": name, "leader": false})),
+    }
+}
+
+/// Prints the current leader; exit 3 when there is none.
+pub async fn leader(client: &Client, name: &str, out: Out) -> Result<ExitCode, Failure> {
+    let current = client.leader(name).await?;
+    let (human, json) = leader_line(name, current.as_ref());
+    out.result(human, json);
+    Ok(match current {
+        Some(_) => ExitCode::SUCCESS,
+        None => ExitCode::from(exit::NOT_FOUND),
+    })
+}
+
+/// Streams leader changes until stopped.
+pub async fn observe(client: &Client, name: &str, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
+    let mut events = client.observe(name).await?;
+    loop {
+        let event = match child::unless_stopped(stop, events.next()).await {
+            Ok(Some(event)) => event?,
+            Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the observation ended")),
+            Err(_) => return Ok(ExitCode::SUCCESS),
+        };
+        match event {
+            LeaderEvent::Leader(l) => {
+                let (human, json) = leader_line(name, l.as_ref());
+                out.result(human, json);
+            }
+            LeaderEvent::Resync => out.result(
+                "resync: leader changes may have been missed; the current leader follows",
+                json!({"election": name, "event": "resync"}),
+            ),
+        }
+    }
+}

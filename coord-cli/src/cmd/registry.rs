@@ -1,0 +1,118 @@
+//! `coord registry list|watch|register`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use coord::{Client, Registry as _, RegistryEvent, ServiceInstance};
+use futures::StreamExt as _;
+use serde_json::json;
+
+use crate::RegistryCommand;
+use crate::child::{self, Held, Stop};
+use crate::exit::{self, Failure};
+use crate::output::Out;
+
+pub async fn run(
+    client: &Client,
+    command: RegistryCommand,
+    stop: &mut Stop,
+    out: Out,
+) -> Result<ExitCode, Failure> {
+    match command {
+        RegistryCommand::List { service } => {
+            for i in client.instances(&service).await? {
+                instance(out, "instance", &i);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RegistryCommand::Watch { service } => {
+            let mut events = client.watch(&service).await?;
+            loop {
+                let event = match child::unless_stopped(stop, events.next()).await {
+                    Ok(Some(event)) => event?,
+                    Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
+                    Err(_) => return Ok(ExitCode::SUCCESS),
+                };
+                match event {
+                    RegistryEvent::Snapshot(all) => {
+                        out.result(
+                            format!("snapshot: {} instances", all.len()),
+                            json!({"event": "snapshot", "instances": all.len()}),
+                        );
+                        for i in &all {
+                            instance(out, "instance", i);
+                        }
+                    }
+                    RegistryEvent::Joined(i) => instance(out, "joined", &i),
+                    RegistryEvent::Updated(i) => instance(out, "updated", &i),
+                    RegistryEvent::Left(id) => {
+                        out.result(format!("left {id}"), json!({"event": "left", "id": id}))
+                    }
+                    RegistryEvent::Resync => out.result(
+                        "resync: changes may have been missed; a fresh snapshot follows",
+                        json!({"event": "resync"}),
+                    ),
+                }
+            }
+        }
+        RegistryCommand::Register {
+            service,
+            id,
+            address,
+            metadata,
+            command,
+        } => {
+            let mut wanted = ServiceInstance::new(id, address);
+            wanted.metadata.extend(metadata);
+            let registration = client.register(&service, wanted.clone()).await?;
+            let event = json!({"event": "registered", "service": service, "id": wanted.id, "address": wanted.address});
+            let ran = if command.is_empty() {
+                out.result(
+                    format!(
+                        "registered {} in {service:?} at {}; Ctrl-C to deregister",
+                        wanted.id, wanted.address
+                    ),
+                    event,
+                );
+                let _ = stop.next().await;
+                Ok(ExitCode::SUCCESS)
+            } else {
+                out.notice(format!("registered {} in {service:?}", wanted.id), event);
+                // A lost session does not end a registration: it is re-created on the
+                // next one, so the command is never stopped for it.
+                let held = Held {
+                    what: "registration",
+                    name: &service,
+                };
+                let never = std::future::pending::<()>();
+                child::run_while_held(&command, &[], held, never, Duration::ZERO, stop, out).await
+            };
+            if let Err(e) = registration.deregister().await {
+                out.notice(
+                    format!("could not confirm the deregistration ({e}); it ends with the session"),
+                    json!({"event": "deregister_failed", "message": e.to_string()}),
+                );
+            }
+            ran
+        }
+    }
+}
+
+fn instance(out: Out, event: &str, i: &ServiceInstance) {
+    let meta: Vec<String> = i.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let human = format!(
+        "{}{} {} {}",
+        if event == "instance" {
+            String::new()
+        } else {
+            format!("{event} ")
+        },
+        i.id,
+        i.address,
+        meta.join(" ")
+    );
+    out.result(
+        human.trim_end(),
+        json!({"event": event, "id": i.id, "address": i.address, "metadata": i.metadata}),
+    );
+}

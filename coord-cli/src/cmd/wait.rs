@@ -1,0 +1,124 @@
+//! Waiting for a lock or a leadership: the progress line (who holds it, for how long),
+//! `--timeout`, and stop signals. Written once for `coord lock` and `coord elect`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use coord::FencingToken;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::child::Stop;
+use crate::exit::{self, Failure};
+use crate::output::{self, Out, Progress};
+
+/// How often the holder is read again while waiting.
+const POLL: Duration = Duration::from_secs(1);
+
+/// What is waited for, for messages: `lock` or `leadership`, and its name.
+pub struct Waiting<'a> {
+    pub what: &'static str,
+    pub name: &'a str,
+}
+
+/// The holder as others see it: its token and identity (`host:pid` for coord's own).
+pub struct Holder {
+    pub token: FencingToken,
+    pub who: Vec<u8>,
+}
+
+impl Holder {
+    fn describe(&self) -> String {
+        if self.who.is_empty() {
+            format!("token {}", self.token)
+        } else {
+            format!("{} (token {})", output::text(&self.who), self.token)
+        }
+    }
+}
+
+/// Waits for `acquire`, showing who holds it (read with `holder` every second) until
+/// it completes, `timeout` passes (a [`exit::TIMEOUT`] failure naming the holder), or a
+/// stop signal comes (`Ok(Err(signal))`). Dropping `acquire` on the way out leaves no
+/// contender behind.
+pub async fn wait<T, A, H, HF>(
+    waiting: Waiting<'_>,
+    acquire: A,
+    mut holder: H,
+    timeout: Option<Duration>,
+    stop: &mut Stop,
+    out: Out,
+) -> Result<Result<T, Signal>, Failure>
+where
+    A: Future<Output = coord::Result<T>>,
+    H: FnMut() -> HF,
+    HF: Future<Output = coord::Result<Option<Holder>>>,
+{
+    let started = Instant::now();
+    let deadline = timeout.map(|t| started + t);
+    let mut progress = Progress::new(out);
+    let mut poll = tokio::time::interval_at(started + POLL / 2, POLL);
+    let mut seen: Option<(FencingToken, Instant)> = None;
+    let mut last: Option<Holder> = None;
+    tokio::pin!(acquire);
+    loop {
+        tokio::select! {
+            got = &mut acquire => {
+                progress.finish();
+                return Ok(Ok(got?));
+            }
+            _ = poll.tick() => {
+                let Ok(Some(h)) = holder().await else { continue };
+                let since = match seen {
+                    Some((token, since)) if token == h.token => since,
+                    _ => seen.insert((h.token, Instant::now())).1,
+                };
+                let line = format!(
+                    "waiting for {} {:?}: held by {} for {}",
+                    waiting.what,
+                    waiting.name,
+                    h.describe(),
+                    output::ago(since.elapsed()),
+                );
+                let detail = output::with_value(
+                    json!({
+                        "event": "waiting",
+                        "what": waiting.what,
+                        "name": waiting.name,
+                        "token": h.token.get(),
+                        "held_for_ms": since.elapsed().as_millis() as u64,
+                    }),
+                    &h.who,
+                );
+                progress.show(&h.token.to_string(), &line, detail);
+                last = Some(h);
+            }
+            () = sleep_until(deadline) => {
+                progress.finish();
+                let held = last.map(|h| format!(", held by {}", h.describe())).unwrap_or_default();
+                return Err(Failure::new(
+                    exit::TIMEOUT,
+                    "timeout",
+                    format!(
+                        "gave up waiting for {} {:?} after {}{held}; raise --timeout or try later",
+                        waiting.what,
+                        waiting.name,
+                        humantime::format_duration(timeout.unwrap_or_default()),
+                    ),
+                ));
+            }
+            signal = stop.next() => {
+                progress.finish();
+                return Ok(Err(signal));
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

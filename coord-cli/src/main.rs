@@ -1,0 +1,349 @@
+//! `coord`: locks, elections, shared configuration and service discovery from the shell,
+//! the same on ZooKeeper, etcd and the in-memory backend.
+//!
+//! `coord lock NAME -- CMD…` runs a command while it holds a lock, with the fencing token
+//! in `COORD_FENCING_TOKEN`, and stops it if the lock is lost. See `coord --help`.
+
+mod child;
+mod cmd;
+mod exit;
+mod output;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::Failure;
+use crate::output::Out;
+
+/// Coordinate processes from the shell: locks with fencing tokens, leader election,
+/// shared configuration and service discovery, on ZooKeeper, etcd or memory.
+#[derive(Debug, Parser)]
+#[command(
+    name = "coord",
+    version,
+    after_help = AFTER_HELP,
+    after_long_help = AFTER_HELP,
+)]
+pub struct Cli {
+    /// Where to coordinate: zk://HOST:2181,…/NAMESPACE, etcd://HOST:2379,…/NAMESPACE
+    /// (etcd+https://, zk+tls:// with TLS), or mem://NAMESPACE (this process only).
+    #[arg(
+        long,
+        env = "COORD_URL",
+        global = true,
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    url: Option<String>,
+
+    /// Print one JSON object per line instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+const AFTER_HELP: &str = concat!(
+    "\
+Examples:
+  export COORD_URL=etcd://127.0.0.1:2379/myapp
+  coord lock nightly-report -- ./report.sh        # one at a time, token in $COORD_FENCING_TOKEN
+  coord elect scheduler \"$(hostname)\" -- ./scheduler
+  coord config put feature/x on && coord config get feature/x
+  coord session                                  # health check: exit 0 when connected
+
+Set RUST_LOG=coord=debug for the library's logs on standard error.
+
+",
+    exit::table!()
+);
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command while holding a lock.
+    ///
+    /// Waits for the lock (showing who holds it meanwhile), runs the command with
+    /// COORD_FENCING_TOKEN and COORD_LOCK in its environment, releases the lock when it
+    /// exits and exits with its status. If the lock is lost while the command runs
+    /// (session expired, entry deleted), the command gets SIGTERM, then SIGKILL after
+    /// --grace, and coord exits with 125: pass the token to whatever the command writes
+    /// so that a stale holder's writes are rejected meanwhile.
+    #[command(after_help = "\
+Examples:
+  coord lock backups -- ./backup.sh
+  coord lock --timeout 5m --grace 30s db-migrate -- ./migrate --fence \"$COORD_FENCING_TOKEN\"
+  coord lock --try cron/cleanup -- ./cleanup || echo \"another host runs it\"
+
+The signal goes to the command's process: a shell script should `exec` its last
+command or trap TERM to stop its own children.")]
+    Lock(LockArgs),
+
+    /// Campaign for leadership; print it, or run a command while leading.
+    ///
+    /// Without a command, prints the leadership and holds it until interrupted
+    /// (Ctrl-C, SIGTERM), then resigns. With one, runs it with COORD_FENCING_TOKEN,
+    /// COORD_ELECTION and COORD_LEADER_VALUE in its environment and resigns when it
+    /// exits; a lost leadership stops it as `coord lock` does.
+    #[command(after_help = "\
+Examples:
+  coord elect scheduler \"$(hostname)\" -- ./scheduler --active
+  coord elect --json scheduler node-1               # prints {\"event\":\"leading\",…}
+  coord leader scheduler                            # who leads now")]
+    Elect(ElectArgs),
+
+    /// Print the current leader of an election (exit 3 when there is none).
+    #[command(after_help = "Examples:\n  coord leader scheduler\n  coord leader --json scheduler")]
+    Leader {
+        /// The election's name.
+        name: String,
+    },
+
+    /// Stream the leader of an election as it changes, "no leader" included.
+    #[command(
+        after_help = "Examples:\n  coord observe scheduler\n  coord observe --json scheduler | jq .value"
+    )]
+    Observe {
+        /// The election's name.
+        name: String,
+    },
+
+    /// Read, write and watch shared configuration keys.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+
+    /// List, watch and register service instances.
+    #[command(subcommand)]
+    Registry(RegistryCommand),
+
+    /// Connect and report the backend, session and server: a health check.
+    ///
+    /// Exits 0 when connected, 69 when the servers cannot be reached, 77 for wrong
+    /// credentials, 2 for a bad URL.
+    #[command(after_help = "Examples:\n  coord session\n  coord --url zk://10.0.0.1:2181/app session --json")]
+    Session,
+}
+
+#[derive(Debug, Args)]
+struct LockArgs {
+    /// The lock's name: segments of [A-Za-z0-9._-] separated by '/'.
+    name: String,
+    /// Give up waiting after this long (e.g. 30s, 5m); exit 124.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    timeout: Option<Duration>,
+    /// Do not wait: exit 75 at once if the lock is held.
+    #[arg(long = "try", conflicts_with = "timeout")]
+    try_once: bool,
+    /// After SIGTERM on a lost lock, wait this long before SIGKILL.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", value_name = "DURATION")]
+    grace: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct ElectArgs {
+    /// The election's name.
+    name: String,
+    /// The value others see while this candidate leads (e.g. its address).
+    value: String,
+    /// Give up campaigning after this long; exit 124.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    timeout: Option<Duration>,
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", value_name = "DURATION")]
+    grace: Duration,
+    /// A command to run while leading, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print a key's value (exit 3 if absent); --json adds its version.
+    #[command(
+        after_help = "Examples:\n  coord config get feature/x\n  coord config get --json feature/x   # {\"key\":…,\"value\":…,\"version\":\"12.0\"}"
+    )]
+    Get {
+        /// The key.
+        key: String,
+    },
+    /// Create or replace a key; prints the new version.
+    #[command(
+        after_help = "Examples:\n  coord config put feature/x on\n  coord config put service/limits - < limits.json"
+    )]
+    Put {
+        /// The key.
+        key: String,
+        /// The value, or - to read it from standard input.
+        value: String,
+    },
+    /// Write a key only if it is at a version (or absent): exit 4 otherwise.
+    #[command(after_help = "\
+Examples:
+  v=$(coord config get --json feature/x | jq -r .version)
+  coord config cas feature/x off --expect \"$v\"
+  coord config cas leader-lease node-1 --absent")]
+    Cas {
+        /// The key.
+        key: String,
+        /// The value, or - to read it from standard input.
+        value: String,
+        /// The version the key must be at, as printed by get/put (e.g. 12.0).
+        #[arg(long, value_name = "VERSION", required_unless_present = "absent")]
+        expect: Option<String>,
+        /// Write only if the key does not exist.
+        #[arg(long, conflicts_with = "expect")]
+        absent: bool,
+    },
+    /// Delete a key (exit 0 whether or not it existed; --json says which).
+    #[command(after_help = "Examples:\n  coord config delete feature/x")]
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// List the keys at and below a prefix (segment-wise), sorted.
+    #[command(after_help = "Examples:\n  coord config list\n  coord config list --json feature")]
+    List {
+        /// The prefix; empty for the whole namespace.
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+    /// Print the keys under a prefix, then every change, until interrupted.
+    #[command(after_help = "Examples:\n  coord config watch feature\n  coord config watch --json | jq -c .")]
+    Watch {
+        /// The prefix; empty for the whole namespace.
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RegistryCommand {
+    /// List a service's instances.
+    #[command(
+        after_help = "Examples:\n  coord registry list api\n  coord registry list --json api | jq -r .address"
+    )]
+    List {
+        /// The service.
+        service: String,
+    },
+    /// Print a service's instances, then every change, until interrupted.
+    #[command(after_help = "Examples:\n  coord registry watch api")]
+    Watch {
+        /// The service.
+        service: String,
+    },
+    /// Register an instance until interrupted, or while a command runs.
+    ///
+    /// The registration is bound to coord's session: it disappears if coord dies, and
+    /// is re-created after a lost session.
+    #[command(after_help = "\
+Examples:
+  coord registry register api node-1 10.0.0.7:8080 --meta zone=a -- ./server
+  coord registry register api node-1 10.0.0.7:8080   # until Ctrl-C")]
+    Register {
+        /// The service.
+        service: String,
+        /// The instance's id, unique within the service.
+        id: String,
+        /// Where to reach it, e.g. 10.0.0.7:8080.
+        address: String,
+        /// Metadata, KEY=VALUE (repeatable).
+        #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+        metadata: Vec<(String, String)>,
+        /// A command to run while registered, after `--`.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+}
+
+fn parse_meta(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let out = Out::new(cli.json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            out.failure(&Failure::new(exit::FAILED, "io", format!("cannot start: {e}")));
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    match runtime.block_on(run(cli, out)) {
+        Ok(code) => code,
+        Err(f) => {
+            out.failure(&f);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
+    let url = cli.url.ok_or_else(|| {
+        Failure::usage("no backend given: pass --url (e.g. etcd://127.0.0.1:2379/myapp) or set COORD_URL")
+    })?;
+    let mut stop = child::Stop::install()?;
+    let client = match child::unless_stopped(&mut stop, coord::connect(&url)).await {
+        Ok(connected) => connected.map_err(Failure::connecting)?,
+        Err(signal) => return Ok(child::stopped_by(signal)),
+    };
+    let result = match cli.command {
+        Command::Lock(a) => {
+            cmd::lock::run(
+                &client,
+                cmd::lock::Lock {
+                    name: &a.name,
+                    timeout: a.timeout,
+                    try_once: a.try_once,
+                    grace: a.grace,
+                    command: &a.command,
+                },
+                &mut stop,
+                out,
+            )
+            .await
+        }
+        Command::Elect(a) => {
+            cmd::elect::campaign(
+                &client,
+                cmd::elect::Campaign {
+                    name: &a.name,
+                    value: &a.value,
+                    timeout: a.timeout,
+                    grace: a.grace,
+                    command: &a.command,
+                },
+                &mut stop,
+                out,
+            )
+            .await
+        }
+        Command::Leader { name } => cmd::elect::leader(&client, &name, out).await,
+        Command::Observe { name } => cmd::elect::observe(&client, &name, &mut stop, out).await,
+        Command::Config(c) => cmd::config::run(&client, c, &mut stop, out).await,
+        Command::Registry(c) => cmd::registry::run(&client, c, &mut stop, out).await,
+        Command::Session => cmd::session::run(&client, out).await,
+    };
+    // Ends the session now: whatever it still holds is released at once, not by timeout.
+    let _ = client.close().await;
+    result
+}
