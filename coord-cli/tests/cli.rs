@@ -1,1 +1,785 @@
-fn main() {}
+//! The `coord` binary, run as a user runs it: against mem, and against the real
+//! ZooKeeper and etcd named by `COORD_TEST_ZK` / `COORD_TEST_ETCD` (`host:port,…`).
+//! A backend that is not configured is reported ignored — or failed, when
+//! `COORD_TEST_REQUIRE` names it.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::Value;
+
+type Result<T = ()> = std::result::Result<T, Failed>;
+
+const BIN: &str = env!("CARGO_BIN_EXE_coord");
+/// The server-side session timeout the loss cases ask for.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err(format!($($arg)+).into());
+        }
+    };
+}
+
+#[derive(Clone)]
+struct Backend {
+    name: &'static str,
+    /// `host:port,…` of a real server; empty for mem.
+    hosts: String,
+}
+
+impl Backend {
+    fn real(&self) -> bool {
+        self.name != "mem"
+    }
+
+    /// A URL in a namespace of its own, with `options` (`k=v&…`) if any.
+    fn url(&self, test: &str, options: &str) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let ns = format!("cli-{}-{}-{nanos:x}", test.replace('_', "-"), std::process::id());
+        let query = if options.is_empty() {
+            String::new()
+        } else {
+            format!("?{options}")
+        };
+        match self.name {
+            "mem" => format!("mem://{ns}{query}"),
+            scheme => format!("{scheme}://{}/{ns}{query}", self.hosts),
+        }
+    }
+}
+
+fn coord(url: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("COORD_URL")
+        .env_remove("RUST_LOG")
+        .arg("--url")
+        .arg(url);
+    cmd
+}
+
+/// Runs to the end (at most `limit`), with standard input closed.
+fn output(cmd: &mut Command, limit: Duration) -> Result<Output> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run coord: {e}"))?;
+    finish(child, limit)
+}
+
+fn finish(mut child: Child, limit: Duration) -> Result<Output> {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().map_err(|e| e.to_string())?;
+            return Err(format!(
+                "coord did not finish within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().map_err(|e| e.to_string().into())
+}
+
+fn code(status: ExitStatus) -> i32 {
+    status.code().unwrap_or(-1)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Every line of `bytes` parsed as one JSON object.
+fn json_lines(bytes: &[u8]) -> Result<Vec<Value>> {
+    text(bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("not JSON ({e}): {l}").into()))
+        .collect()
+}
+
+fn expect_code(out: &Output, want: i32, what: &str) -> Result {
+    ensure!(
+        code(out.status) == want,
+        "{what}: exit {} (wanted {want}); stdout: {} stderr: {}",
+        code(out.status),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    Ok(())
+}
+
+fn wait_for_file(path: &Path, limit: Duration) -> Result<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return Ok(s);
+            }
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // A reaped process has no /proc entry; a zombie counts as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> Result {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .map_err(|e| e.to_string())?
+        .success();
+    ensure!(ok, "kill {sig} {pid} failed");
+    Ok(())
+}
+
+/// The JSON event lines a running coord writes to standard error, read on a thread.
+struct Events(std::sync::mpsc::Receiver<String>);
+
+impl Events {
+    fn of(child: &mut Child) -> Result<Events> {
+        let stderr = child.stderr.take().ok_or("stderr not piped")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Events(rx))
+    }
+
+    /// The next event named `event`, skipping others.
+    fn until(&self, event: &str, limit: Duration) -> Result<Value> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .0
+                .recv_timeout(left)
+                .map_err(|_| format!("no {event:?} event within {limit:?}"))?;
+            let v: Value = serde_json::from_str(&line).map_err(|e| format!("not JSON ({e}): {line}"))?;
+            if v["event"] == event {
+                return Ok(v);
+            }
+        }
+    }
+}
+
+fn tempdir() -> Result<tempfile::TempDir> {
+    tempfile::tempdir().map_err(|e| e.to_string().into())
+}
+
+// ---- cases that need no server ----
+
+fn help_reads_well() -> Result {
+    let out = output(Command::new(BIN).arg("--help"), Duration::from_secs(10))?;
+    expect_code(&out, 0, "coord --help")?;
+    let help = text(&out.stdout);
+    for word in [
+        "lock",
+        "elect",
+        "leader",
+        "observe",
+        "config",
+        "registry",
+        "session",
+        "Exit status:",
+        "COORD_URL",
+    ] {
+        ensure!(
+            help.contains(word),
+            "coord --help does not mention {word}:\n{help}"
+        );
+    }
+    let subcommands: [&[&str]; 14] = [
+        &["lock"],
+        &["elect"],
+        &["leader"],
+        &["observe"],
+        &["config", "get"],
+        &["config", "put"],
+        &["config", "cas"],
+        &["config", "delete"],
+        &["config", "list"],
+        &["config", "watch"],
+        &["registry", "list"],
+        &["registry", "watch"],
+        &["registry", "register"],
+        &["session"],
+    ];
+    for sub in subcommands {
+        let out = output(Command::new(BIN).args(sub).arg("--help"), Duration::from_secs(10))?;
+        expect_code(&out, 0, &format!("coord {} --help", sub.join(" ")))?;
+        let help = text(&out.stdout);
+        ensure!(
+            help.contains("Examples:") && help.contains("Usage: coord"),
+            "coord {} --help has no usage or examples:\n{help}",
+            sub.join(" ")
+        );
+    }
+    Ok(())
+}
+
+fn usage_and_connection_errors() -> Result {
+    let limit = Duration::from_secs(30);
+    let cases: [(&[&str], i32, &str); 7] = [
+        (&["session"], 2, "--url"),
+        (&["--url", "redis://h/x", "session"], 2, "scheme"),
+        (
+            &["--url", "mem://x", "lock", "bad name", "--", "true"],
+            2,
+            "bad name",
+        ),
+        (&["--url", "mem://x", "lock", "jobs"], 2, "CMD"),
+        (
+            &["--url", "mem://x", "lock", "jobs", "--", "/nonexistent/cmd"],
+            127,
+            "not found",
+        ),
+        (
+            &["--url", "zk://127.0.0.1:1/x?connect_timeout=1s", "session"],
+            69,
+            "reachable",
+        ),
+        (
+            &["--url", "etcd://127.0.0.1:1/x?connect_timeout=1s", "session"],
+            69,
+            "etcd",
+        ),
+    ];
+    for (args, want, says) in cases {
+        let out = output(Command::new(BIN).env_remove("COORD_URL").args(args), limit)?;
+        expect_code(&out, want, &args.join(" "))?;
+        ensure!(
+            text(&out.stderr).contains(says),
+            "coord {} says {:?}, not naming {says:?}",
+            args.join(" "),
+            text(&out.stderr)
+        );
+    }
+    // --json errors are one object with the kind and status.
+    let out = output(
+        Command::new(BIN).args(["--json", "--url", "redis://secret@h/x", "session"]),
+        limit,
+    )?;
+    let errors = json_lines(&out.stderr)?;
+    ensure!(
+        errors.len() == 1 && errors[0]["event"] == "error" && errors[0]["exit"] == 2,
+        "--json error was {errors:?}"
+    );
+    ensure!(
+        !text(&out.stderr).contains("secret"),
+        "the URL's credentials were printed"
+    );
+    Ok(())
+}
+
+// ---- cases on every backend ----
+
+/// The command runs with the token and the lock's name in its environment; coord exits
+/// with its status; the JSON event names the same token.
+fn lock_runs_command_with_token(b: &Backend) -> Result {
+    let url = b.url("token", "");
+    let script = r#"echo "$COORD_FENCING_TOKEN $COORD_LOCK"; exit 7"#;
+    let out = output(
+        coord(&url).args(["--json", "lock", "jobs/nightly", "--", "sh", "-c", script]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 7, "lock running `exit 7`")?;
+    let printed = text(&out.stdout);
+    let (token, name) = printed
+        .trim()
+        .split_once(' ')
+        .ok_or(format!("child printed {printed:?}"))?;
+    ensure!(name == "jobs/nightly", "COORD_LOCK was {name:?}");
+    let token: u64 = token
+        .parse()
+        .map_err(|_| format!("COORD_FENCING_TOKEN was {token:?}"))?;
+    ensure!(token > 0, "token {token}");
+    let events = json_lines(&out.stderr)?;
+    let acquired = events
+        .iter()
+        .find(|e| e["event"] == "acquired")
+        .ok_or(format!("no acquired event in {events:?}"))?;
+    ensure!(
+        acquired["token"] == token,
+        "acquired {acquired} but the child saw {token}"
+    );
+
+    // A child killed by a signal: 128 + N, as a shell reports it.
+    let out = output(
+        coord(&url).args(["lock", "jobs/nightly", "--", "sh", "-c", "kill -TERM $$"]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 128 + 15, "lock running a command killed by SIGTERM")?;
+    Ok(())
+}
+
+/// Config from the shell, parsed as JSON: put, get with the version, a stale
+/// compare-and-set refused (exit 4), a current one accepted, list, delete, missing keys
+/// (exit 3). On mem each run is its own store, so only single-run facts are checked.
+fn config_json(b: &Backend) -> Result {
+    let url = b.url("config", "");
+    let limit = Duration::from_secs(30);
+    let run = |args: &[&str]| output(coord(&url).arg("--json").args(["config"]).args(args), limit);
+    let out = run(&["get", "feature/x"])?;
+    expect_code(&out, 3, "get of a missing key")?;
+    let out = run(&["put", "feature/x", "on"])?;
+    expect_code(&out, 0, "put")?;
+    let put = json_lines(&out.stdout)?;
+    let v1 = put[0]["version"]
+        .as_str()
+        .ok_or(format!("put printed {put:?}"))?
+        .to_owned();
+    let out = run(&["cas", "feature/x", "off", "--expect", "999999.0"])?;
+    expect_code(&out, 4, "cas with a wrong version")?;
+    let out = run(&["cas", "feature/y", "v", "--expect", "not-a-version"])?;
+    expect_code(&out, 2, "cas with a malformed version")?;
+    if !b.real() {
+        return Ok(());
+    }
+    let out = run(&["get", "feature/x"])?;
+    expect_code(&out, 0, "get")?;
+    let got = json_lines(&out.stdout)?;
+    ensure!(
+        got[0]["value"] == "on" && got[0]["version"] == v1.as_str() && got[0]["key"] == "feature/x",
+        "get printed {got:?} after put at {v1}"
+    );
+    let out = run(&["cas", "feature/x", "off", "--expect", &v1])?;
+    expect_code(&out, 0, "cas at the current version")?;
+    let out = run(&["cas", "feature/x", "again", "--expect", &v1])?;
+    expect_code(&out, 4, "cas at the old version")?;
+    let out = run(&["cas", "feature/z", "new", "--absent"])?;
+    expect_code(&out, 0, "cas --absent of a new key")?;
+    let out = run(&["list", "feature"])?;
+    let listed = json_lines(&out.stdout)?;
+    let keys: Vec<&str> = listed.iter().filter_map(|e| e["key"].as_str()).collect();
+    ensure!(keys == ["feature/x", "feature/z"], "list printed {listed:?}");
+    ensure!(listed[0]["value"] == "off", "list printed {listed:?}");
+    let out = run(&["delete", "feature/x"])?;
+    ensure!(
+        json_lines(&out.stdout)?[0]["deleted"] == true,
+        "delete: {}",
+        text(&out.stdout)
+    );
+    let out = run(&["delete", "feature/x"])?;
+    ensure!(
+        json_lines(&out.stdout)?[0]["deleted"] == false,
+        "second delete: {}",
+        text(&out.stdout)
+    );
+    Ok(())
+}
+
+/// `coord session --json`: backend, state, server version, round trip.
+fn session_json(b: &Backend) -> Result {
+    let out = output(
+        coord(&b.url("session", "")).args(["session", "--json"]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 0, "session")?;
+    let s = &json_lines(&out.stdout)?[0];
+    ensure!(
+        s["backend"] == b.name && s["state"] == "connected",
+        "session printed {s}"
+    );
+    let version = s["server_version"].as_str().unwrap_or("");
+    let want = if b.real() { "3." } else { "coord-mem" };
+    ensure!(version.contains(want), "server version {version:?}");
+    ensure!(
+        s["round_trip_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "round trip {s}"
+    );
+    Ok(())
+}
+
+// ---- cases on real servers (several processes share them) ----
+
+/// Two `coord lock` processes never run their commands at once; the second shows who
+/// holds the lock while it waits; tokens increase.
+fn lock_excludes_across_processes(b: &Backend) -> Result {
+    let url = b.url("excl", "");
+    let dir = tempdir()?;
+    let log = dir.path().join("log");
+    let script = format!(
+        r#"echo "start $COORD_FENCING_TOKEN" >> {log}; sleep 1; echo "end $COORD_FENCING_TOKEN" >> {log}"#,
+        log = log.display()
+    );
+    let spawn = |json: bool| {
+        let mut cmd = coord(&url);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.args(["lock", "shared", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Failed::from(e.to_string()))
+    };
+    let first = spawn(false)?;
+    wait_for_file(&log, Duration::from_secs(20))?;
+    let second = spawn(true)?;
+    let first_pid = first.id();
+    let (a, b2) = (
+        finish(first, Duration::from_secs(30))?,
+        finish(second, Duration::from_secs(30))?,
+    );
+    expect_code(&a, 0, "first lock")?;
+    expect_code(&b2, 0, "second lock")?;
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .map_err(|e| e.to_string())?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    ensure!(lines.len() == 4, "log {lines:?}");
+    let tokens: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l.split_once(' ').and_then(|(_, t)| t.parse().ok()))
+        .collect();
+    ensure!(
+        lines[0].starts_with("start") && lines[1].starts_with("end") && lines[2].starts_with("start"),
+        "commands overlapped: {lines:?}"
+    );
+    ensure!(
+        tokens[0] == tokens[1] && tokens[2] == tokens[3] && tokens[2] > tokens[0],
+        "tokens {tokens:?}"
+    );
+    let waiting = json_lines(&b2.stderr)?
+        .into_iter()
+        .find(|e| e["event"] == "waiting")
+        .ok_or(format!("the second never reported waiting: {}", text(&b2.stderr)))?;
+    ensure!(
+        waiting["value"]
+            .as_str()
+            .is_some_and(|who| who.ends_with(&format!(":{first_pid}")))
+            && waiting["token"] == tokens[0],
+        "waiting named {waiting}, but pid {first_pid} held token {}",
+        tokens[0]
+    );
+    Ok(())
+}
+
+/// `--try` on a held lock exits 75 at once; `--timeout` gives up with 124 naming the
+/// holder; neither leaves a contender behind (the lock is free once the holder ends).
+fn busy_and_timeout(b: &Backend) -> Result {
+    let url = b.url("busy", "");
+    let dir = tempdir()?;
+    let (held, done) = (dir.path().join("held"), dir.path().join("done"));
+    let script = format!(
+        "echo held > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        held.display(),
+        done.display()
+    );
+    let holder = coord(&url)
+        .args(["lock", "busy", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    wait_for_file(&held, Duration::from_secs(20))?;
+    let started = Instant::now();
+    let out = output(
+        coord(&url).args(["lock", "--try", "busy", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 75, "--try on a held lock")?;
+    ensure!(
+        text(&out.stderr).contains(&format!(":{}", holder.id())),
+        "--try did not name the holder: {}",
+        text(&out.stderr)
+    );
+    let out = output(
+        coord(&url).args(["lock", "--timeout", "1500ms", "busy", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 124, "--timeout on a held lock")?;
+    ensure!(
+        text(&out.stderr).contains("held by"),
+        "timeout message {}",
+        text(&out.stderr)
+    );
+    ensure!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    std::fs::write(&done, "").map_err(|e| e.to_string())?;
+    expect_code(&finish(holder, Duration::from_secs(20))?, 0, "holder")?;
+    let out = output(
+        coord(&url).args(["lock", "--try", "busy", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 0, "--try on the freed lock (a waiter left behind?)")?;
+    Ok(())
+}
+
+/// A lock lost while the command runs — the session killed from outside — stops the
+/// command (SIGTERM) and exits 125; the lock is free for the next process.
+fn loss_stops_the_command(b: &Backend) -> Result {
+    let options = match b.name {
+        "zk" => "session_timeout=2s",
+        _ => "lease_ttl=2s",
+    };
+    let url = b.url("loss", options);
+    let dir = tempdir()?;
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 120", pidfile.display());
+    let mut guarded = coord(&url)
+        .args([
+            "--json", "lock", "--grace", "2s", "guarded", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let events = Events::of(&mut guarded)?;
+    let acquired = events.until("acquired", Duration::from_secs(20))?;
+    let child: i32 = wait_for_file(&pidfile, Duration::from_secs(20))?
+        .trim()
+        .parse()
+        .map_err(|_| "bad pid file")?;
+    ensure!(alive(child), "the command is not running");
+    kill_session(b, &guarded, &acquired)?;
+    let lost = events.until("lost", Duration::from_secs(30))?;
+    ensure!(lost["name"] == "guarded", "lost event {lost}");
+    let out = finish(guarded, Duration::from_secs(20))?;
+    expect_code(&out, 125, "coord lock after its lock was lost")?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(child) {
+        ensure!(
+            Instant::now() < deadline,
+            "the command (pid {child}) still runs after the loss"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = output(
+        coord(&url).args(["lock", "--try", "guarded", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 0, "--try after the loss")?;
+    Ok(())
+}
+
+/// Ends the session of the running `coord` from outside: etcd revokes its lease (the id
+/// it printed); ZooKeeper expires it while the process is paused past the timeout.
+fn kill_session(b: &Backend, process: &Child, acquired: &Value) -> Result {
+    if b.name == "etcd" {
+        let lease = acquired["session"]
+            .as_str()
+            .ok_or(format!("no session in {acquired}"))?;
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &b.hosts, "lease", "revoke", lease])
+            .output()
+            .map_err(|e| format!("cannot run etcdctl: {e}"))?;
+        ensure!(
+            out.status.success(),
+            "etcdctl lease revoke: {}",
+            text(&out.stderr)
+        );
+        return Ok(());
+    }
+    signal(process.id(), "-STOP")?;
+    std::thread::sleep(SESSION_TIMEOUT * 2 + Duration::from_secs(1));
+    signal(process.id(), "-CONT")
+}
+
+/// `coord elect` without a command holds leadership and prints it as JSON; `coord
+/// leader` and `coord observe` see it; SIGTERM resigns (exit 0) and observers see
+/// "no leader".
+fn elect_leader_observe(b: &Backend) -> Result {
+    let url = b.url("elect", "");
+    let out = output(
+        coord(&url).args(["--json", "leader", "sched"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 3, "leader with no leader")?;
+    let mut elected = coord(&url)
+        .args(["--json", "elect", "sched", "node-1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stdout = elected.stdout.take().ok_or("stdout")?;
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .map_err(|e| e.to_string())?;
+    let leading: Value = serde_json::from_str(&first).map_err(|e| format!("{e}: {first}"))?;
+    ensure!(
+        leading["event"] == "leading" && leading["value"] == "node-1",
+        "elect printed {leading}"
+    );
+    let out = output(
+        coord(&url).args(["--json", "leader", "sched"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 0, "leader")?;
+    let seen = &json_lines(&out.stdout)?[0];
+    ensure!(
+        seen["value"] == "node-1" && seen["token"] == leading["token"],
+        "leader printed {seen}, elect printed {leading}"
+    );
+    let mut observer = coord(&url)
+        .args(["--json", "observe", "sched"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut lines = BufReader::new(observer.stdout.take().ok_or("stdout")?).lines();
+    let mut next = || -> Result<Value> {
+        let line = lines.next().ok_or("observe ended")?.map_err(|e| e.to_string())?;
+        serde_json::from_str(&line).map_err(|e| format!("{e}: {line}").into())
+    };
+    let now = next()?;
+    ensure!(now["value"] == "node-1", "observe first printed {now}");
+    signal(elected.id(), "-TERM")?;
+    expect_code(
+        &finish(elected, Duration::from_secs(20))?,
+        0,
+        "elect after SIGTERM",
+    )?;
+    let after = next()?;
+    ensure!(
+        after["leader"] == false,
+        "observe printed {after} after the resignation"
+    );
+    signal(observer.id(), "-INT")?;
+    let status = observer.wait().map_err(|e| e.to_string())?;
+    ensure!(status.success(), "observe exited {status} on SIGINT");
+    Ok(())
+}
+
+/// `coord registry register … -- CMD` registers while the command runs; another process
+/// lists it as JSON with its metadata; it is gone after.
+fn registry_register_list(b: &Backend) -> Result {
+    let url = b.url("registry", "");
+    let list = format!("{BIN} --url '{url}' --json registry list api",);
+    let out = output(
+        coord(&url).args([
+            "registry",
+            "register",
+            "api",
+            "node-1",
+            "10.0.0.7:8080",
+            "--meta",
+            "zone=a",
+            "--",
+            "sh",
+            "-c",
+            &list,
+        ]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 0, "register running a list")?;
+    let listed = json_lines(&out.stdout)?;
+    ensure!(
+        listed.len() == 1
+            && listed[0]["id"] == "node-1"
+            && listed[0]["address"] == "10.0.0.7:8080"
+            && listed[0]["metadata"]["zone"] == "a",
+        "listed {listed:?}"
+    );
+    let out = output(
+        coord(&url).args(["--json", "registry", "list", "api"]),
+        Duration::from_secs(20),
+    )?;
+    ensure!(
+        json_lines(&out.stdout)?.is_empty(),
+        "still registered: {}",
+        text(&out.stdout)
+    );
+    Ok(())
+}
+
+// ---- the harness ----
+
+fn backends() -> Vec<(Backend, Option<String>)> {
+    let require = std::env::var("COORD_TEST_REQUIRE").unwrap_or_default();
+    let required = |name: &str| require.split(',').any(|r| r.trim() == name);
+    let mut all = vec![(
+        Backend {
+            name: "mem",
+            hosts: String::new(),
+        },
+        None,
+    )];
+    for (name, var) in [("zk", "COORD_TEST_ZK"), ("etcd", "COORD_TEST_ETCD")] {
+        let hosts = std::env::var(var).unwrap_or_default();
+        let missing = hosts.is_empty().then(|| {
+            if required(name) {
+                format!("COORD_TEST_REQUIRE names {name}, but {var} is not set")
+            } else {
+                String::new()
+            }
+        });
+        all.push((Backend { name, hosts }, missing));
+    }
+    all
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = vec![
+        Trial::test("help_reads_well", help_reads_well),
+        Trial::test("usage_and_connection_errors", usage_and_connection_errors),
+    ];
+    type Case = fn(&Backend) -> Result;
+    let everywhere: [(&str, Case); 3] = [
+        ("lock_runs_command_with_token", lock_runs_command_with_token),
+        ("config_json", config_json),
+        ("session_json", session_json),
+    ];
+    let real_only: [(&str, Case); 5] = [
+        ("lock_excludes_across_processes", lock_excludes_across_processes),
+        ("busy_and_timeout", busy_and_timeout),
+        ("loss_stops_the_command", loss_stops_the_command),
+        ("elect_leader_observe", elect_leader_observe),
+        ("registry_register_list", registry_register_list),
+    ];
+    for (backend, missing) in backends() {
+        let cases = everywhere
+            .iter()
+            .chain(if backend.real() { &real_only[..] } else { &[] });
+        for &(name, case) in cases {
+            let b = backend.clone();
+            let missing = missing.clone();
+            let ignored = missing.as_deref() == Some("");
+            let trial = Trial::test(format!("[{}] {name}", b.name), move || match missing {
+                Some(why) if !why.is_empty() => Err(why.into()),
+                _ => case(&b),
+            });
+            trials.push(trial.with_ignored_flag(ignored));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
