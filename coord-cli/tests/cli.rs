@@ -542,25 +542,42 @@ fn busy_and_timeout(b: &Backend) -> Result {
 /// A lock lost while the command runs — the session killed from outside — stops the
 /// command (SIGTERM) and exits 125; the lock is free for the next process.
 fn loss_stops_the_command(b: &Backend) -> Result {
+    loss_stops(b, false)
+}
+
+/// The same for a leadership lost while `coord elect … -- CMD` runs it.
+fn elect_loss_stops_the_command(b: &Backend) -> Result {
+    loss_stops(b, true)
+}
+
+fn loss_stops(b: &Backend, elect: bool) -> Result {
     let options = match b.name {
         "zk" => "session_timeout=2s",
         _ => "lease_ttl=2s",
     };
-    let url = b.url("loss", options);
+    let url = b.url(if elect { "elect-loss" } else { "loss" }, options);
     let dir = tempdir()?;
     let pidfile = dir.path().join("pid");
     let script = format!("echo $$ > {}; exec sleep 120", pidfile.display());
+    let hold: &[&str] = if elect {
+        &["elect", "--grace", "2s", "guarded", "node-1"]
+    } else {
+        &["lock", "--grace", "2s", "guarded"]
+    };
     let mut guarded = coord(&url)
-        .args([
-            "--json", "lock", "--grace", "2s", "guarded", "--", "sh", "-c", &script,
-        ])
+        .arg("--json")
+        .args(hold)
+        .args(["--", "sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
     let events = Events::of(&mut guarded)?;
-    let acquired = events.until("acquired", Duration::from_secs(20))?;
+    let acquired = events.until(
+        if elect { "leading" } else { "acquired" },
+        Duration::from_secs(20),
+    )?;
     let child: i32 = wait_for_file(&pidfile, Duration::from_secs(20))?
         .trim()
         .parse()
@@ -570,7 +587,7 @@ fn loss_stops_the_command(b: &Backend) -> Result {
     let lost = events.until("lost", Duration::from_secs(30))?;
     ensure!(lost["name"] == "guarded", "lost event {lost}");
     let out = finish(guarded, Duration::from_secs(20))?;
-    expect_code(&out, 125, "coord lock after its lock was lost")?;
+    expect_code(&out, 125, "coord after its hold was lost")?;
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(child) {
         ensure!(
@@ -579,11 +596,15 @@ fn loss_stops_the_command(b: &Backend) -> Result {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = output(
-        coord(&url).args(["lock", "--try", "guarded", "--", "true"]),
-        Duration::from_secs(20),
-    )?;
-    expect_code(&out, 0, "--try after the loss")?;
+    let out = if elect {
+        output(coord(&url).args(["leader", "guarded"]), Duration::from_secs(20))?
+    } else {
+        output(
+            coord(&url).args(["lock", "--try", "guarded", "--", "true"]),
+            Duration::from_secs(20),
+        )?
+    };
+    expect_code(&out, if elect { 3 } else { 0 }, "the next process after the loss")?;
     Ok(())
 }
 
@@ -759,10 +780,11 @@ fn main() {
         ("config_json", config_json),
         ("session_json", session_json),
     ];
-    let real_only: [(&str, Case); 5] = [
+    let real_only: [(&str, Case); 6] = [
         ("lock_excludes_across_processes", lock_excludes_across_processes),
         ("busy_and_timeout", busy_and_timeout),
         ("loss_stops_the_command", loss_stops_the_command),
+        ("elect_loss_stops_the_command", elect_loss_stops_the_command),
         ("elect_leader_observe", elect_leader_observe),
         ("registry_register_list", registry_register_list),
     ];

@@ -188,7 +188,8 @@ mod tests {
     }
 }
 
-/// The README's code blocks, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The README's code blocks, compiled and run as doc tests (one uses the `serde`
+/// feature's JSON helpers).
+#[cfg(all(doctest, feature = "serde"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;

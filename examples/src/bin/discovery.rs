@@ -1,6 +1,7 @@
-//! Registers this process as an instance of a service, with metadata, and prints the
-//! service's members as they join and leave. Run several; stop one with Ctrl-C (it
-//! deregisters) or kill -9 it (it disappears when its session times out).
+//! Registers this process as an instance of a service, with metadata, and keeps a live
+//! view of the service's members (a `ServiceCache`), printing it whenever it changes.
+//! Run several; stop one with Ctrl-C (it deregisters) or kill -9 it (it disappears when
+//! its session times out).
 //!
 //! ```text
 //! cargo run -p coord-examples --bin discovery -- --id a --address 127.0.0.1:8001
@@ -9,9 +10,8 @@
 use std::time::Duration;
 
 use clap::Parser;
+use coord::ServiceInstance;
 use coord::prelude::*;
-use coord::{RegistryEvent, ServiceInstance};
-use futures::StreamExt;
 
 #[derive(Parser)]
 #[command(about = "Register an instance and watch the service")]
@@ -35,7 +35,10 @@ struct Args {
 
 async fn run(client: coord::Client, args: Args) -> anyhow::Result<()> {
     let id = args.id.unwrap_or_else(|| format!("pid-{}", std::process::id()));
-    let mut members = Registry::watch(&client, &args.service).await?;
+    // The cache folds the registry watch into a map of id → instance, kept up to date in
+    // the background; a gap (session loss, compaction) marks it out of sync until a fresh
+    // snapshot replaces it.
+    let mut members = client.service_cache(&args.service).await?;
     let me = ServiceInstance::new(id, args.address).with_metadata("zone", args.zone);
     let registration = client.register(&args.service, me.clone()).await?;
     println!("registered {} at {} in {}", me.id, me.address, args.service);
@@ -47,20 +50,21 @@ async fn run(client: coord::Client, args: Args) -> anyhow::Result<()> {
         }
     };
     tokio::pin!(stop);
+    let mut view = members.view();
     loop {
+        let list: Vec<String> = view
+            .values()
+            .map(|i| format!("{} at {} {:?}", i.id, i.address, i.metadata))
+            .collect();
+        let sync = if view.in_sync() {
+            ""
+        } else {
+            " (out of sync: changes may be missing; a fresh list follows)"
+        };
+        println!("members{sync}: {list:?}");
         tokio::select! {
             _ = &mut stop => break,
-            event = members.next() => match event {
-                Some(Ok(RegistryEvent::Snapshot(list))) => {
-                    println!("members: {:?}", list.iter().map(|i| &i.id).collect::<Vec<_>>());
-                }
-                Some(Ok(RegistryEvent::Joined(i))) => println!("joined: {} at {} {:?}", i.id, i.address, i.metadata),
-                Some(Ok(RegistryEvent::Updated(i))) => println!("updated: {} at {}", i.id, i.address),
-                Some(Ok(RegistryEvent::Left(id))) => println!("left: {id}"),
-                Some(Ok(RegistryEvent::Resync)) => println!("(resync: changes may have been missed; a fresh list follows)"),
-                Some(Err(e)) => return Err(e.into()),
-                None => break,
-            },
+            changed = members.changed() => view = changed?,
         }
     }
     registration.deregister().await?;
