@@ -15,13 +15,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::exit::{self, Failure};
 use crate::output::Out;
 
-/// The signals that ask coord to stop: SIGINT, SIGTERM, SIGHUP. While one of them is
-/// installed, coord is not killed by them but cleans up (drops its queue entry,
-/// resigns, deregisters) and exits.
+/// The signals that ask coord to stop: SIGINT and SIGTERM. coord is not killed by them
+/// but cleans up (drops its queue entry, resigns, deregisters) and exits. SIGHUP keeps
+/// its inherited disposition, so that `nohup coord …` and its command ignore it.
 pub struct Stop {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
 }
 
 impl Stop {
@@ -32,7 +31,6 @@ impl Stop {
         Ok(Stop {
             int: install(SignalKind::interrupt())?,
             term: install(SignalKind::terminate())?,
-            hup: install(SignalKind::hangup())?,
         })
     }
 
@@ -41,7 +39,6 @@ impl Stop {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
-            _ = self.hup.recv() => Signal::SIGHUP,
         }
     }
 }
@@ -59,10 +56,15 @@ pub struct Held<'a> {
 }
 
 /// Runs `command` with `env` added to its environment until it exits, and returns its
-/// status. If `lost` completes first, the command gets SIGTERM, then SIGKILL after
-/// `grace`, and the result is the [`exit::LOST`] failure. SIGTERM and SIGHUP sent to
-/// coord are passed on to the command (SIGINT from a terminal reaches it directly), and
-/// coord keeps waiting for it.
+/// status. If `lost` completes first — or had completed when the command exited — the
+/// command gets SIGTERM, then SIGKILL after `grace`, and the result is the
+/// [`exit::LOST`] failure. SIGTERM sent to coord is passed on to the command, and SIGINT
+/// too unless coord runs in the terminal's foreground (the terminal sent it to both);
+/// coord keeps waiting for the command.
+///
+/// The command's environment is coord's, without `COORD_URL` (it may hold credentials).
+/// If coord itself is killed (SIGKILL), the command keeps running: its fencing token is
+/// what keeps its writes safe then.
 pub async fn run_while_held(
     command: &[OsString],
     env: &[(&str, String)],
@@ -82,7 +84,15 @@ pub async fn run_while_held(
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::new(exit::FAILED, "io", format!("cannot wait for the command: {e}")))?;
-                return Ok(exit::of_child(status));
+                // Lost before the command finished: its status does not count.
+                if futures::FutureExt::now_or_never(&mut lost).is_none() {
+                    return Ok(exit::of_child(status));
+                }
+                out.notice(
+                    format!("the {} {:?} was lost before the command finished", held.what, held.name),
+                    json!({"event": "lost", "what": held.what, "name": held.name}),
+                );
+                return Err(lost_failure(&held));
             }
             () = &mut lost => {
                 out.notice(
@@ -90,17 +100,10 @@ pub async fn run_while_held(
                     json!({"event": "lost", "what": held.what, "name": held.name}),
                 );
                 terminate(&mut child, pid, grace).await;
-                return Err(Failure::new(
-                    exit::LOST,
-                    "lost",
-                    format!(
-                        "the {} {:?} was lost while the command ran (session expired or the entry was deleted); the command was stopped",
-                        held.what, held.name
-                    ),
-                ));
+                return Err(lost_failure(&held));
             }
             signal = stop.next() => {
-                if signal != Signal::SIGINT {
+                if signal != Signal::SIGINT || !in_terminal_foreground() {
                     if let Some(pid) = pid {
                         let _ = kill(pid, signal);
                     }
@@ -110,12 +113,29 @@ pub async fn run_while_held(
     }
 }
 
+fn lost_failure(held: &Held<'_>) -> Failure {
+    Failure::new(
+        exit::LOST,
+        "lost",
+        format!(
+            "the {} {:?} was lost while the command ran (session expired or the entry was deleted); the command was stopped",
+            held.what, held.name
+        ),
+    )
+}
+
+/// Whether coord's process group is the terminal's foreground group: a Ctrl-C then
+/// reached the command as well.
+fn in_terminal_foreground() -> bool {
+    nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|fg| fg == nix::unistd::getpgrp())
+}
+
 fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("no command given after --"));
     };
     let mut cmd = Command::new(program);
-    cmd.args(args).kill_on_drop(true);
+    cmd.args(args).env_remove("COORD_URL").kill_on_drop(true);
     for (k, v) in env {
         cmd.env(k, v);
     }

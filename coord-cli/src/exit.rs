@@ -17,6 +17,8 @@ pub const NOT_FOUND: u8 = 3;
 pub const CONFLICT: u8 = 4;
 /// The servers cannot be reached, or the session could not be kept.
 pub const UNAVAILABLE: u8 = 69;
+/// Standard output was closed while streaming (as a shell reports death by SIGPIPE).
+pub const BROKEN_PIPE: u8 = 141;
 /// `--try`, and the lock is held elsewhere: try again later.
 pub const BUSY: u8 = 75;
 /// Wrong credentials, or not allowed.
@@ -47,7 +49,12 @@ Exit status:
   124  timed out: --timeout passed, or no answer in time
   125  lost: the lock or leadership was lost while the command ran; it was stopped
   126  the command could not be started
-  127  the command was not found"
+  127  the command was not found
+  128+N  coord itself was stopped by signal N while connecting or waiting
+       (141: standard output closed while streaming). A command run under
+       lock, elect or register exits with its own status, which may be any
+       of these numbers too; holding without a command, elect and register
+       exit 0 when stopped by a signal"
     };
 }
 pub(crate) use table;

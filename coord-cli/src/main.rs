@@ -337,13 +337,33 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
             )
             .await
         }
-        Command::Leader { name } => cmd::elect::leader(&client, &name, out).await,
+        Command::Leader { name } => one_shot(&mut stop, cmd::elect::leader(&client, &name, out)).await,
         Command::Observe { name } => cmd::elect::observe(&client, &name, &mut stop, out).await,
-        Command::Config(c) => cmd::config::run(&client, c, &mut stop, out).await,
+        Command::Config(ConfigCommand::Watch { prefix }) => {
+            cmd::config::watch(&client, &prefix, &mut stop, out).await
+        }
+        Command::Config(c) => one_shot(&mut stop, cmd::config::run(&client, c, out)).await,
+        Command::Registry(RegistryCommand::List { service }) => {
+            one_shot(&mut stop, cmd::registry::list(&client, &service, out)).await
+        }
         Command::Registry(c) => cmd::registry::run(&client, c, &mut stop, out).await,
-        Command::Session => cmd::session::run(&client, out).await,
+        Command::Session => one_shot(&mut stop, cmd::session::run(&client, out)).await,
     };
-    // Ends the session now: whatever it still holds is released at once, not by timeout.
-    let _ = client.close().await;
+    // Ends the session now: whatever it still holds is released at once, not by timeout
+    // (bounded: if the servers do not answer, the session ends by timeout instead).
+    let _ = child::unless_stopped(&mut stop, tokio::time::timeout(CLOSE_TIMEOUT, client.close())).await;
     result
+}
+
+/// How long closing the session may take before coord exits anyway.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A command that holds nothing: a stop signal ends it at once (exit 128+N).
+async fn one_shot(
+    stop: &mut child::Stop,
+    command: impl std::future::Future<Output = Result<ExitCode, Failure>>,
+) -> Result<ExitCode, Failure> {
+    child::unless_stopped(stop, command)
+        .await
+        .unwrap_or_else(|signal| Ok(child::stopped_by(signal)))
 }

@@ -26,14 +26,19 @@ impl Out {
     }
 
     /// A result line on standard output: `human` as text, or `json` as one object.
-    pub fn result(self, human: impl std::fmt::Display, json: Value) {
+    ///
+    /// # Errors
+    ///
+    /// When standard output is gone (e.g. `coord config watch | head -1` after `head`
+    /// exits): streaming commands then stop.
+    pub fn result(self, human: impl std::fmt::Display, json: Value) -> std::io::Result<()> {
         let mut stdout = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(stdout, "{json}")
+        if self.json {
+            writeln!(stdout, "{json}")?;
         } else {
-            writeln!(stdout, "{human}")
-        };
-        let _ = stdout.flush();
+            writeln!(stdout, "{human}")?;
+        }
+        stdout.flush()
     }
 
     /// A notice on standard error (progress, what coord did around a command).

@@ -281,19 +281,35 @@ fn usage_and_connection_errors() -> Result {
             text(&out.stderr)
         );
     }
-    // --json errors are one object with the kind and status.
+    // --json errors are one object with the kind and status; credentials never show.
     let out = output(
-        Command::new(BIN).args(["--json", "--url", "redis://secret@h/x", "session"]),
+        Command::new(BIN).args([
+            "--json",
+            "--url",
+            "etcd://app:s3cret-pw@127.0.0.1:1/x?connect_timeout=1s",
+            "session",
+        ]),
         limit,
     )?;
     let errors = json_lines(&out.stderr)?;
     ensure!(
-        errors.len() == 1 && errors[0]["event"] == "error" && errors[0]["exit"] == 2,
+        errors.len() == 1 && errors[0]["event"] == "error" && errors[0]["exit"] == 69,
         "--json error was {errors:?}"
     );
     ensure!(
-        !text(&out.stderr).contains("secret"),
-        "the URL's credentials were printed"
+        !text(&out.stderr).contains("s3cret"),
+        "the password was printed: {}",
+        text(&out.stderr)
+    );
+    let out = output(
+        Command::new(BIN).args(["--url", "zk://app:s3cret-pw@127.0.0.1:bad/x", "session"]),
+        limit,
+    )?;
+    expect_code(&out, 2, "a bad port")?;
+    ensure!(
+        !text(&out.stderr).contains("s3cret"),
+        "the password was printed: {}",
+        text(&out.stderr)
     );
     Ok(())
 }
@@ -420,67 +436,80 @@ fn session_json(b: &Backend) -> Result {
 // ---- cases on real servers (several processes share them) ----
 
 /// Two `coord lock` processes never run their commands at once; the second shows who
-/// holds the lock while it waits; tokens increase.
+/// holds the lock while it waits; tokens increase. A third, stopped by SIGTERM while it
+/// waits, exits 143 without running its command, and the queue moves on without it.
 fn lock_excludes_across_processes(b: &Backend) -> Result {
     let url = b.url("excl", "");
     let dir = tempdir()?;
-    let log = dir.path().join("log");
+    let (log, go) = (dir.path().join("log"), dir.path().join("go"));
+    // Each command holds until the test creates `go`.
     let script = format!(
-        r#"echo "start $COORD_FENCING_TOKEN" >> {log}; sleep 1; echo "end $COORD_FENCING_TOKEN" >> {log}"#,
-        log = log.display()
+        r#"echo "start $COORD_FENCING_TOKEN" >> {log}; while [ ! -e {go} ]; do sleep 0.05; done; echo "end $COORD_FENCING_TOKEN" >> {log}"#,
+        log = log.display(),
+        go = go.display(),
     );
-    let spawn = |json: bool| {
-        let mut cmd = coord(&url);
-        if json {
-            cmd.arg("--json");
-        }
-        cmd.args(["lock", "shared", "--", "sh", "-c", &script])
+    let spawn = |script: &str| {
+        coord(&url)
+            .args(["--json", "lock", "shared", "--", "sh", "-c", script])
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| Failed::from(e.to_string()))
     };
-    let first = spawn(false)?;
+    let mut first = spawn(&script)?;
+    let held = Events::of(&mut first)?.until("acquired", Duration::from_secs(20))?;
     wait_for_file(&log, Duration::from_secs(20))?;
-    let second = spawn(true)?;
-    let first_pid = first.id();
-    let (a, b2) = (
-        finish(first, Duration::from_secs(30))?,
-        finish(second, Duration::from_secs(30))?,
+    let mut second = spawn(&script)?;
+    let waiting = Events::of(&mut second)?.until("waiting", Duration::from_secs(20))?;
+    ensure!(
+        waiting["value"]
+            .as_str()
+            .is_some_and(|who| who.ends_with(&format!(":{}", first.id())))
+            && waiting["token"] == held["token"],
+        "waiting named {waiting}, but pid {} held {held}",
+        first.id()
     );
-    expect_code(&a, 0, "first lock")?;
-    expect_code(&b2, 0, "second lock")?;
+    let stray = dir.path().join("stray");
+    let mut third = spawn(&format!("touch {}", stray.display()))?;
+    Events::of(&mut third)?.until("waiting", Duration::from_secs(20))?;
+    signal(third.id(), "-TERM")?;
+    let third = finish(third, Duration::from_secs(10))?;
+    expect_code(&third, 128 + 15, "a waiting coord lock stopped by SIGTERM")?;
+    let before = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
+    ensure!(
+        before.lines().count() == 1,
+        "a second command started while the first held: {before:?}"
+    );
+    std::fs::write(&go, "").map_err(|e| e.to_string())?;
+    expect_code(&finish(first, Duration::from_secs(30))?, 0, "first lock")?;
+    expect_code(&finish(second, Duration::from_secs(30))?, 0, "second lock")?;
+    ensure!(!stray.exists(), "the stopped waiter ran its command");
     let lines: Vec<String> = std::fs::read_to_string(&log)
         .map_err(|e| e.to_string())?
         .lines()
         .map(str::to_owned)
         .collect();
-    ensure!(lines.len() == 4, "log {lines:?}");
     let tokens: Vec<u64> = lines
         .iter()
         .filter_map(|l| l.split_once(' ').and_then(|(_, t)| t.parse().ok()))
         .collect();
     ensure!(
-        lines[0].starts_with("start") && lines[1].starts_with("end") && lines[2].starts_with("start"),
+        lines.len() == 4
+            && lines[0].starts_with("start")
+            && lines[1].starts_with("end")
+            && lines[2].starts_with("start"),
         "commands overlapped: {lines:?}"
     );
     ensure!(
         tokens[0] == tokens[1] && tokens[2] == tokens[3] && tokens[2] > tokens[0],
         "tokens {tokens:?}"
     );
-    let waiting = json_lines(&b2.stderr)?
-        .into_iter()
-        .find(|e| e["event"] == "waiting")
-        .ok_or(format!("the second never reported waiting: {}", text(&b2.stderr)))?;
-    ensure!(
-        waiting["value"]
-            .as_str()
-            .is_some_and(|who| who.ends_with(&format!(":{first_pid}")))
-            && waiting["token"] == tokens[0],
-        "waiting named {waiting}, but pid {first_pid} held token {}",
-        tokens[0]
-    );
+    let out = output(
+        coord(&url).args(["lock", "--try", "shared", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 0, "--try once both finished")?;
     Ok(())
 }
 

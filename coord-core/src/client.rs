@@ -178,6 +178,9 @@ impl Client {
     ///
     /// Cancel-safe (a read).
     pub async fn server_version(&self) -> Result<Option<String>> {
+        if self.session_state() == SessionState::Closed {
+            return Err(crate::Error::closed().with_operation("server_version"));
+        }
         let span = tracing::debug_span!("coord.server_version", backend = self.kind());
         self.core.backend.server_version().instrument(span).await
     }

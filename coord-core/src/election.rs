@@ -63,6 +63,9 @@ impl LeaderEvent {
 /// leadership.resign().await?;
 /// # Ok(()) }
 /// ```
+///
+/// The trait can be used as `dyn Election`; [`Election::campaign`], generic over the
+/// value, needs a concrete type such as [`Client`](crate::Client).
 #[async_trait]
 pub trait Election: Send + Sync {
     /// Enters the election `name` with `value` (anything that becomes bytes: `&str`,
@@ -79,7 +82,8 @@ pub trait Election: Send + Sync {
     /// background).
     async fn campaign<V>(&self, name: &str, value: V) -> Result<Leadership>
     where
-        V: Into<Vec<u8>> + Send;
+        V: Into<Vec<u8>> + Send,
+        Self: Sized;
 
     /// The current leader of `name`, if any.
     ///

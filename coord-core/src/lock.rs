@@ -32,6 +32,9 @@ use crate::recipes::contender::{Contender, Grant};
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
+///
+/// The trait can be used as `dyn Lock`; its generic methods ([`Lock::lock_as`],
+/// [`Lock::try_lock_as`]) need a concrete type such as [`Client`](crate::Client).
 #[async_trait]
 pub trait Lock: Send + Sync {
     /// Waits until this client holds the lock `name`.
@@ -74,7 +77,8 @@ pub trait Lock: Send + Sync {
     /// As [`Lock::lock`].
     async fn lock_as<V>(&self, name: &str, holder: V) -> Result<LockGuard>
     where
-        V: Into<Vec<u8>> + Send;
+        V: Into<Vec<u8>> + Send,
+        Self: Sized;
 
     /// As [`Lock::try_lock`], storing `holder` as [`Lock::lock_as`] does.
     ///
@@ -87,7 +91,8 @@ pub trait Lock: Send + Sync {
     /// As [`Lock::lock`].
     async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
     where
-        V: Into<Vec<u8>> + Send;
+        V: Into<Vec<u8>> + Send,
+        Self: Sized;
 
     /// Who holds the lock `name` now: its token and the `holder` it was taken with
     /// (empty for [`Lock::lock`], Curator's address bytes for a Curator holder); `None`

@@ -40,9 +40,14 @@ impl std::str::FromStr for Version {
     type Err = crate::Error;
 
     fn from_str(s: &str) -> crate::Result<Version> {
+        let number = |part: &str| {
+            (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| part.parse().ok())
+                .flatten()
+        };
         let parsed = s
             .split_once('.')
-            .and_then(|(major, minor)| Some(Version::from_parts(major.parse().ok()?, minor.parse().ok()?)));
+            .and_then(|(major, minor)| Some(Version::from_parts(number(major)?, number(minor)?)));
         parsed.ok_or_else(|| {
             crate::Error::invalid_argument(format!(
                 "{s:?} is not a version: expected <major>.<minor> as printed by reads, e.g. 12.0"
@@ -132,7 +137,7 @@ mod tests {
     fn versions_parse_what_they_print() {
         let v = Version::from_parts(12, 3);
         assert_eq!(v.to_string().parse::<Version>().unwrap(), v);
-        for bad in ["", "12", "12.", ".3", "a.b", "1.2.3", "-1.0"] {
+        for bad in ["", "12", "12.", ".3", "a.b", "1.2.3", "-1.0", "+1.+2", " 1.2"] {
             let e = bad.parse::<Version>().unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{bad}");
         }

@@ -12,16 +12,12 @@ use crate::child::{self, Stop};
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
 
-pub async fn run(
-    client: &Client,
-    command: ConfigCommand,
-    stop: &mut Stop,
-    out: Out,
-) -> Result<ExitCode, Failure> {
+/// The one-shot config commands (`watch` is [`watch`]).
+pub async fn run(client: &Client, command: ConfigCommand, out: Out) -> Result<ExitCode, Failure> {
     match command {
         ConfigCommand::Get { key } => match client.get(&key).await? {
             Some(v) => {
-                out.result(
+                let _ = out.result(
                     output::text(&v.value),
                     output::with_value(json!({"key": key, "version": v.version.to_string()}), &v.value),
                 );
@@ -62,43 +58,47 @@ pub async fn run(
             } else {
                 format!("{key:?} did not exist")
             };
-            out.result(human, json!({"key": key, "deleted": existed}));
+            let _ = out.result(human, json!({"key": key, "deleted": existed}));
             Ok(ExitCode::SUCCESS)
         }
         ConfigCommand::List { prefix } => {
             for e in client.list(&prefix).await? {
-                entry(out, "entry", &e);
+                let _ = entry(out, "entry", &e);
             }
             Ok(ExitCode::SUCCESS)
         }
-        ConfigCommand::Watch { prefix } => {
-            let mut events = client.watch(&prefix).await?;
-            loop {
-                let event = match child::unless_stopped(stop, events.next()).await {
-                    Ok(Some(event)) => event?,
-                    Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
-                    Err(_) => return Ok(ExitCode::SUCCESS),
-                };
-                match event {
-                    ConfigEvent::Snapshot(entries) => {
-                        out.result(
-                            format!("snapshot: {} keys", entries.len()),
-                            json!({"event": "snapshot", "keys": entries.len()}),
-                        );
-                        for e in &entries {
-                            entry(out, "entry", e);
-                        }
-                    }
-                    ConfigEvent::Put(e) => entry(out, "put", &e),
-                    ConfigEvent::Delete(key) => {
-                        out.result(format!("delete {key}"), json!({"event": "delete", "key": key}))
-                    }
-                    ConfigEvent::Resync => out.result(
-                        "resync: changes may have been missed; a fresh snapshot follows",
-                        json!({"event": "resync"}),
-                    ),
-                }
+        ConfigCommand::Watch { .. } => Err(Failure::usage("config watch runs on its own")),
+    }
+}
+
+/// Prints the keys under `prefix`, then every change, until a stop signal (exit 0) or a
+/// closed standard output (exit 141, as a shell reports SIGPIPE).
+pub async fn watch(client: &Client, prefix: &str, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
+    let mut events = client.watch(prefix).await?;
+    loop {
+        let event = match child::unless_stopped(stop, events.next()).await {
+            Ok(Some(event)) => event?,
+            Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
+            Err(_) => return Ok(ExitCode::SUCCESS),
+        };
+        let printed = match event {
+            ConfigEvent::Snapshot(entries) => out
+                .result(
+                    format!("snapshot: {} keys", entries.len()),
+                    json!({"event": "snapshot", "keys": entries.len()}),
+                )
+                .and_then(|()| entries.iter().try_for_each(|e| entry(out, "entry", e))),
+            ConfigEvent::Put(e) => entry(out, "put", &e),
+            ConfigEvent::Delete(key) => {
+                out.result(format!("delete {key}"), json!({"event": "delete", "key": key}))
             }
+            ConfigEvent::Resync => out.result(
+                "resync: changes may have been missed; a fresh snapshot follows",
+                json!({"event": "resync"}),
+            ),
+        };
+        if printed.is_err() {
+            return Ok(ExitCode::from(exit::BROKEN_PIPE));
         }
     }
 }
@@ -120,13 +120,13 @@ fn read_value(arg: &str) -> Result<Vec<u8>, Failure> {
 }
 
 fn written(out: Out, key: &str, version: Version) {
-    out.result(
+    let _ = out.result(
         format!("{key} at version {version}"),
         json!({"key": key, "version": version.to_string()}),
     );
 }
 
-fn entry(out: Out, event: &str, e: &Entry) {
+fn entry(out: Out, event: &str, e: &Entry) -> std::io::Result<()> {
     let human = match event {
         "entry" => format!("{} = {}  (version {})", e.key, output::text(&e.value), e.version),
         _ => format!(
@@ -142,5 +142,5 @@ fn entry(out: Out, event: &str, e: &Entry) {
             json!({"event": event, "key": e.key, "version": e.version.to_string()}),
             &e.value,
         ),
-    );
+    )
 }

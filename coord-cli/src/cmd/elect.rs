@@ -59,7 +59,7 @@ pub async fn campaign(
         name,
     };
     let ran = if args.command.is_empty() {
-        out.result(
+        let _ = out.result(
             format!(
                 "leading {name:?} as {:?} with fencing token {token}; Ctrl-C to resign",
                 args.value
@@ -111,7 +111,7 @@ fn leader_line(name: &str, leader: Option<&LeaderInfo>) -> (String, serde_json::
 pub async fn leader(client: &Client, name: &str, out: Out) -> Result<ExitCode, Failure> {
     let current = client.leader(name).await?;
     let (human, json) = leader_line(name, current.as_ref());
-    out.result(human, json);
+    let _ = out.result(human, json);
     Ok(match current {
         Some(_) => ExitCode::SUCCESS,
         None => ExitCode::from(exit::NOT_FOUND),
@@ -127,15 +127,18 @@ pub async fn observe(client: &Client, name: &str, stop: &mut Stop, out: Out) -> 
             Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the observation ended")),
             Err(_) => return Ok(ExitCode::SUCCESS),
         };
-        match event {
+        let printed = match event {
             LeaderEvent::Leader(l) => {
                 let (human, json) = leader_line(name, l.as_ref());
-                out.result(human, json);
+                out.result(human, json)
             }
             LeaderEvent::Resync => out.result(
                 "resync: leader changes may have been missed; the current leader follows",
                 json!({"election": name, "event": "resync"}),
             ),
+        };
+        if printed.is_err() {
+            return Ok(ExitCode::from(exit::BROKEN_PIPE));
         }
     }
 }

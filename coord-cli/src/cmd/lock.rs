@@ -36,7 +36,7 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
             Some(guard) => guard,
             None => {
                 let held = match holder().await {
-                    Ok(Some(h)) => format!(" by {}", String::from_utf8_lossy(&h.who)),
+                    Ok(Some(h)) => format!(" by {}", h.describe()),
                     _ => String::new(),
                 };
                 return Err(Failure::new(

@@ -12,6 +12,15 @@ use crate::child::{self, Held, Stop};
 use crate::exit::{self, Failure};
 use crate::output::Out;
 
+/// Prints a service's instances.
+pub async fn list(client: &Client, service: &str, out: Out) -> Result<ExitCode, Failure> {
+    for i in client.instances(service).await? {
+        let _ = instance(out, "instance", &i);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `watch` and `register` (`list` is [`list`]).
 pub async fn run(
     client: &Client,
     command: RegistryCommand,
@@ -19,12 +28,7 @@ pub async fn run(
     out: Out,
 ) -> Result<ExitCode, Failure> {
     match command {
-        RegistryCommand::List { service } => {
-            for i in client.instances(&service).await? {
-                instance(out, "instance", &i);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        RegistryCommand::List { service } => list(client, &service, out).await,
         RegistryCommand::Watch { service } => {
             let mut events = client.watch(&service).await?;
             loop {
@@ -33,16 +37,13 @@ pub async fn run(
                     Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
                     Err(_) => return Ok(ExitCode::SUCCESS),
                 };
-                match event {
-                    RegistryEvent::Snapshot(all) => {
-                        out.result(
+                let printed = match event {
+                    RegistryEvent::Snapshot(all) => out
+                        .result(
                             format!("snapshot: {} instances", all.len()),
                             json!({"event": "snapshot", "instances": all.len()}),
-                        );
-                        for i in &all {
-                            instance(out, "instance", i);
-                        }
-                    }
+                        )
+                        .and_then(|()| all.iter().try_for_each(|i| instance(out, "instance", i))),
                     RegistryEvent::Joined(i) => instance(out, "joined", &i),
                     RegistryEvent::Updated(i) => instance(out, "updated", &i),
                     RegistryEvent::Left(id) => {
@@ -52,6 +53,9 @@ pub async fn run(
                         "resync: changes may have been missed; a fresh snapshot follows",
                         json!({"event": "resync"}),
                     ),
+                };
+                if printed.is_err() {
+                    return Ok(ExitCode::from(exit::BROKEN_PIPE));
                 }
             }
         }
@@ -64,10 +68,14 @@ pub async fn run(
         } => {
             let mut wanted = ServiceInstance::new(id, address);
             wanted.metadata.extend(metadata);
-            let registration = client.register(&service, wanted.clone()).await?;
+            let registration =
+                match child::unless_stopped(stop, client.register(&service, wanted.clone())).await {
+                    Ok(registered) => registered?,
+                    Err(signal) => return Ok(child::stopped_by(signal)),
+                };
             let event = json!({"event": "registered", "service": service, "id": wanted.id, "address": wanted.address});
             let ran = if command.is_empty() {
-                out.result(
+                let _ = out.result(
                     format!(
                         "registered {} in {service:?} at {}; Ctrl-C to deregister",
                         wanted.id, wanted.address
@@ -98,7 +106,7 @@ pub async fn run(
     }
 }
 
-fn instance(out: Out, event: &str, i: &ServiceInstance) {
+fn instance(out: Out, event: &str, i: &ServiceInstance) -> std::io::Result<()> {
     let meta: Vec<String> = i.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let human = format!(
         "{}{} {} {}",
@@ -114,5 +122,5 @@ fn instance(out: Out, event: &str, i: &ServiceInstance) {
     out.result(
         human.trim_end(),
         json!({"event": event, "id": i.id, "address": i.address, "metadata": i.metadata}),
-    );
+    )
 }

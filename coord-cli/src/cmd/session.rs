@@ -14,7 +14,8 @@ const PROBE_KEY: &str = "coord-cli-probe";
 
 pub async fn run(client: &Client, out: Out) -> Result<ExitCode, Failure> {
     let sent = Instant::now();
-    client.get(PROBE_KEY).await?;
+    // Connected but not answering is unavailable too, for a health check.
+    client.get(PROBE_KEY).await.map_err(Failure::connecting)?;
     let round_trip = sent.elapsed();
     let server = client.server_version().await.unwrap_or(None);
     let state = client.session_state();
@@ -30,7 +31,7 @@ pub async fn run(client: &Client, out: Out) -> Result<ExitCode, Failure> {
         server.as_deref().unwrap_or("unknown"),
         round_trip.as_secs_f64() * 1e3,
     );
-    out.result(
+    let _ = out.result(
         human,
         json!({
             "backend": client.kind(),

@@ -29,7 +29,7 @@ pub struct Holder {
 }
 
 impl Holder {
-    fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         if self.who.is_empty() {
             format!("token {}", self.token)
         } else {
@@ -55,6 +55,11 @@ where
     H: FnMut() -> HF,
     HF: Future<Output = coord::Result<Option<Holder>>>,
 {
+    if timeout == Some(Duration::ZERO) {
+        return Err(Failure::usage(
+            "--timeout 0 never waits: use --try to fail at once when held",
+        ));
+    }
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let mut progress = Progress::new(out);
@@ -69,13 +74,14 @@ where
                 return Ok(Ok(got?));
             }
             _ = poll.tick() => {
-                let Ok(Some(h)) = holder().await else { continue };
+                // Bounded, so that the grant, the deadline and signals wait at most this.
+                let Ok(Ok(Some(h))) = tokio::time::timeout(POLL, holder()).await else { continue };
                 let since = match seen {
                     Some((token, since)) if token == h.token => since,
                     _ => seen.insert((h.token, Instant::now())).1,
                 };
                 let line = format!(
-                    "waiting for {} {:?}: held by {} for {}",
+                    "waiting for {} {:?}: held by {} (seen holding for {})",
                     waiting.what,
                     waiting.name,
                     h.describe(),
@@ -87,7 +93,7 @@ where
                         "what": waiting.what,
                         "name": waiting.name,
                         "token": h.token.get(),
-                        "held_for_ms": since.elapsed().as_millis() as u64,
+                        "seen_for_ms": since.elapsed().as_millis() as u64,
                     }),
                     &h.who,
                 );

@@ -21,6 +21,7 @@ impl Election for Client {
     async fn campaign<V>(&self, name: &str, value: V) -> Result<Leadership>
     where
         V: Into<Vec<u8>> + Send,
+        Self: Sized,
     {
         let value = value.into();
         validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;

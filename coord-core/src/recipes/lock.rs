@@ -24,6 +24,7 @@ impl Lock for Client {
     async fn lock_as<V>(&self, name: &str, holder: V) -> Result<LockGuard>
     where
         V: Into<Vec<u8>> + Send,
+        Self: Sized,
     {
         let holder = holder.into();
         validate_name("lock name", name).map_err(|e| e.with_operation("lock"))?;
@@ -40,6 +41,7 @@ impl Lock for Client {
     async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
     where
         V: Into<Vec<u8>> + Send,
+        Self: Sized,
     {
         let holder = holder.into();
         validate_name("lock name", name).map_err(|e| e.with_operation("try_lock"))?;
