@@ -410,7 +410,8 @@ impl ConfigCache {
     /// # Errors
     ///
     /// The error that ended the watch: `Closed` once the client is closed (at once if it
-    /// already was).
+    /// already was). A change folded just before the end is not returned by `changed`;
+    /// [`view`](Self::view) still shows it.
     ///
     /// # Cancel safety
     ///
@@ -519,7 +520,8 @@ impl ServiceCache {
     /// # Errors
     ///
     /// The error that ended the watch: `Closed` once the client is closed (at once if it
-    /// already was).
+    /// already was). A change folded just before the end is not returned by `changed`;
+    /// [`view`](Self::view) still shows it.
     ///
     /// # Cancel safety
     ///

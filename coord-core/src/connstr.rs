@@ -60,7 +60,8 @@ impl ConnectionString {
     ///
     /// [`ErrorKind::ConfigInvalid`](crate::ErrorKind::ConfigInvalid) naming what is
     /// wrong: a missing `://`, a bad namespace segment, a malformed or repeated option,
-    /// bad percent-encoding. The password never appears in the message.
+    /// bad percent-encoding, an `@` after the first `/` or `?` (an unencoded `/`, `?` or
+    /// `@` in a password). The password never appears in the message.
     pub fn parse(input: &str) -> Result<Self> {
         let (scheme, rest) = input.split_once("://").ok_or_else(|| {
             Error::config_invalid(format!(
@@ -73,6 +74,7 @@ impl ConnectionString {
                 "connection string scheme {scheme:?} is not valid; use mem, zk, etcd or etcd+https"
             )));
         }
+        let whole = rest;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -85,6 +87,16 @@ impl ConnectionString {
             Some((u, a)) => (Some(u), a),
             None => (None, authority),
         };
+        // An '@' after the first '/' or '?' most likely ends credentials whose password
+        // holds one of those: the host, port and namespace parsed from it would be
+        // fragments of the password, so say so without quoting any of it.
+        if userinfo.is_none() && whole.contains('@') {
+            return Err(Error::config_invalid(
+                "connection string has an '@' after the first '/' or '?'; if it ends a user name \
+                 and password, percent-encode '/', '?' and '@' in them (%2F, %3F, %40), and in an \
+                 option value write '@' as %40",
+            ));
+        }
         let (user, password) = match userinfo {
             None => (None, None),
             Some(u) => {
@@ -457,6 +469,22 @@ fn parse_duration(text: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unencoded_reserved_characters_in_passwords_are_not_quoted() {
+        for input in [
+            "etcd://app:Xq/Zr@h1:2379/ns",
+            "zk://app:Xq?Zr@h1:2181/ns",
+            "etcd://h1:2379/ns?tls_ca=/Xq@Zr",
+        ] {
+            let e = ConnectionString::parse(input).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::ConfigInvalid, "{input}");
+            let msg = e.to_string();
+            assert!(msg.contains("%2F") && !msg.contains("Xq") && !msg.contains("Zr"), "{input}: {msg}");
+        }
+        let ok = ConnectionString::parse("etcd://app:pa%2Fss@h1:2379/ns?tls_ca=/a%40b").unwrap();
+        assert_eq!(ok.namespace(), "ns");
+    }
     use crate::ErrorKind;
     use proptest::prelude::*;
 
