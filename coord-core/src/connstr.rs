@@ -480,7 +480,10 @@ mod tests {
             let e = ConnectionString::parse(input).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::ConfigInvalid, "{input}");
             let msg = e.to_string();
-            assert!(msg.contains("%2F") && !msg.contains("Xq") && !msg.contains("Zr"), "{input}: {msg}");
+            assert!(
+                msg.contains("%2F") && !msg.contains("Xq") && !msg.contains("Zr"),
+                "{input}: {msg}"
+            );
         }
         let ok = ConnectionString::parse("etcd://app:pa%2Fss@h1:2379/ns?tls_ca=/a%40b").unwrap();
         assert_eq!(ok.namespace(), "ns");
