@@ -729,6 +729,53 @@ fn elect_leader_observe(b: &Backend) -> Result {
     Ok(())
 }
 
+/// `coord config watch --json` prints the snapshot, then each change as it happens; once
+/// its reader goes away it exits 141 at the next change instead of running on.
+fn config_watch_follows_and_ends_with_its_reader(b: &Backend) -> Result {
+    let url = b.url("watch", "");
+    let put = |key: &str, value: &str| {
+        output(
+            coord(&url).args(["config", "put", key, value]),
+            Duration::from_secs(20),
+        )
+        .and_then(|out| expect_code(&out, 0, "put"))
+    };
+    put("feature/a", "1")?;
+    let mut watch = coord(&url)
+        .args(["--json", "config", "watch", "feature"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut lines = BufReader::new(watch.stdout.take().ok_or("stdout")?).lines();
+    let mut next = move || -> Result<Value> {
+        let line = lines.next().ok_or("watch ended")?.map_err(|e| e.to_string())?;
+        serde_json::from_str(&line).map_err(|e| format!("{e}: {line}").into())
+    };
+    let (snapshot, first) = (next()?, next()?);
+    ensure!(
+        snapshot["event"] == "snapshot"
+            && snapshot["keys"] == 1
+            && first["key"] == "feature/a"
+            && first["value"] == "1",
+        "watch began with {snapshot} {first}"
+    );
+    put("feature/b", "2")?;
+    put("other/c", "3")?;
+    put("feature/a", "4")?;
+    let (b2, a4) = (next()?, next()?);
+    ensure!(
+        b2["event"] == "put" && b2["key"] == "feature/b" && a4["key"] == "feature/a" && a4["value"] == "4",
+        "watch printed {b2} then {a4} (a key outside the prefix, or out of order?)"
+    );
+    drop(next); // owns the reader: standard output of the watch is closed now
+    put("feature/d", "5")?;
+    let status = finish(watch, Duration::from_secs(20))?.status;
+    ensure!(code(status) == 141, "watch with its reader gone exited {status}");
+    Ok(())
+}
+
 /// `coord registry register … -- CMD` registers while the command runs; another process
 /// lists it as JSON with its metadata; it is gone after.
 fn registry_register_list(b: &Backend) -> Result {
@@ -809,13 +856,17 @@ fn main() {
         ("config_json", config_json),
         ("session_json", session_json),
     ];
-    let real_only: [(&str, Case); 6] = [
+    let real_only: [(&str, Case); 7] = [
         ("lock_excludes_across_processes", lock_excludes_across_processes),
         ("busy_and_timeout", busy_and_timeout),
         ("loss_stops_the_command", loss_stops_the_command),
         ("elect_loss_stops_the_command", elect_loss_stops_the_command),
         ("elect_leader_observe", elect_leader_observe),
         ("registry_register_list", registry_register_list),
+        (
+            "config_watch_follows_and_ends_with_its_reader",
+            config_watch_follows_and_ends_with_its_reader,
+        ),
     ];
     for (backend, missing) in backends() {
         let cases = everywhere

@@ -4,11 +4,10 @@ use std::io::Read as _;
 use std::process::ExitCode;
 
 use coord::{Client, ConfigEvent, ConfigStore as _, Entry, Version};
-use futures::StreamExt as _;
 use serde_json::json;
 
 use crate::ConfigCommand;
-use crate::child::{self, Stop};
+use crate::child::Stop;
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
 
@@ -74,33 +73,24 @@ pub async fn run(client: &Client, command: ConfigCommand, out: Out) -> Result<Ex
 /// Prints the keys under `prefix`, then every change, until a stop signal (exit 0) or a
 /// closed standard output (exit 141, as a shell reports SIGPIPE).
 pub async fn watch(client: &Client, prefix: &str, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
-    let mut events = client.watch(prefix).await?;
-    loop {
-        let event = match child::unless_stopped(stop, events.next()).await {
-            Ok(Some(event)) => event?,
-            Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
-            Err(_) => return Ok(ExitCode::SUCCESS),
-        };
-        let printed = match event {
-            ConfigEvent::Snapshot(entries) => out
-                .result(
-                    format!("snapshot: {} keys", entries.len()),
-                    json!({"event": "snapshot", "keys": entries.len()}),
-                )
-                .and_then(|()| entries.iter().try_for_each(|e| entry(out, "entry", e))),
-            ConfigEvent::Put(e) => entry(out, "put", &e),
-            ConfigEvent::Delete(key) => {
-                out.result(format!("delete {key}"), json!({"event": "delete", "key": key}))
-            }
-            ConfigEvent::Resync => out.result(
-                "resync: changes may have been missed; a fresh snapshot follows",
-                json!({"event": "resync"}),
-            ),
-        };
-        if printed.is_err() {
-            return Ok(ExitCode::from(exit::BROKEN_PIPE));
+    let events = client.watch(prefix).await?;
+    super::follow(events, stop, |event| match event {
+        ConfigEvent::Snapshot(entries) => out
+            .result(
+                format!("snapshot: {} keys", entries.len()),
+                json!({"event": "snapshot", "keys": entries.len()}),
+            )
+            .and_then(|()| entries.iter().try_for_each(|e| entry(out, "entry", e))),
+        ConfigEvent::Put(e) => entry(out, "put", &e),
+        ConfigEvent::Delete(key) => {
+            out.result(format!("delete {key}"), json!({"event": "delete", "key": key}))
         }
-    }
+        ConfigEvent::Resync => out.result(
+            "resync: changes may have been missed; a fresh snapshot follows",
+            json!({"event": "resync"}),
+        ),
+    })
+    .await
 }
 
 /// The value argument, or standard input for `-`.

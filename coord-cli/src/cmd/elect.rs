@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use coord::{Client, Election as _, LeaderEvent, LeaderInfo};
-use futures::StreamExt as _;
 use serde_json::json;
 
 use crate::child::{self, Held, Stop};
@@ -120,25 +119,16 @@ pub async fn leader(client: &Client, name: &str, out: Out) -> Result<ExitCode, F
 
 /// Streams leader changes until stopped.
 pub async fn observe(client: &Client, name: &str, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
-    let mut events = client.observe(name).await?;
-    loop {
-        let event = match child::unless_stopped(stop, events.next()).await {
-            Ok(Some(event)) => event?,
-            Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the observation ended")),
-            Err(_) => return Ok(ExitCode::SUCCESS),
-        };
-        let printed = match event {
-            LeaderEvent::Leader(l) => {
-                let (human, json) = leader_line(name, l.as_ref());
-                out.result(human, json)
-            }
-            LeaderEvent::Resync => out.result(
-                "resync: leader changes may have been missed; the current leader follows",
-                json!({"election": name, "event": "resync"}),
-            ),
-        };
-        if printed.is_err() {
-            return Ok(ExitCode::from(exit::BROKEN_PIPE));
+    let events = client.observe(name).await?;
+    super::follow(events, stop, |event| match event {
+        LeaderEvent::Leader(l) => {
+            let (human, json) = leader_line(name, l.as_ref());
+            out.result(human, json)
         }
-    }
+        LeaderEvent::Resync => out.result(
+            "resync: leader changes may have been missed; the current leader follows",
+            json!({"election": name, "event": "resync"}),
+        ),
+    })
+    .await
 }

@@ -4,12 +4,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use coord::{Client, Registry as _, RegistryEvent, ServiceInstance};
-use futures::StreamExt as _;
 use serde_json::json;
 
 use crate::RegistryCommand;
 use crate::child::{self, Held, Stop};
-use crate::exit::{self, Failure};
+use crate::exit::Failure;
 use crate::output::Out;
 
 /// Prints a service's instances.
@@ -30,34 +29,25 @@ pub async fn run(
     match command {
         RegistryCommand::List { service } => list(client, &service, out).await,
         RegistryCommand::Watch { service } => {
-            let mut events = client.watch(&service).await?;
-            loop {
-                let event = match child::unless_stopped(stop, events.next()).await {
-                    Ok(Some(event)) => event?,
-                    Ok(None) => return Err(Failure::new(exit::UNAVAILABLE, "closed", "the watch ended")),
-                    Err(_) => return Ok(ExitCode::SUCCESS),
-                };
-                let printed = match event {
-                    RegistryEvent::Snapshot(all) => out
-                        .result(
-                            format!("snapshot: {} instances", all.len()),
-                            json!({"event": "snapshot", "instances": all.len()}),
-                        )
-                        .and_then(|()| all.iter().try_for_each(|i| instance(out, "instance", i))),
-                    RegistryEvent::Joined(i) => instance(out, "joined", &i),
-                    RegistryEvent::Updated(i) => instance(out, "updated", &i),
-                    RegistryEvent::Left(id) => {
-                        out.result(format!("left {id}"), json!({"event": "left", "id": id}))
-                    }
-                    RegistryEvent::Resync => out.result(
-                        "resync: changes may have been missed; a fresh snapshot follows",
-                        json!({"event": "resync"}),
-                    ),
-                };
-                if printed.is_err() {
-                    return Ok(ExitCode::from(exit::BROKEN_PIPE));
+            let events = client.watch(&service).await?;
+            super::follow(events, stop, |event| match event {
+                RegistryEvent::Snapshot(all) => out
+                    .result(
+                        format!("snapshot: {} instances", all.len()),
+                        json!({"event": "snapshot", "instances": all.len()}),
+                    )
+                    .and_then(|()| all.iter().try_for_each(|i| instance(out, "instance", i))),
+                RegistryEvent::Joined(i) => instance(out, "joined", &i),
+                RegistryEvent::Updated(i) => instance(out, "updated", &i),
+                RegistryEvent::Left(id) => {
+                    out.result(format!("left {id}"), json!({"event": "left", "id": id}))
                 }
-            }
+                RegistryEvent::Resync => out.result(
+                    "resync: changes may have been missed; a fresh snapshot follows",
+                    json!({"event": "resync"}),
+                ),
+            })
+            .await
         }
         RegistryCommand::Register {
             service,
