@@ -1,6 +1,9 @@
 //! The contender queue in the layout of etcd's `concurrency` package: each contender's
 //! key is `<dir>/<lease id hex>`, created under the client's lease by one `Txn` (create
-//! if `create_revision == 0`, and read the queue). A release is a plain delete. A delete
+//! if `create_revision == 0`, and read the queue). A release deletes the key only if its
+//! create revision is the contender's (`Txn(If create_revision == token Then delete)`),
+//! so a release after an operator deleted the entry never removes a later contender of
+//! this client that made the same key again. A delete
 //! that failed may still be applied later (sent again on another member, the first one
 //! can land after the second), after this client's next contender made the same key:
 //! so after any failed removal, the client's later contenders use
@@ -534,15 +537,34 @@ impl Queue for EtcdClient {
         }
     }
 
-    async fn leave(&self, ticket: &Ticket, _own: Option<&QueueEntry>) -> Result<()> {
-        // A plain delete, whether the join's outcome was known or not: the key is this
-        // contender's alone (see the module docs).
-        let k = ticket.locator.clone();
+    async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
+        // With the entry known, the delete names its incarnation too (its create
+        // revision): once it is gone (an operator deleted it), a later contender of this
+        // client may hold the same key, and a plain delete would remove that one. A join
+        // of unknown outcome names the key alone: no later contender can hold it before
+        // this removal is confirmed (the local turn waits for it).
+        let (k, rev) = (ticket.locator.clone(), own.map(|o| o.token.get() as i64));
         let deleted = self
             .inner
             .call(Counter::Write, "release", true, move |mut c: etcd::KvClient| {
                 let k = k.clone();
-                async move { c.delete(k, None).await }
+                async move {
+                    match rev {
+                        Some(rev) => c
+                            .txn(
+                                etcd::Txn::new()
+                                    .when([etcd::Compare::create_revision(
+                                        k.clone(),
+                                        etcd::CompareOp::Equal,
+                                        rev,
+                                    )])
+                                    .and_then([etcd::TxnOp::delete(k, None)]),
+                            )
+                            .await
+                            .map(drop),
+                        None => c.delete(k, None).await.map(drop),
+                    }
+                }
             })
             .await;
         if deleted.is_err() {

@@ -582,10 +582,9 @@ pub async fn ambiguous_create_is_not_made_twice(ctx: Ctx) -> CaseResult {
 }
 
 /// A waiter's entry deleted from outside (an operator) while it queues right behind the
-/// holder is never a valid grant: once the holder releases, the waiter either fails or is
-/// granted a turn whose `lost()` resolves and whose fenced writes are refused (a waiter
-/// behind the first entry takes over without reading the queue again), and a contender
-/// arriving later gets the lock with a valid token.
+/// holder is never a grant: once the holder releases, the waiter confirms its own entry
+/// before taking over and fails (`SessionLost`: its entry is gone) instead of holding
+/// without one, and a contender arriving later gets the lock with a valid token.
 pub async fn waiter_entry_deleted_is_never_a_valid_grant(ctx: Ctx) -> CaseResult {
     use anyhow::Context as _;
     use coord_core::{ConfigStore, ErrorKind, Txn};
@@ -618,14 +617,20 @@ pub async fn waiter_entry_deleted_is_never_a_valid_grant(ctx: Ctx) -> CaseResult
     ctx.factory().operator_delete(&queued[0]).await?;
     let first = ga.token();
     ga.release().await?;
-    if let Ok(gb) = within(QUICK, "the waiter returns", waiter).await?? {
-        within(QUICK, "the deleted waiter's grant reports Lost", gb.lost()).await?;
-        let err = a
-            .commit(Txn::new().fenced_by(gb.fence()).put("data", b"stale".to_vec()))
-            .await
-            .err()
-            .context("a write fenced by the deleted waiter's grant succeeded")?;
-        ensure!(err.kind() == ErrorKind::Fenced, "got {err}");
+    match within(QUICK, "the waiter returns", waiter).await?? {
+        Ok(gb) => {
+            let fenced = a
+                .commit(Txn::new().fenced_by(gb.fence()).put("data", b"stale".to_vec()))
+                .await
+                .err()
+                .context("a write fenced by the deleted waiter's grant succeeded")?;
+            bail!(
+                "the waiter whose entry was deleted was granted (token {}, state {:?}; a fenced write: {fenced})",
+                gb.token(),
+                gb.state()
+            );
+        }
+        Err(e) => ensure!(e.kind() == ErrorKind::SessionLost, "the waiter failed with {e}"),
     }
     let gc = within(QUICK, "a later contender acquires", c.lock("res")).await??;
     ensure!(gc.token() > first, "{} after {first}", gc.token());
@@ -676,5 +681,41 @@ pub async fn late_release_never_removes_a_newer_contender(ctx: Ctx) -> CaseResul
         .await???
         .release()
         .await?;
+    Ok(())
+}
+
+/// A holder whose entry an operator deleted, released (or dropped) after another task of
+/// the same client took the lock again, removes nothing of that task's grant: the entry
+/// the second task made — on etcd the same key, the client's lease in its name — stays,
+/// another client keeps waiting, and the second grant's fenced writes go through.
+pub async fn deleted_holder_release_spares_the_next_grant(ctx: Ctx) -> CaseResult {
+    use coord_core::{ConfigStore, Txn};
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let g1 = a.lock("res").await?;
+    let second = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("res").await }
+    });
+    settle().await;
+    ctx.factory().operator_delete(g1.fence().resource()).await?;
+    within(QUICK, "the first guard reports Lost", g1.lost()).await?;
+    let g2 = within(QUICK, "the second task of the client acquires", second).await???;
+    ensure!(g2.token() > g1.token(), "{} after {}", g2.token(), g1.token());
+    // The first guard's release must not touch the second grant's entry.
+    let _ = g1.release().await;
+    settle().await;
+    ensure!(
+        g2.state() == HoldState::Held,
+        "the second grant is {:?} after the first guard's release",
+        g2.state()
+    );
+    ensure!(
+        b.try_lock("res").await?.is_none(),
+        "another client got the lock the second grant holds, after the first guard's release"
+    );
+    a.commit(Txn::new().fenced_by(g2.fence()).put("data", b"fresh".to_vec()))
+        .await
+        .map_err(|e| anyhow::anyhow!("a write fenced by the second grant: {e}"))?;
+    g2.release().await?;
     Ok(())
 }

@@ -181,6 +181,7 @@ pub fn all() -> Vec<Case> {
         case!(lock::release_during_outage_is_retried, SUSPEND),
         case!(lock::holder_entry_deleted_reports_lost, OPERATOR),
         case!(lock::waiter_entry_deleted_is_never_a_valid_grant, OPERATOR),
+        case!(lock::deleted_holder_release_spares_the_next_grant, OPERATOR),
         case!(
             lock::holder_entry_deleted_during_gap_reports_lost,
             GAP_AND_OPERATOR

@@ -394,7 +394,6 @@ pub(crate) async fn acquire(
                 Err(e) => return Err(e),
             },
         };
-        let last = matches!(position, Position::Next(_));
         match position {
             Position::First { seen_at } => {
                 own.seen_at = seen_at;
@@ -430,13 +429,12 @@ pub(crate) async fn acquire(
                     Ok(()) => {
                         woken(core, kind);
                         waited = true;
-                        // The first entry went, and everything that joined since queues
-                        // behind this one: first, without another read. (Were this
-                        // entry itself gone with its session, the hold starts `Lost`; a
-                        // deletion by an operator shows as for any holder.)
-                        if last {
-                            known = Some(Position::First { seen_at: own.seen_at });
-                        }
+                        // The entry ahead went: read again. The read also confirms this
+                        // contender's own entry is still there — it may have been
+                        // deleted while it waited (an operator, a late delete), and a
+                        // grant without an entry is no grant. The read is kept even
+                        // right behind the first entry (`Position::Next`), where nothing
+                        // else could be ahead any more.
                     }
                     Err(e) if transient(&e) => {
                         tracing::debug!(error = %e, "coord.queue_wait_retry");
