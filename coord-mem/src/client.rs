@@ -74,11 +74,20 @@ impl Inner {
         }))
     }
 
-    /// The current session if it is connected: `(id, generation)`.
+    /// The current session unless it is lost: `(id, generation)`. A suspended session
+    /// (the link down) still counts, as on the real servers, whose sessions outlive a
+    /// short outage: requests on it fail (or wait) until the link is back.
     pub(crate) fn live_session(&self) -> Result<(u64, u64)> {
-        self.check_link()?;
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
         let slot = *self.slot();
-        if slot.lost || self.session.current().state != SessionState::Connected {
+        if slot.lost
+            || !matches!(
+                self.session.current().state,
+                SessionState::Connected | SessionState::Suspended
+            )
+        {
             return Err(Error::new(
                 ErrorKind::SessionLost,
                 "the session was lost; a new one is being established — retry",

@@ -9,7 +9,7 @@ use coord_core::{HoldState, Lock};
 use tokio::sync::Mutex;
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{retrying, settle, stays_pending, still_waiting, through_short_outage, within};
+use crate::util::{eventually, retrying, settle, stays_pending, still_waiting, through_short_outage, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -717,5 +717,82 @@ pub async fn deleted_holder_release_spares_the_next_grant(ctx: Ctx) -> CaseResul
         .await
         .map_err(|e| anyhow::anyhow!("a write fenced by the second grant: {e}"))?;
     g2.release().await?;
+    Ok(())
+}
+
+/// Every `try_*` — `try_lock`, `try_read`, `try_write`, `try_acquire`, `try_take`, and a
+/// coordinator's `coordinate` (which never waits for another coordinator) — fails fast
+/// during an outage the session survives, with a retryable error (never `SessionLost`,
+/// never after the outage ended), and leaves nothing behind: once the link is back, each
+/// succeeds at once.
+pub async fn try_calls_fail_fast_during_an_outage(ctx: Ctx) -> CaseResult {
+    use coord_core::ErrorKind;
+    let a = ctx.client().await?;
+    let rw = a.rw_lock("rw")?;
+    let sem = a.semaphore("sem", 2)?;
+    let queue = a.queue("q", 10)?;
+    let txn = a.transaction("t")?;
+    let outage = ctx.session_timeout() / 3;
+    let fast = ctx.session_timeout() / 6;
+    let generation = a.session().borrow().generation;
+    ctx.factory().suspend(&a, outage).await?;
+    let started = tokio::time::Instant::now();
+    let check = |what: &str, r: Result<coord_core::Result<bool>, anyhow::Error>| -> CaseResult {
+        let r = r.map_err(|e| anyhow::anyhow!("{what} during the outage: {e}"))?;
+        match r {
+            Ok(got) => bail!("{what} during the outage returned {} instead of failing", if got { "a grant" } else { "none" }),
+            Err(e) => {
+                ensure!(
+                    e.is_retryable() && e.kind() != ErrorKind::SessionLost,
+                    "{what} during the outage failed with {e} (not retryable, or SessionLost)"
+                );
+                Ok(())
+            }
+        }
+    };
+    check("try_lock", within(fast, "try_lock", async { a.try_lock("l").await.map(|g| g.is_some()) }).await)?;
+    check("try_read", within(fast, "try_read", async { rw.try_read().await.map(|g| g.is_some()) }).await)?;
+    check("try_write", within(fast, "try_write", async { rw.try_write().await.map(|g| g.is_some()) }).await)?;
+    check("try_acquire", within(fast, "try_acquire", async { sem.try_acquire().await.map(|g| g.is_some()) }).await)?;
+    check("try_take", within(fast, "try_take", async { queue.try_take().await.map(|i| i.is_some()) }).await)?;
+    check(
+        "coordinate",
+        within(fast, "coordinate", async {
+            txn.coordinate(&["p"], Duration::from_millis(100)).await.map(|_| true)
+        })
+        .await,
+    )?;
+    ensure!(
+        started.elapsed() < outage,
+        "the try calls took {:?}, the whole outage of {outage:?}",
+        started.elapsed()
+    );
+    // Once the link is back, nothing is left in the way (an entry a cut-short join may
+    // have made is removed in the background, with its retries' backoff).
+    let back = QUICK + outage;
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = |g: Option<coord_core::LockGuard>| {
+        let got = g.is_some();
+        held.lock().unwrap_or_else(|p| p.into_inner()).extend(g);
+        got
+    };
+    eventually(back, "try_lock after the outage", || async {
+        Ok(keep(a.try_lock("l").await.unwrap_or(None)))
+    })
+    .await?;
+    eventually(back, "try_write after the outage", || async {
+        Ok(keep(rw.try_write().await.unwrap_or(None)))
+    })
+    .await?;
+    for _ in 0..2 {
+        eventually(back, "both leases after the outage", || async {
+            Ok(keep(sem.try_acquire().await.unwrap_or(None)))
+        })
+        .await?;
+    }
+    ensure!(
+        a.session().borrow().generation == generation,
+        "the session was replaced: the outage was meant to be survivable, so this proves nothing"
+    );
     Ok(())
 }

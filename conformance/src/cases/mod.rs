@@ -179,6 +179,7 @@ pub fn all() -> Vec<Case> {
         case!(lock::related_names_are_independent),
         case!(lock::uncontended_round_trips),
         case!(lock::release_during_outage_is_retried, SUSPEND),
+        case!(lock::try_calls_fail_fast_during_an_outage, SUSPEND),
         case!(lock::holder_entry_deleted_reports_lost, OPERATOR),
         case!(lock::waiter_entry_deleted_is_never_a_valid_grant, OPERATOR),
         case!(lock::deleted_holder_release_spares_the_next_grant, OPERATOR),

@@ -216,6 +216,34 @@ async fn in_session<T>(
     }
 }
 
+/// Runs `step` of a `try_*` unless the session turns suspended (connection trouble) or
+/// ends first: a `try_*` fails fast with a retryable `Unavailable` instead of waiting out
+/// an outage. `write`: the step may have changed something, so its outcome is unknown.
+pub(crate) async fn unless_suspended<T>(
+    session: &mut watch::Receiver<SessionStatus>,
+    generation: u64,
+    write: bool,
+    step: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let troubled = |s: &SessionStatus| over(*s, generation) || s.state == SessionState::Suspended;
+    tokio::select! {
+        r = step => r,
+        status = session.wait_for(troubled) => match status {
+            Ok(s) if s.state == SessionState::Suspended => Err(suspended().with_outcome_unknown(write)),
+            Ok(s) => Err(session_lost(*s)),
+            Err(_) => Err(Error::closed()),
+        },
+    }
+}
+
+/// The error of a `try_*` met by connection trouble.
+pub(crate) fn suspended() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "the session is suspended (connection trouble); try again once it reconnects",
+    )
+}
+
 /// Whether a failed step of a waiting acquisition is worth repeating on the same session.
 fn transient(e: &Error) -> bool {
     e.is_retryable() && e.kind() != ErrorKind::SessionLost
@@ -269,6 +297,11 @@ pub(crate) async fn acquire(
     // or an entry on the server (a hand-off, in the metrics).
     let mut waited = false;
     let session_rx = core.backend.session();
+    if !wait && session_rx.borrow().state == SessionState::Suspended {
+        // A `try_*` does not wait out connection trouble: it says so at once, before any
+        // request, and leaves nothing behind.
+        return Err(suspended());
+    }
     let (turn, slot) = match queue.kind {
         // A client's readers (and leases) hold at once: each takes the first free slot
         // (never waits locally), and the server orders them.
@@ -313,6 +346,8 @@ pub(crate) async fn acquire(
     let mut session = backend.session();
     // A join that failed for the link's or the cluster's sake (a member down, a leader
     // election) is sent again: joining twice on one ticket never makes a second entry.
+    // Not for a `try_*`, which fails fast with the retryable error instead (its entry, if
+    // the join may have made one, is removed in the background).
     let join: Joining = Mutex::new(Box::pin({
         let (backend, ticket) = (backend.clone(), ticket.clone());
         async move {
@@ -323,7 +358,8 @@ pub(crate) async fn acquire(
             loop {
                 match backend.join(&ticket, value.clone()).await {
                     Err(e)
-                        if e.is_retryable()
+                        if wait
+                            && e.is_retryable()
                             && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) =>
                     {
                         maybe_made |= e.outcome_unknown();
@@ -352,7 +388,14 @@ pub(crate) async fn acquire(
             return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
         };
         let join = join.get_mut().unwrap_or_else(|p| p.into_inner());
-        let outcome = in_session(&mut session, generation, async { Ok(join.as_mut().await) }).await?;
+        let joining = async { Ok(join.as_mut().await) };
+        let outcome = if wait {
+            in_session(&mut session, generation, joining).await?
+        } else {
+            // A join cut short here is finished (and its entry removed) by the dropped
+            // contender's removal.
+            unless_suspended(&mut session, generation, true, joining).await?
+        };
         contender.joining = None;
         outcome
     };
@@ -377,13 +420,17 @@ pub(crate) async fn acquire(
     loop {
         let position = match known.take() {
             Some(p) => p,
-            None => match in_session(
-                &mut session,
-                generation,
-                backend.position(&contender.ticket, &own),
-            )
-            .await
-            {
+            None => match if wait {
+                in_session(&mut session, generation, backend.position(&contender.ticket, &own)).await
+            } else {
+                unless_suspended(
+                    &mut session,
+                    generation,
+                    false,
+                    backend.position(&contender.ticket, &own),
+                )
+                .await
+            } {
                 Ok(p) => p,
                 Err(e) if wait && transient(&e) => {
                     tracing::debug!(error = %e, "coord.queue_read_retry");

@@ -14,7 +14,7 @@ use crate::fencing::Fence;
 use crate::lock::LockGuard;
 use crate::name::validate_segment_name;
 use crate::raw::{Backoff, EntriesEvent, QueueId, QueueKind};
-use crate::recipes::contender::acquire;
+use crate::recipes::contender::{acquire, unless_suspended};
 use crate::recipes::lock::no_grant;
 use crate::two_phase::{Decision, Transaction, validate_participants};
 use crate::txn::Txn;
@@ -96,7 +96,10 @@ impl Transaction {
 
     async fn coordinate_inner(&self, participants: &[&str], deadline: Duration) -> Result<Decision> {
         validate_participants(participants)?;
-        if let Some(decided) = self.read_decision().await? {
+        // Like a `try_*`, coordinating fails fast during an outage.
+        let mut session = self.client.core().backend.session();
+        let generation = session.borrow().generation;
+        if let Some(decided) = unless_suspended(&mut session, generation, false, self.read_decision()).await? {
             return Ok(decided);
         }
         let lock = QueueId::new(QueueKind::Coordinator, self.name.clone());
