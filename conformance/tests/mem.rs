@@ -33,9 +33,10 @@ impl Factory for MemFactory {
             crash: true,
             suspend: true,
             watch_gap: true,
-            // The in-memory link is up or down; it has no bytes to hold or delay.
+            // The in-memory link is up or down; it has no bytes to hold. Replies can be
+            // delayed.
             blackhole: false,
-            delay: false,
+            delay: true,
             operator: true,
             // One in-memory store, no members to link to one by one.
             links: false,
@@ -85,6 +86,11 @@ impl Factory for MemFactory {
 
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
         mem(client)?.suspend(duration);
+        Ok(())
+    }
+
+    async fn delay(&self, client: &Client, delay: Duration) -> Result<()> {
+        mem(client)?.delay_replies(delay);
         Ok(())
     }
 

@@ -72,6 +72,11 @@ pub(crate) struct ClientCore {
     pub(crate) members: LocalQueue,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
+    /// Items this client removed from a queue for a `take` that was dropped before it
+    /// returned them, per queue name, oldest first: the client's next take of that queue
+    /// returns them before any other item, so a cancelled take loses nothing.
+    pub(crate) untaken:
+        std::sync::Mutex<std::collections::HashMap<String, std::collections::VecDeque<Vec<u8>>>>,
     /// Where to end the session when the last handle is dropped outside the runtime.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -115,6 +120,7 @@ impl Client {
                 coordinators: LocalQueue::default(),
                 members: LocalQueue::default(),
                 wakeups: Default::default(),
+                untaken: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }

@@ -21,6 +21,8 @@ pub(crate) struct Inner {
     pub options: MemOptions,
     pub link: watch::Sender<Link>,
     slot: Mutex<SessionSlot>,
+    /// Injected faults on replies.
+    faults: Mutex<ReplyFaults>,
     /// Session status, counters, registrations, closed flag.
     state: ClientState,
 }
@@ -74,6 +76,48 @@ impl Inner {
         }))
     }
 
+    /// One request to the cluster as the real servers see it: applied at once (as by
+    /// [`Inner::request`]), then its reply travels back — a point where the caller's future
+    /// may be dropped after the cluster applied it, delayed by the injected latency, and
+    /// lost if the link went down meanwhile or a lost reply was injected (a write's
+    /// outcome is then unknown).
+    pub(crate) async fn call<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        let out = self.request(counter, f)?;
+        self.reply(matches!(counter, Counter::Write | Counter::Txn))
+            .await?;
+        Ok(out)
+    }
+
+    /// The reply of a request the cluster applied: see [`Inner::call`].
+    pub(crate) async fn reply(&self, write: bool) -> Result<()> {
+        tokio::task::yield_now().await;
+        let latency = self.faults().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let lost = write && {
+            let mut faults = self.faults();
+            let lose = faults.lost_replies > 0;
+            faults.lost_replies = faults.lost_replies.saturating_sub(1);
+            lose
+        };
+        if lost || self.check_link().is_err() {
+            if matches!(*self.link.borrow(), Link::Closed | Link::Crashed) {
+                return Err(Error::closed());
+            }
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the reply from the in-memory cluster was lost (fault injected); retry",
+            )
+            .with_outcome_unknown(write));
+        }
+        Ok(())
+    }
+
+    fn faults(&self) -> MutexGuard<'_, ReplyFaults> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The current session unless it is lost: `(id, generation)`. A suspended session
     /// (the link down) still counts, as on the real servers, whose sessions outlive a
     /// short outage: requests on it fail (or wait) until the link is back.
@@ -110,6 +154,15 @@ impl Inner {
     }
 }
 
+/// Faults injected on a client's replies.
+#[derive(Debug, Default)]
+pub(crate) struct ReplyFaults {
+    /// How many of the next writes are applied with their reply lost.
+    lost_replies: usize,
+    /// How long each reply takes.
+    latency: Duration,
+}
+
 /// The in-memory backend of one client: one node with its own session on a
 /// [`MemCluster`].
 ///
@@ -144,6 +197,7 @@ impl MemClient {
                 generation: 0,
                 lost: false,
             }),
+            faults: Mutex::new(ReplyFaults::default()),
             state,
         });
         inner.stats.incr(Counter::SessionRequest);
@@ -190,6 +244,20 @@ impl MemClient {
             }
             _ => false,
         });
+    }
+
+    /// Fault hook: the next `n` writes (config writes and transactions, contender joins,
+    /// updates and removals, registrations) are applied by the cluster, and their replies
+    /// lost: the caller gets `Unavailable` with an unknown outcome, as after a connection
+    /// reset between a real server's commit and its answer.
+    pub fn lose_replies(&self, n: usize) {
+        self.inner.faults().lost_replies = n;
+    }
+
+    /// Fault hook: every reply takes `latency` from now on (zero: none), as a slow or
+    /// distant server's would; requests are still applied at once.
+    pub fn delay_replies(&self, latency: Duration) {
+        self.inner.faults().latency = latency;
     }
 
     /// Fault hook: ends a suspension early.

@@ -8,6 +8,7 @@ use coord_core::{
     validate_name,
 };
 use futures::stream::BoxStream;
+use tracing::Instrument;
 
 use crate::client::MemClient;
 use crate::cluster::KeyData;
@@ -35,9 +36,10 @@ impl ConfigStore for MemClient {
         validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
         let full = format!("{}/{key}", self.config_root());
         self.inner
-            .request(Counter::Read, |s| {
+            .call(Counter::Read, |s| {
                 s.get(&full).map(|d| Versioned::new(d.value.clone(), version(d)))
             })
+            .await
             .map_err(|e| e.with_operation("get"))
     }
 
@@ -47,7 +49,7 @@ impl ConfigStore for MemClient {
         let root = self.config_root();
         let scan = format!("{root}/{prefix}");
         self.inner
-            .request(Counter::Read, |s| {
+            .call(Counter::Read, |s| {
                 s.range(&scan)
                     .filter_map(|(k, d)| {
                         let rel = Self::config_key(&root, k)?;
@@ -59,16 +61,17 @@ impl ConfigStore for MemClient {
                     })
                     .collect()
             })
+            .await
             .map_err(|e| e.with_operation("list"))
     }
 
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
         txn.validate().map_err(|e| e.with_operation("commit"))?;
-        let _span = tracing::debug_span!("coord.commit", backend = "mem", ops = txn.ops().len()).entered();
+        let span = tracing::debug_span!("coord.commit", backend = "mem", ops = txn.ops().len());
         let root = self.config_root();
         let full = |k: &str| format!("{root}/{k}");
         self.inner
-            .request(Counter::Txn, |s| {
+            .call(Counter::Txn, |s| {
                 for check in txn.checks() {
                     if let Check::Fence(fence) = check {
                         let held = s
@@ -122,6 +125,8 @@ impl ConfigStore for MemClient {
                     })
                     .collect())
             })
+            .instrument(span)
+            .await
             .and_then(|r| r)
             .map_err(|e| e.with_operation("commit"))
     }

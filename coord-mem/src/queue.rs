@@ -122,90 +122,102 @@ impl Queue for MemClient {
         let dir = self.queue_dir(&ticket.queue);
         // One request: create our key if absent, bound to a session the server knows,
         // and read where it stands.
-        self.inner.request(Counter::Txn, |s| {
-            if !s.session_alive(session) {
-                return Err(Error::new(
-                    ErrorKind::SessionLost,
-                    "the session expired; retry on the new session",
-                ));
-            }
-            let own_rev = match s.get(&ticket.locator) {
-                Some(existing) => existing.create_rev,
-                None => s.put(&ticket.locator, value, Some(session)).create_rev,
-            };
-            let position = position_in(s, &dir, ticket.queue.kind, own_rev);
-            Ok(Joined {
-                own: QueueEntry {
-                    path: ticket.locator.clone(),
-                    token: FencingToken(own_rev),
-                    seen_at: s.revision(),
-                },
-                position: Some(position),
+        self.inner
+            .call(Counter::Txn, |s| {
+                if !s.session_alive(session) {
+                    return Err(Error::new(
+                        ErrorKind::SessionLost,
+                        "the session expired; retry on the new session",
+                    ));
+                }
+                let own_rev = match s.get(&ticket.locator) {
+                    Some(existing) => existing.create_rev,
+                    None => s.put(&ticket.locator, value, Some(session)).create_rev,
+                };
+                let position = position_in(s, &dir, ticket.queue.kind, own_rev);
+                Ok(Joined {
+                    own: QueueEntry {
+                        path: ticket.locator.clone(),
+                        token: FencingToken(own_rev),
+                        seen_at: s.revision(),
+                    },
+                    position: Some(position),
+                })
             })
-        })?
+            .await?
     }
 
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
-        self.inner.request(Counter::Read, |s| match s.get(&own.path) {
-            Some(d) if d.create_rev == own.token.get() => {
-                Ok(position_in(s, &dir, ticket.queue.kind, d.create_rev))
-            }
-            _ => Err(entry_gone()),
-        })?
+        self.inner
+            .call(Counter::Read, |s| match s.get(&own.path) {
+                Some(d) if d.create_rev == own.token.get() => {
+                    Ok(position_in(s, &dir, ticket.queue.kind, d.create_rev))
+                }
+                _ => Err(entry_gone()),
+            })
+            .await?
     }
 
     async fn wait_gone(&self, entry: &QueueEntry) -> Result<()> {
         let armed = self
             .inner
-            .request(Counter::WatchSet, |s| match s.get(&entry.path) {
+            .call(Counter::WatchSet, |s| match s.get(&entry.path) {
                 Some(d) if entry.token.get() == 0 || d.create_rev == entry.token.get() => {
                     s.watch_delete(&entry.path)
                 }
                 _ => None,
-            })?;
+            })
+            .await?;
         if let Some(deleted) = armed {
             // An error means the cluster dropped the watch with the key: gone too.
             let _ = deleted.await;
+            // A cut-off client hears of it once its link is back, as from a real server.
+            self.inner.link_up().await?;
             self.inner.stats.incr(Counter::WatchEvent);
         }
         Ok(())
     }
 
     async fn update(&self, _ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
-        self.inner.request(Counter::Txn, |s| match s.get(&own.path) {
-            Some(d) if d.create_rev == own.token.get() => {
-                s.put(&own.path, value, None);
-                Ok(())
-            }
-            _ => Err(Error::new(
-                ErrorKind::Fenced,
-                "the grant was lost; its key is gone",
-            )),
-        })?
+        self.inner
+            .call(Counter::Txn, |s| match s.get(&own.path) {
+                Some(d) if d.create_rev == own.token.get() => {
+                    s.put(&own.path, value, None);
+                    Ok(())
+                }
+                _ => Err(Error::new(
+                    ErrorKind::Fenced,
+                    "the grant was lost; its key is gone",
+                )),
+            })
+            .await?
     }
 
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
         let session = ticket.session_id as u64;
         self.inner
-            .request(Counter::Txn, |s| match s.get(&ticket.locator) {
+            .call(Counter::Txn, |s| match s.get(&ticket.locator) {
                 Some(d) if d.owner == Some(session) && own.is_none_or(|o| o.token.get() == d.create_rev) => {
                     s.delete(&ticket.locator);
                 }
                 _ => {}
             })
+            .await
     }
 
     async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {
         let dir = self.queue_dir(queue);
-        self.inner.request(Counter::Read, |s| {
-            children(s, &dir)
-                .min_by_key(|(_, d)| d.create_rev)
-                .map(|(_, d)| LeaderInfo {
-                    token: FencingToken(d.create_rev),
-                    value: d.value.clone(),
-                })
-        })
+        self.inner
+            .call(Counter::Read, |s| {
+                children(s, &dir)
+                    .min_by_key(|(_, d)| d.create_rev)
+                    .map(|(_, d)| LeaderInfo {
+                        token: FencingToken(d.create_rev),
+                        value: d.value.clone(),
+                    })
+            })
+            .await
     }
 
     async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {

@@ -25,27 +25,33 @@ impl InstanceStore for Inner {
             path: path.to_owned(),
             data: data.to_vec(),
         };
-        crate::session::create_instance(self, session, &entry)
+        let created = crate::session::create_instance(self, session, &entry);
+        if created.is_ok() {
+            self.reply(true).await?;
+        }
+        created
     }
 
     async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
         let session = self.slot().id;
         let (key, value) = (path.to_owned(), data.to_vec());
-        self.request(Counter::Write, move |s| {
+        self.call(Counter::Write, move |s| {
             if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
                 s.put(&key, value, None);
             }
         })
+        .await
     }
 
     async fn delete_instance(&self, path: &str) -> Result<()> {
         let session = self.slot().id;
         let key = path.to_owned();
-        self.request(Counter::Txn, move |s| {
+        self.call(Counter::Txn, move |s| {
             if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
                 s.delete(&key);
             }
         })
+        .await
     }
 }
 
@@ -90,11 +96,12 @@ impl Registry for MemClient {
         let prefix = format!("{dir}/");
         let entries = self
             .inner
-            .request(Counter::Read, |s| {
+            .call(Counter::Read, |s| {
                 s.range(&prefix)
                     .map(|(k, d)| (k.clone(), d.value.clone()))
                     .collect::<Vec<_>>()
             })
+            .await
             .map_err(|e| e.with_operation("instances"))?;
         Ok(decode_children(&dir, entries.into_iter()).into_values().collect())
     }

@@ -740,7 +740,10 @@ pub async fn try_calls_fail_fast_during_an_outage(ctx: Ctx) -> CaseResult {
     let check = |what: &str, r: Result<coord_core::Result<bool>, anyhow::Error>| -> CaseResult {
         let r = r.map_err(|e| anyhow::anyhow!("{what} during the outage: {e}"))?;
         match r {
-            Ok(got) => bail!("{what} during the outage returned {} instead of failing", if got { "a grant" } else { "none" }),
+            Ok(got) => bail!(
+                "{what} during the outage returned {} instead of failing",
+                if got { "a grant" } else { "none" }
+            ),
             Err(e) => {
                 ensure!(
                     e.is_retryable() && e.kind() != ErrorKind::SessionLost,
@@ -750,15 +753,47 @@ pub async fn try_calls_fail_fast_during_an_outage(ctx: Ctx) -> CaseResult {
             }
         }
     };
-    check("try_lock", within(fast, "try_lock", async { a.try_lock("l").await.map(|g| g.is_some()) }).await)?;
-    check("try_read", within(fast, "try_read", async { rw.try_read().await.map(|g| g.is_some()) }).await)?;
-    check("try_write", within(fast, "try_write", async { rw.try_write().await.map(|g| g.is_some()) }).await)?;
-    check("try_acquire", within(fast, "try_acquire", async { sem.try_acquire().await.map(|g| g.is_some()) }).await)?;
-    check("try_take", within(fast, "try_take", async { queue.try_take().await.map(|i| i.is_some()) }).await)?;
+    check(
+        "try_lock",
+        within(fast, "try_lock", async {
+            a.try_lock("l").await.map(|g| g.is_some())
+        })
+        .await,
+    )?;
+    check(
+        "try_read",
+        within(fast, "try_read", async {
+            rw.try_read().await.map(|g| g.is_some())
+        })
+        .await,
+    )?;
+    check(
+        "try_write",
+        within(fast, "try_write", async {
+            rw.try_write().await.map(|g| g.is_some())
+        })
+        .await,
+    )?;
+    check(
+        "try_acquire",
+        within(fast, "try_acquire", async {
+            sem.try_acquire().await.map(|g| g.is_some())
+        })
+        .await,
+    )?;
+    check(
+        "try_take",
+        within(fast, "try_take", async {
+            queue.try_take().await.map(|i| i.is_some())
+        })
+        .await,
+    )?;
     check(
         "coordinate",
         within(fast, "coordinate", async {
-            txn.coordinate(&["p"], Duration::from_millis(100)).await.map(|_| true)
+            txn.coordinate(&["p"], Duration::from_millis(100))
+                .await
+                .map(|_| true)
         })
         .await,
     )?;

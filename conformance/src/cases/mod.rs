@@ -227,6 +227,8 @@ pub fn all() -> Vec<Case> {
         case!(queue::take_waits_for_a_push),
         case!(queue::push_beyond_the_bound_fails),
         case!(queue::dropped_take_leaves_nothing),
+        case!(queue::nested_names_keep_their_items),
+        case!(queue::dropped_takes_lose_no_item),
         case!(queue::crashed_consumer_passes_on, CRASH),
         case!(queue::push_notifies_at_most_two_consumers),
         case!(queue::waiter_session_lost_fails_and_takes_nothing, KILL),

@@ -249,3 +249,87 @@ pub async fn waiter_session_lost_fails_and_takes_nothing(ctx: Ctx) -> CaseResult
     ensure!(item == b"job");
     Ok(())
 }
+
+/// Queues whose names nest (`jobs` and `jobs/items`) keep their items apart: neither
+/// counts, takes or waits for the other's items or its tail.
+pub async fn nested_names_keep_their_items(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let (outer, inner) = (a.queue("jobs", 10)?, a.queue("jobs/items", 10)?);
+    inner.push(b"inner".to_vec()).await?;
+    ensure!(
+        outer.len().await? == 0,
+        "queue jobs counts the items of queue jobs/items"
+    );
+    ensure!(
+        outer.try_take().await?.is_none(),
+        "queue jobs took an item of queue jobs/items"
+    );
+    outer.push(b"outer".to_vec()).await?;
+    ensure!(outer.len().await? == 1 && inner.len().await? == 1);
+    ensure!(within(QUICK, "take of jobs", outer.take()).await?? == b"outer".to_vec());
+    ensure!(within(QUICK, "take of jobs/items", inner.take()).await?? == b"inner".to_vec());
+    ensure!(outer.try_take().await?.is_none() && inner.try_take().await?.is_none());
+    Ok(())
+}
+
+/// A consumer that polls with a short timeout — `timeout(0..2t, take())` in a loop, `t`
+/// a take's time —
+/// dropping every take that does not finish in time, at whatever point it stands — loses
+/// no item: an item whose removal landed after its take was dropped goes to the
+/// consumer's next take. Every item is taken exactly once, and in order.
+pub async fn dropped_takes_lose_no_item(ctx: Ctx) -> CaseResult {
+    use rand::{Rng as _, SeedableRng as _};
+    const ITEMS: u32 = 100;
+    let a = ctx.client().await?;
+    let q = a.queue("jobs", ITEMS + 1)?;
+    // Requests take a while (on mem, where they would not, by an injected latency), so
+    // that the timeouts drop takes at every step: before, during and after the removal.
+    match ctx.factory().delay(&a, Duration::from_micros(500)).await {
+        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
+        _ => {}
+    }
+    for i in 0..ITEMS {
+        q.push(i.to_string().into_bytes()).await?;
+    }
+    // Timeouts from zero to twice a whole take's time: some drop a take before its
+    // removal, some during it, some after it landed.
+    let started = tokio::time::Instant::now();
+    let first = within(QUICK, "the first take", q.take()).await??;
+    let span = (started.elapsed() * 2).max(Duration::from_millis(4));
+    let seed = rand::random::<u64>();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut taken = vec![String::from_utf8(first)?.parse::<u32>()?];
+    let (mut dropped, mut rounds) = (0u32, 0u32);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(50);
+    while taken.len() < ITEMS as usize {
+        if tokio::time::Instant::now() >= deadline {
+            let left = q.len().await?;
+            bail!(
+                "{} of {ITEMS} items taken after {rounds} takes ({dropped} dropped; seed {seed}), {left} still queued: {} lost",
+                taken.len(),
+                ITEMS as usize - taken.len() - left
+            );
+        }
+        rounds += 1;
+        let limit = span.mul_f64(rng.random_range(0.0..1.0));
+        match tokio::time::timeout(limit, q.take()).await {
+            Ok(item) => taken.push(String::from_utf8(item?)?.parse::<u32>()?),
+            Err(_) => dropped += 1,
+        }
+    }
+    let expected: Vec<u32> = (0..ITEMS).collect();
+    ensure!(
+        taken == expected,
+        "items taken out of order or twice ({dropped} of {rounds} takes dropped; seed {seed}): {taken:?}"
+    );
+    ensure!(
+        q.try_take().await?.is_none() && q.is_empty().await?,
+        "items left after all were taken"
+    );
+    println!(
+        "[{}] {ITEMS} items, {rounds} takes, {dropped} dropped: none lost",
+        a.kind()
+    );
+    ensure!(dropped > 0, "no take was dropped: the case tested nothing");
+    Ok(())
+}

@@ -421,7 +421,12 @@ pub(crate) async fn acquire(
         let position = match known.take() {
             Some(p) => p,
             None => match if wait {
-                in_session(&mut session, generation, backend.position(&contender.ticket, &own)).await
+                in_session(
+                    &mut session,
+                    generation,
+                    backend.position(&contender.ticket, &own),
+                )
+                .await
             } else {
                 unless_suspended(
                     &mut session,

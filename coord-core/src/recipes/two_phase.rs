@@ -99,7 +99,8 @@ impl Transaction {
         // Like a `try_*`, coordinating fails fast during an outage.
         let mut session = self.client.core().backend.session();
         let generation = session.borrow().generation;
-        if let Some(decided) = unless_suspended(&mut session, generation, false, self.read_decision()).await? {
+        if let Some(decided) = unless_suspended(&mut session, generation, false, self.read_decision()).await?
+        {
             return Ok(decided);
         }
         let lock = QueueId::new(QueueKind::Coordinator, self.name.clone());

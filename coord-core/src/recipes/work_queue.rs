@@ -54,7 +54,7 @@ impl DistributedQueue {
                     None => (0, None),
                     Some(v) => (parse_seq(&self.tail_key(), &v.value)?, Some(v.version)),
                 };
-                let held = self.client.list(&self.items_prefix()).await?.len();
+                let held = self.items().await?.len();
                 if held >= self.max_items as usize {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
@@ -95,8 +95,7 @@ impl DistributedQueue {
     /// Cancel-safe (a read).
     pub async fn len(&self) -> Result<usize> {
         Ok(self
-            .client
-            .list(&self.items_prefix())
+            .items()
             .await
             .map_err(|e| e.with_operation("queue len"))?
             .len())
@@ -127,8 +126,11 @@ impl DistributedQueue {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe until an item is removed: a dropped take leaves nothing behind on the
-    /// taker lock. Dropped while its remove is under way, the item may be gone.
+    /// Cancel-safe: a dropped take loses no item and leaves nothing behind on the taker
+    /// lock. Dropped once its remove was sent, the take finishes on a task of its own:
+    /// an item it removed goes to this client's next `take` or `try_take` of the queue
+    /// (before any other item), and only then is the taker lock released. An item is
+    /// lost only with a consumer that crashes after `take` returned it.
     pub async fn take(&self) -> Result<Vec<u8>> {
         self.take_one(true, "queue take")
             .await?
@@ -153,34 +155,126 @@ impl DistributedQueue {
         let span =
             tracing::debug_span!("coord.queue.take", backend = self.client.kind(), name = %self.name, wait);
         async {
+            if let Some(item) = self.untaken() {
+                return Ok(Some(item));
+            }
             let takers = QueueId::new(QueueKind::Takers, self.name.clone());
             let Some(grant) = acquire(&self.client, takers, Vec::new(), wait).await? else {
                 return Ok(None);
             };
             let gate = LockGuard::new(self.name.clone(), grant);
-            let taken = self.take_under(&gate, wait).await;
-            if let Err(e) = gate.release().await {
-                tracing::warn!(error = %e, "coord.queue_taker_release_refused");
+            // An item a dropped take of this client removed meanwhile (stashed before that
+            // take's taker lock was released, so it is seen here).
+            if let Some(item) = self.untaken() {
+                // Released in the background: no await may stand between taking an item
+                // out of the stash and returning it.
+                drop(gate);
+                return Ok(Some(item));
             }
-            taken
+            let oldest = match self.oldest_under(&gate, wait).await {
+                Ok(Some(oldest)) => oldest,
+                Ok(None) => {
+                    release_gate(gate).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    release_gate(gate).await;
+                    return Err(e);
+                }
+            };
+            // From the remove on, the take runs to its end on a task of its own: if this
+            // future is dropped meanwhile, an item it removed is kept for this client's
+            // next take instead of being lost, and only then is the taker lock released.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let queue = self.clone();
+            tokio::spawn(
+                async move {
+                    let taken = queue.remove_under(&gate, oldest).await;
+                    // Refused once the take was dropped (its pickup closed the channel).
+                    if let Err(Ok(Some(item))) = tx.send(taken) {
+                        queue.stash(item);
+                    }
+                    release_gate(gate).await;
+                }
+                .in_current_span(),
+            );
+            let mut pickup = Pickup {
+                rx: Some(rx),
+                queue: self.clone(),
+            };
+            let Some(rx) = pickup.rx.as_mut() else {
+                return Err(Error::new(ErrorKind::Unexpected, "the take's pickup is gone"));
+            };
+            let taken = rx.await.map_err(|_| Error::closed());
+            pickup.rx = None;
+            taken?
         }
         .instrument(span)
         .await
         .map_err(|e| e.with_operation(op))
     }
 
-    /// Takes the oldest item while holding the taker lock `gate`; waits for one with
-    /// `wait`.
-    async fn take_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<Vec<u8>>> {
+    /// The oldest item a dropped take of this client removed, if any.
+    fn untaken(&self) -> Option<Vec<u8>> {
+        let mut untaken = self
+            .client
+            .core()
+            .untaken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let items = untaken.get_mut(&self.name)?;
+        let item = items.pop_front();
+        if items.is_empty() {
+            untaken.remove(&self.name);
+        }
+        item
+    }
+
+    /// Keeps `item`, removed for a take that was dropped, for this client's next take.
+    fn stash(&self, item: Vec<u8>) {
+        tracing::debug!(name = %self.name, "coord.queue_take_dropped: the item goes to this client's next take");
+        self.client
+            .core()
+            .untaken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.name.clone())
+            .or_default()
+            .push_back(item);
+    }
+
+    /// The items now, oldest first: the keys right under `<name>/items/` whose last
+    /// segment is a sequence number (never the keys of a queue whose name extends this
+    /// one's, such as `<name>/items`).
+    async fn items(&self) -> Result<Vec<Entry>> {
+        let prefix = format!("{}/", self.items_prefix());
+        Ok(self
+            .client
+            .list(&self.items_prefix())
+            .await?
+            .into_iter()
+            .filter(|e| e.key.strip_prefix(&prefix).is_some_and(is_seq))
+            .collect())
+    }
+
+    /// The oldest item while holding the taker lock `gate`; waits for one with `wait`.
+    async fn oldest_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<Entry>> {
         loop {
-            let items = self.client.list(&self.items_prefix()).await?;
-            let Some(oldest) = items.into_iter().next() else {
+            let Some(oldest) = self.items().await?.into_iter().next() else {
                 if !wait {
                     return Ok(None);
                 }
                 self.until_an_item(gate).await?;
                 continue;
             };
+            return Ok(Some(oldest));
+        }
+    }
+
+    /// Removes `oldest` under the taker lock `gate`, fenced by it — or, if someone else
+    /// removed it meanwhile, the next oldest; `None` when none is left.
+    async fn remove_under(&self, gate: &LockGuard, mut oldest: Entry) -> Result<Option<Vec<u8>>> {
+        loop {
             let txn = Txn::new()
                 .fenced_by(gate.fence())
                 .check_version(oldest.key.clone(), oldest.version)
@@ -189,7 +283,12 @@ impl DistributedQueue {
                 Ok(_) => return Ok(Some(oldest.value)),
                 // Removed by someone else (an operator, a client outside the taker
                 // lock): the next one.
-                Err(e) if e.kind() == ErrorKind::VersionMismatch => continue,
+                Err(e) if e.kind() == ErrorKind::VersionMismatch => {
+                    match self.items().await?.into_iter().next() {
+                        Some(next) => oldest = next,
+                        None => return Ok(None),
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::Fenced => {
                     return Err(Error::new(
                         ErrorKind::SessionLost,
@@ -263,12 +362,52 @@ impl DistributedQueue {
             match event {
                 None => return Err(Error::closed()),
                 Some(Err(e)) => return Err(e),
-                Some(Ok(ConfigEvent::Snapshot(entries))) if !entries.is_empty() => return Ok(()),
-                Some(Ok(ConfigEvent::Put(e))) if e.key.starts_with(&prefix) => return Ok(()),
+                Some(Ok(ConfigEvent::Snapshot(entries)))
+                    if entries
+                        .iter()
+                        .any(|e| e.key.strip_prefix(&prefix).is_some_and(is_seq)) =>
+                {
+                    return Ok(());
+                }
+                Some(Ok(ConfigEvent::Put(e))) if e.key.strip_prefix(&prefix).is_some_and(is_seq) => {
+                    return Ok(());
+                }
                 Some(Ok(_)) => {}
             }
         }
     }
+}
+
+/// The receiving end of a take that runs on a task of its own. Dropped before the take
+/// returned, it closes the channel — a later send is refused, and the task keeps the
+/// item — and keeps an item sent just before: either way the item goes to the client's
+/// next take, never nowhere.
+struct Pickup {
+    rx: Option<tokio::sync::oneshot::Receiver<Result<Option<Vec<u8>>>>>,
+    queue: DistributedQueue,
+}
+
+impl Drop for Pickup {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            if let Ok(Ok(Some(item))) = rx.try_recv() {
+                self.queue.stash(item);
+            }
+        }
+    }
+}
+
+/// Releases a taker lock, logging a refusal (its entry then goes with the session).
+async fn release_gate(gate: LockGuard) {
+    if let Err(e) = gate.release().await {
+        tracing::warn!(error = %e, "coord.queue_taker_release_refused");
+    }
+}
+
+/// Whether `segment` is an item's sequence number (20 digits).
+fn is_seq(segment: &str) -> bool {
+    segment.len() == 20 && segment.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn parse_seq(key: &str, value: &[u8]) -> Result<u64> {
