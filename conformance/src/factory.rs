@@ -39,6 +39,9 @@ pub struct Faults {
     /// [`Factory::cluster`]: kill, pause and restart single members of a cluster of at
     /// least 3.
     pub member_faults: bool,
+    /// [`Factory::lose_replies`]: the server applies a client's next writes, and their
+    /// replies are lost.
+    pub reply_loss: bool,
 }
 
 /// A backend under test.
@@ -155,6 +158,13 @@ pub trait Factory: Send + Sync + 'static {
             .and_then(|s| s.cluster().cloned())
             .filter(|c| c.len() >= 3)
             .ok_or_else(|| unsupported("member faults"))
+    }
+
+    /// Makes the server apply `client`'s next `n` writes while their replies are lost:
+    /// the client sees each fail with an unknown outcome.
+    async fn lose_replies(&self, client: &Client, n: usize) -> Result<()> {
+        let _ = (client, n);
+        Err(unsupported("lose_replies"))
     }
 
     /// Deletes the node or key at `path` (a backend path, e.g. a fence's resource) from

@@ -47,6 +47,7 @@ impl Needs {
             server_pause: false,
             server_restart: false,
             member_faults: false,
+            reply_loss: false,
         },
         every_watch_event: false,
         every_leader_change: false,
@@ -69,6 +70,7 @@ impl Needs {
             (n.server_restart && !faults.server_restart, "fault server_restart"),
             (n.links && !faults.links, "fault links"),
             (n.member_faults && !faults.member_faults, "fault member_faults"),
+            (n.reply_loss && !faults.reply_loss, "fault reply_loss"),
             (
                 self.every_watch_event && !caps.every_watch_event,
                 "capability every_watch_event",

@@ -44,6 +44,7 @@ impl Factory for MemFactory {
             server_pause: false,
             server_restart: false,
             member_faults: false,
+            reply_loss: true,
         }
     }
 
@@ -86,6 +87,11 @@ impl Factory for MemFactory {
 
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
         mem(client)?.suspend(duration);
+        Ok(())
+    }
+
+    async fn lose_replies(&self, client: &Client, n: usize) -> Result<()> {
+        mem(client)?.lose_replies(n);
         Ok(())
     }
 

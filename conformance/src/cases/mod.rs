@@ -90,6 +90,14 @@ const DELAY: Needs = Needs {
     },
     ..Needs::NONE
 };
+const REPLY_LOSS_AND_KILL: Needs = Needs {
+    faults: Faults {
+        reply_loss: true,
+        kill_session: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
 const EVERY_WATCH_EVENT: Needs = Needs {
     every_watch_event: true,
     ..Needs::NONE
@@ -248,6 +256,10 @@ pub fn all() -> Vec<Case> {
         case!(two_phase::vote_goes_with_the_session, CRASH),
         case!(two_phase::one_coordinator_at_a_time),
         case!(two_phase::stale_coordinator_cannot_decide, KILL),
+        case!(
+            two_phase::landed_decision_is_reported_after_session_loss,
+            REPLY_LOSS_AND_KILL
+        ),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),

@@ -7,7 +7,7 @@ use anyhow::{bail, ensure};
 use coord_core::{Decision, ErrorKind};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{settle, within};
+use crate::util::{eventually, settle, within};
 
 const LONG: Duration = Duration::from_secs(30);
 const QUICK: Duration = Duration::from_secs(10);
@@ -185,5 +185,61 @@ pub async fn stale_coordinator_cannot_decide(ctx: Ctx) -> CaseResult {
         d1 == Decision::Abort,
         "p1 got {d1:?}: a stale coordinator decided"
     );
+    Ok(())
+}
+
+/// A coordinator whose decision landed while its reply was lost, and whose session was
+/// then lost before it could send the decision again, reports the decision that stands
+/// (or that the outcome is unknown) — never "fenced: decided nothing" while the
+/// participants commit.
+pub async fn landed_decision_is_reported_after_session_loss(ctx: Ctx) -> CaseResult {
+    use coord_core::ConfigStore;
+    use futures::StreamExt;
+    let (c, p1, p2, o) = (
+        ctx.client().await?,
+        ctx.client().await?,
+        ctx.client().await?,
+        ctx.client().await?,
+    );
+    let coordinator = tokio::spawn({
+        let t = c.transaction("t")?;
+        async move { t.coordinate(&["p1", "p2"], Duration::from_secs(20)).await }
+    });
+    eventually(QUICK, "the plan is written", || async {
+        Ok(o.get("t/plan").await?.is_some())
+    })
+    .await?;
+    // The coordinator's next write is its decision: applied, its reply lost.
+    ctx.factory().lose_replies(&c, 1).await?;
+    let mut decision = o.watch("t/decision").await?;
+    let (v1, v2) = (p1.transaction("t")?, p2.transaction("t")?);
+    let votes = tokio::spawn(async move {
+        tokio::join!(
+            v1.vote("p1", true, Duration::from_secs(20)),
+            v2.vote("p2", true, Duration::from_secs(20))
+        )
+    });
+    // The moment the decision lands, the coordinator's session goes.
+    within(QUICK, "the decision lands", async {
+        while let Some(event) = decision.next().await {
+            if let coord_core::ConfigEvent::Put(_) = event? {
+                return Ok::<_, anyhow::Error>(());
+            }
+        }
+        bail!("the decision watch ended")
+    })
+    .await??;
+    ctx.factory().kill_session(&c).await?;
+    match within(QUICK, "the coordinator returns", coordinator).await?? {
+        Ok(d) => ensure!(d == Decision::Commit, "the coordinator reports {d:?}"),
+        Err(e) => ensure!(
+            e.outcome_unknown(),
+            "the coordinator reports {e} (kind {:?}, outcome known) while its commit decision landed",
+            e.kind()
+        ),
+    }
+    let (d1, d2) = within(QUICK, "the votes return", votes).await??;
+    ensure!(d1? == Decision::Commit && d2? == Decision::Commit);
+    ensure!(o.transaction("t")?.decision().await? == Some(Decision::Commit));
     Ok(())
 }

@@ -169,9 +169,15 @@ impl Transaction {
     /// Writes `outcome` unless a decision exists (under `fence` when given); returns the
     /// decision in force. Retried through connection trouble (a create that fails if a
     /// decision exists is safe to send again: a retry after one that landed finds it).
+    /// Once an attempt's outcome is unknown, no later failure is reported as "nothing
+    /// decided" without reading the decision: a `Fenced` refusal after it (the fence went
+    /// with the session) is answered by what is persisted, and running out of attempts
+    /// says the outcome is unknown.
     async fn decide(&self, outcome: Decision, fence: Option<Fence>) -> Result<Decision> {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         let mut attempts = 0;
+        // Whether an attempt may have written the decision.
+        let mut maybe_written = false;
         loop {
             attempts += 1;
             let mut txn = Txn::new();
@@ -181,20 +187,34 @@ impl Transaction {
             let txn = txn
                 .check_absent(self.decision_key())
                 .put(self.decision_key(), outcome.as_str().as_bytes().to_vec());
-            match self.client.commit(txn).await {
+            let failed = match self.client.commit(txn).await {
                 Ok(_) => return Ok(outcome),
+                Err(e) => e,
+            };
+            maybe_written |= failed.outcome_unknown();
+            let settled = match failed.kind() {
                 // Decided already (a participant's abort at its deadline, or this
                 // coordinator's own earlier attempt): that stands.
-                Err(e) if e.kind() == ErrorKind::VersionMismatch => match self.read_decision().await {
+                ErrorKind::VersionMismatch => true,
+                // The fence is gone, so no attempt can land from now on (each is
+                // conditional on it); one sent earlier may have.
+                ErrorKind::Fenced if maybe_written => true,
+                _ => false,
+            };
+            if settled {
+                match self.read_decision().await {
                     Ok(Some(d)) => return Ok(d),
+                    // Fenced, and nothing was written: this coordinator decided nothing.
+                    Ok(None) if failed.kind() == ErrorKind::Fenced => return Err(failed),
                     Ok(None) => {}
                     Err(e) if e.is_retryable() && attempts < DECIDE_ATTEMPTS => {}
-                    Err(e) => return Err(e),
-                },
-                Err(e) if e.is_retryable() && attempts < DECIDE_ATTEMPTS => {
-                    tracing::debug!(error = %e, "coord.transaction_decide_retry");
+                    Err(e) => return Err(e.with_outcome_unknown(maybe_written)),
                 }
-                Err(e) => return Err(e),
+            } else if !(failed.is_retryable() && attempts < DECIDE_ATTEMPTS) {
+                let unknown = maybe_written || failed.outcome_unknown();
+                return Err(failed.with_outcome_unknown(unknown));
+            } else {
+                tracing::debug!(error = %failed, "coord.transaction_decide_retry");
             }
             backoff.wait().await;
         }
