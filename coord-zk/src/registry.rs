@@ -43,13 +43,20 @@ pub(crate) async fn create_instance(inner: &Inner, path: &str, data: &[u8]) -> R
                 inner.ensure_dir(&dir).await?;
                 dir_attempts += 1;
             }
-            Err(zk::Error::NodeExists | zk::Error::ConnectionLoss) => {
+            Err(e @ (zk::Error::NodeExists | zk::Error::ConnectionLoss)) => {
                 let p = path.to_owned();
+                // After a lost connection the create may have landed: a failed read of
+                // the node leaves that open, and says so.
+                let maybe_made = e == zk::Error::ConnectionLoss;
                 let stat = inner
                     .call_mapped(Counter::Read, "register", false, |zk| async move {
                         zk.check_stat(&p).await
                     })
-                    .await?;
+                    .await
+                    .map_err(|e| {
+                        let unknown = maybe_made || e.outcome_unknown();
+                        e.with_outcome_unknown(unknown)
+                    })?;
                 let Some(stat) = stat else { continue };
                 if stat.ephemeral_owner == inner.session_id() {
                     return Ok(());

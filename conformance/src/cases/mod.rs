@@ -282,6 +282,7 @@ pub fn all() -> Vec<Case> {
         case!(registry::deregister_removes),
         case!(registry::dropped_registration_removes),
         case!(registry::duplicate_id_rejected),
+        case!(registry::failed_register_leaves_no_ghost, LINKS),
         case!(registry::update_is_visible),
         case!(registry::crashed_member_disappears, CRASH),
         case!(registry::reregisters_after_session_loss, KILL),

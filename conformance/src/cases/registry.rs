@@ -346,3 +346,54 @@ pub async fn watch_follows_changes_after_a_reconnect(ctx: Ctx) -> CaseResult {
         }
     }
 }
+
+/// A registration whose create reached the server while its answer was lost (the link
+/// reset right after the request, and stayed down a while) fails, and leaves no instance
+/// behind: whatever the create made is removed once the link is back, while the session
+/// lives on — no ghost registered for the session's whole life with no handle to it.
+pub async fn failed_register_leaves_no_ghost(ctx: Ctx) -> CaseResult {
+    let a = ctx.factory().open_links(ctx.namespace(), 1).await?;
+    let links = ctx.factory().links(&a)?;
+    let b = ctx.client().await?;
+    let generation = a.session().borrow().generation;
+    // Warm up the service's directory, so the next request is the instance's create.
+    drop(a.register("api", ServiceInstance::new("warm", "h:1")).await?);
+    eventually(QUICK, "the warm-up instance leaves", || async {
+        Ok(b.instances("api").await?.is_empty())
+    })
+    .await?;
+    for link in links.all() {
+        link.reset_after_next_request(ctx.session_timeout() / 4);
+    }
+    let outcome = within(
+        ctx.expiry_wait(),
+        "register with its answer lost",
+        a.register("api", ServiceInstance::new("n1", "h:1")),
+    )
+    .await?;
+    ensure!(
+        links.all().iter().all(|l| !l.reset_pending()),
+        "the armed reset never tripped: the case tested nothing"
+    );
+    match outcome {
+        // Recovered inside: a registration with its handle, which is fine.
+        Ok(r) => {
+            ensure!(ids(&b.instances("api").await?) == ["n1"]);
+            r.deregister().await?;
+        }
+        Err(e) => {
+            println!("[{}] register with its answer lost: {e}", a.kind());
+            eventually(
+                ctx.expiry_wait(),
+                "the failed registration's instance is gone",
+                || async { Ok(b.instances("api").await?.is_empty()) },
+            )
+            .await?;
+        }
+    }
+    ensure!(
+        a.session().borrow().generation == generation,
+        "the session was replaced, which removes a ghost by itself: the case proves nothing"
+    );
+    Ok(())
+}

@@ -85,11 +85,16 @@ impl<S: InstanceStore> Drop for Pending<S> {
         if !self.armed {
             return;
         }
-        let (store, path, generation) = (
-            self.store.clone(),
-            std::mem::take(&mut self.path),
-            self.generation,
-        );
+        // The create went out on whichever session was current when it was sent, which
+        // may be a newer one than the session current when `register` began: remove the
+        // node on the session current now (a node of a session in between went with it).
+        let (store, path) = (self.store.clone(), std::mem::take(&mut self.path));
+        let generation = store
+            .client_state()
+            .session
+            .current()
+            .generation
+            .max(self.generation);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = delete_until_gone(&*store, &path, generation).await {
@@ -137,7 +142,10 @@ pub async fn register<S: InstanceStore>(
             armed: true,
         };
         if let Err(e) = store.create_instance(&path, &data).await {
-            pending.armed = e.outcome_unknown();
+            // Only a refusal proves nothing was made; anything else may hide a node that
+            // landed (a backend that lost track of an unknown outcome included), and the
+            // cleanup removes only a node of this client's current session.
+            pending.armed = e.outcome_unknown() || !definitely_not_made(&e);
             return Err(e.with_operation(op));
         }
         pending.armed = false;
@@ -161,6 +169,20 @@ pub async fn register<S: InstanceStore>(
     }
     .instrument(span)
     .await
+}
+
+/// Whether a failed create certainly made nothing: the server refused it.
+fn definitely_not_made(e: &Error) -> bool {
+    use crate::error::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::AlreadyExists
+            | ErrorKind::PermissionDenied
+            | ErrorKind::InvalidArgument
+            | ErrorKind::ConfigInvalid
+            | ErrorKind::Unsupported
+            | ErrorKind::Closed
+    )
 }
 
 /// Re-creates every registration of `store`'s client on its new session `generation`,
