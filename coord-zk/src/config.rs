@@ -431,7 +431,13 @@ impl ConfigStore for ZkClient {
     #[tracing::instrument(level = "debug", name = "coord.commit", skip_all, fields(backend = "zk", ops = txn.ops().len()))]
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
         txn.validate().map_err(|e| e.with_operation("commit"))?;
-        for _ in 0..COMMIT_ATTEMPTS {
+        // Contention backs off (with jitter) between attempts, so racing writers spread
+        // out instead of colliding again at once.
+        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+        for attempt in 0..COMMIT_ATTEMPTS {
+            if attempt > 0 {
+                backoff.wait().await;
+            }
             if let Some(results) = commit_once(&self.inner, &txn)
                 .await
                 .map_err(|e| e.with_operation("commit"))?

@@ -1,6 +1,8 @@
 //! The shared counter over the config store: read, compute, compare-and-set (with the
 //! fence when there is one), again on a version mismatch.
 
+use std::time::Duration;
+
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tracing::Instrument;
@@ -8,6 +10,7 @@ use tracing::Instrument;
 use crate::config::{ConfigEvent, ConfigStore};
 use crate::counter::SharedCounter;
 use crate::error::{Error, ErrorKind, Result};
+use crate::raw::Backoff;
 use crate::txn::Txn;
 use crate::version::Version;
 
@@ -46,6 +49,8 @@ impl SharedCounter {
         let span =
             tracing::debug_span!("coord.counter.add", backend = self.client.kind(), key = %self.key, delta);
         async {
+            // Contention backs off (with jitter) before reading again.
+            let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
             loop {
                 let (now, version) = self.read().await?;
                 let next = now.checked_add(delta).ok_or_else(|| {
@@ -57,7 +62,7 @@ impl SharedCounter {
                 match self.write(version, next).await {
                     Ok(()) => return Ok(next),
                     // Someone else changed it between the read and the write: again.
-                    Err(e) if e.kind() == ErrorKind::VersionMismatch => continue,
+                    Err(e) if e.kind() == ErrorKind::VersionMismatch => backoff.wait().await,
                     Err(e) => return Err(e),
                 }
             }

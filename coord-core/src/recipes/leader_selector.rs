@@ -134,6 +134,9 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// A term shorter than this is followed by a growing pause before the next campaign.
+const SHORT_TERM: Duration = Duration::from_millis(100);
+
 async fn select_loop<F, Fut>(
     client: Client,
     name: String,
@@ -148,6 +151,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut requeue = Backoff::new(Duration::from_millis(10), Duration::from_secs(2));
     let outcome = loop {
         state.send_replace(SelectorState::Campaigning);
         let leadership = tokio::select! {
@@ -175,6 +179,7 @@ where
         state.send_replace(SelectorState::Leading(leadership.token()));
         terms.send_modify(|n| *n += 1);
         tracing::debug!(token = %leadership.token(), "coord.lead_term_started");
+        let began = tokio::time::Instant::now();
         let mut term = Box::pin(work(leading));
         // The work is polled first, so work that waits on the loss itself sees it.
         let stopping = tokio::select! {
@@ -196,6 +201,16 @@ where
         }
         if stopping {
             break Ok(());
+        }
+        // A term that ended at once (work that returns immediately) is not followed by a
+        // campaign at once: the next one waits, longer each time, until a term lasts.
+        if began.elapsed() < SHORT_TERM {
+            tokio::select! {
+                _ = stopped(&mut stop) => break Ok(()),
+                _ = requeue.wait() => {}
+            }
+        } else {
+            requeue = Backoff::new(Duration::from_millis(10), Duration::from_secs(2));
         }
     };
     state.send_replace(SelectorState::Stopped);

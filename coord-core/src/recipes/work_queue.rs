@@ -3,6 +3,8 @@
 //! atomic remove of the oldest item, fenced by the lock, or a watch until one comes.
 
 use futures::StreamExt;
+use std::time::Duration;
+
 use tracing::Instrument;
 
 use crate::config::{ConfigEvent, ConfigStore, Entry};
@@ -10,7 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hold::HoldState;
 use crate::lock::LockGuard;
 use crate::name::validate_value;
-use crate::raw::{QueueId, QueueKind};
+use crate::raw::{Backoff, QueueId, QueueKind};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
 use crate::txn::Txn;
@@ -46,6 +48,8 @@ impl DistributedQueue {
         let span = tracing::debug_span!("coord.queue.push", backend = self.client.kind(), name = %self.name);
         async {
             validate_value("queue item", &item)?;
+            // Racing pushes back off (with jitter) before reading the tail again.
+            let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
             loop {
                 // The tail first, then the items: a push between the two moves the tail,
                 // and this one's transaction fails and reads again — so the count it
@@ -74,7 +78,7 @@ impl DistributedQueue {
                 match self.client.commit(txn).await {
                     Ok(_) => return Ok(seq),
                     // Another push moved the tail: read again.
-                    Err(e) if e.kind() == ErrorKind::VersionMismatch => continue,
+                    Err(e) if e.kind() == ErrorKind::VersionMismatch => backoff.wait().await,
                     Err(e) => return Err(e),
                 }
             }
