@@ -2,6 +2,7 @@
 //! modification revision.
 
 use async_trait::async_trait;
+use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{Counter, key_matches_prefix, validate_prefix};
 use coord_core::{
     Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
@@ -73,6 +74,9 @@ impl ConfigStore for MemClient {
         self.inner
             .call(Counter::Txn, |s| {
                 for check in txn.checks() {
+                    if mutants::active(Mutant::FenceIgnored) {
+                        break;
+                    }
                     if let Check::Fence(fence) = check {
                         let held = s
                             .get(fence.resource())

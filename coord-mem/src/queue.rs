@@ -4,6 +4,7 @@
 //! if absent; queue order and token are the key's creation revision.
 
 use async_trait::async_trait;
+use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
     Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind,
     Slot, Ticket,
@@ -198,7 +199,11 @@ impl Queue for MemClient {
         let session = ticket.session_id as u64;
         self.inner
             .call(Counter::Txn, |s| match s.get(&ticket.locator) {
-                Some(d) if d.owner == Some(session) && own.is_none_or(|o| o.token.get() == d.create_rev) => {
+                Some(d)
+                    if d.owner == Some(session)
+                        && (own.is_none_or(|o| o.token.get() == d.create_rev)
+                            || mutants::active(Mutant::LeaveByKey)) =>
+                {
                     s.delete(&ticket.locator);
                 }
                 _ => {}

@@ -24,6 +24,7 @@
 
 mod backend;
 mod backoff;
+pub mod mutants;
 mod queue;
 #[cfg(feature = "tls-probe")]
 pub mod tls_probe;

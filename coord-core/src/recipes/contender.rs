@@ -15,6 +15,7 @@ use crate::fencing::Fence;
 use crate::hold::{EntryGone, HoldState, HoldWatch};
 use crate::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
 use crate::metrics;
+use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Slot, Ticket};
 use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
@@ -446,6 +447,10 @@ pub(crate) async fn acquire(
                 Err(e) => return Err(e),
             },
         };
+        let position_kind = match position {
+            Position::Next(_) => PositionKind::Next,
+            _ => PositionKind::Other,
+        };
         match position {
             Position::First { seen_at } => {
                 own.seen_at = seen_at;
@@ -477,10 +482,14 @@ pub(crate) async fn acquire(
                 }
             }
             Position::Behind(ahead) | Position::Next(ahead) => {
+                let next = matches!(position_kind, PositionKind::Next);
                 match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
                     Ok(()) => {
                         woken(core, kind);
                         waited = true;
+                        if next && mutants::active(Mutant::OwnEntryUnchecked) {
+                            known = Some(Position::First { seen_at: own.seen_at });
+                        }
                         // The entry ahead went: read again. The read also confirms this
                         // contender's own entry is still there — it may have been
                         // deleted while it waited (an operator, a late delete), and a
@@ -517,6 +526,12 @@ pub(crate) async fn acquire(
         fence,
         hold,
     }))
+}
+
+/// Whether a position was right behind the first entry (for a negative control).
+enum PositionKind {
+    Next,
+    Other,
 }
 
 /// Counts a waiting contender's wake-up ([`Stats::wakeups`](crate::Stats::wakeups), and

@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::lock::LockGuard;
 use crate::name::validate_segment_name;
+use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Backoff, EntriesEvent, QueueId, QueueKind};
 use crate::recipes::contender::{acquire, unless_suspended};
 use crate::recipes::lock::no_grant;
@@ -184,9 +185,10 @@ impl Transaction {
             if let Some(fence) = &fence {
                 txn = txn.fenced_by(fence.clone());
             }
-            let txn = txn
-                .check_absent(self.decision_key())
-                .put(self.decision_key(), outcome.as_str().as_bytes().to_vec());
+            if !mutants::active(Mutant::DecisionOverwritten) {
+                txn = txn.check_absent(self.decision_key());
+            }
+            let txn = txn.put(self.decision_key(), outcome.as_str().as_bytes().to_vec());
             let failed = match self.client.commit(txn).await {
                 Ok(_) => return Ok(outcome),
                 Err(e) => e,

@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hold::HoldState;
 use crate::lock::LockGuard;
 use crate::name::validate_value;
+use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Backoff, QueueId, QueueKind};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
@@ -186,6 +187,11 @@ impl DistributedQueue {
                     return Err(e);
                 }
             };
+            if mutants::active(Mutant::TakeInPlace) {
+                let taken = self.remove_under(&gate, oldest).await;
+                release_gate(gate).await;
+                return taken;
+            }
             // From the remove on, the take runs to its end on a task of its own: if this
             // future is dropped meanwhile, an item it removed is kept for this client's
             // next take instead of being lost, and only then is the taker lock released.
@@ -279,10 +285,14 @@ impl DistributedQueue {
     /// removed it meanwhile, the next oldest; `None` when none is left.
     async fn remove_under(&self, gate: &LockGuard, mut oldest: Entry) -> Result<Option<Vec<u8>>> {
         loop {
-            let txn = Txn::new()
-                .fenced_by(gate.fence())
-                .check_version(oldest.key.clone(), oldest.version)
-                .delete(oldest.key.clone());
+            let txn = if mutants::active(Mutant::TakeUnchecked) {
+                Txn::new().delete(oldest.key.clone())
+            } else {
+                Txn::new()
+                    .fenced_by(gate.fence())
+                    .check_version(oldest.key.clone(), oldest.version)
+                    .delete(oldest.key.clone())
+            };
             match self.client.commit(txn).await {
                 Ok(_) => return Ok(Some(oldest.value)),
                 // Removed by someone else (an operator, a client outside the taker

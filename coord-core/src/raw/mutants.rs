@@ -1,0 +1,72 @@
+//! Deliberate bugs, for the negative controls of coord's history checks: each switch
+//! breaks one guarantee the way a plausible regression would, so that a test can show
+//! its checker catches the break. Compiled in only with the `mutants` feature (for
+//! coord's own tests); without it, [`active`] is always `false` and costs nothing.
+//! Switches are process-wide: a test that sets one runs alone in its process.
+
+/// One deliberate bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mutant {
+    /// The in-memory store commits a fenced transaction without checking its fence: a
+    /// stale holder's writes land.
+    FenceIgnored,
+    /// A waiter behind the first entry is granted once that entry goes, without
+    /// confirming its own entry still exists.
+    OwnEntryUnchecked,
+    /// The in-memory queue removes a contender's entry by key alone, not by the
+    /// incarnation it created: a late removal deletes a newer contender of the client.
+    LeaveByKey,
+    /// A queue's take removes its item without the taker lock's fence and without
+    /// checking the item's version.
+    TakeUnchecked,
+    /// A queue's take removes its item in place: dropped after the removal landed, the
+    /// item is lost.
+    TakeInPlace,
+    /// A two-phase decision is written whether or not one exists (a plain put).
+    DecisionOverwritten,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Mutant; 6] = [
+        Mutant::FenceIgnored,
+        Mutant::OwnEntryUnchecked,
+        Mutant::LeaveByKey,
+        Mutant::TakeUnchecked,
+        Mutant::TakeInPlace,
+        Mutant::DecisionOverwritten,
+    ];
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+#[cfg(feature = "mutants")]
+static ACTIVE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Whether `mutant` is switched on (never without the `mutants` feature).
+#[inline]
+pub fn active(mutant: Mutant) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        ACTIVE.load(std::sync::atomic::Ordering::Relaxed) & mutant.bit() != 0
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = mutant.bit();
+        false
+    }
+}
+
+/// Switches `mutant` on or off, process-wide.
+#[cfg(feature = "mutants")]
+pub fn set(mutant: Mutant, on: bool) {
+    use std::sync::atomic::Ordering;
+    if on {
+        ACTIVE.fetch_or(mutant.bit(), Ordering::SeqCst);
+    } else {
+        ACTIVE.fetch_and(!mutant.bit(), Ordering::SeqCst);
+    }
+}
