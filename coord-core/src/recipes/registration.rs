@@ -258,3 +258,95 @@ impl<S: InstanceStore> RegistrationHandle for StoreRegistration<S> {
         self.store.client_state().session.subscribe()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::session::SessionState;
+
+    /// A store whose creates land while it reports them as failed, the way a backend
+    /// that lost track of an ambiguous create (or met a session switch) does.
+    struct Ghostly {
+        state: ClientState,
+        nodes: Mutex<Vec<String>>,
+        /// The error each create reports, after making its node.
+        fail_with: ErrorKind,
+    }
+
+    #[async_trait]
+    impl InstanceStore for Ghostly {
+        fn client_state(&self) -> &ClientState {
+            &self.state
+        }
+
+        async fn create_instance(&self, path: &str, _data: &[u8]) -> Result<()> {
+            self.nodes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(path.to_owned());
+            Err(Error::new(
+                self.fail_with,
+                "the connection failed; the re-read too",
+            ))
+        }
+
+        async fn update_instance(&self, _path: &str, _data: &[u8]) -> Result<()> {
+            Ok(())
+        }
+
+        async fn delete_instance(&self, path: &str) -> Result<()> {
+            self.nodes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|n| n != path);
+            Ok(())
+        }
+    }
+
+    fn ghostly(fail_with: ErrorKind) -> Arc<Ghostly> {
+        Arc::new(Ghostly {
+            state: ClientState::new(
+                "ghostly",
+                "ns".to_owned(),
+                SessionStatus::new(SessionState::Connected, 1),
+            ),
+            nodes: Mutex::default(),
+            fail_with,
+        })
+    }
+
+    async fn nodes_after_cleanup(store: &Ghostly) -> Vec<String> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_that_is_not_a_refusal_is_cleaned_up() {
+        for kind in [ErrorKind::Unavailable, ErrorKind::Timeout, ErrorKind::SessionLost] {
+            let store = ghostly(kind);
+            let err = register(&store, "api", ServiceInstance::new("n1", "h:1"), "services/api")
+                .await
+                .err()
+                .map(|e| e.kind());
+            assert_eq!(err, Some(kind));
+            assert!(
+                nodes_after_cleanup(&store).await.is_empty(),
+                "a create that failed with {kind:?} (outcome known) left its node: a ghost registration"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_create_is_not_cleaned_up() {
+        // Another client's node at the id: nothing of ours to delete (the delete would
+        // check the owner anyway).
+        let store = ghostly(ErrorKind::AlreadyExists);
+        let err = register(&store, "api", ServiceInstance::new("n1", "h:1"), "services/api").await;
+        assert!(err.is_err());
+        assert_eq!(nodes_after_cleanup(&store).await, ["services/api/n1"]);
+    }
+}
