@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail, ensure};
 use coord_core::{ConfigEvent, ConfigStore, Entry, ErrorKind, OpResult, Txn};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, next_event, retrying, through_short_outage};
+use crate::util::{eventually, next_event, retrying, through_short_outage, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -462,4 +462,40 @@ pub async fn watch_follows_changes_after_a_reconnect(ctx: Ctx) -> CaseResult {
             return Ok(());
         }
     }
+}
+
+/// Last-writer-wins puts never fail for contention: eight clients put one key 25 times
+/// each at once, and every put succeeds (a backend that writes with an optimistic check
+/// retries, backing off, rather than giving up). Only connection trouble (an unknown
+/// outcome, a lost session) is sent again.
+pub async fn contended_puts_all_succeed(ctx: Ctx) -> CaseResult {
+    let clients = ctx.clients(8).await?;
+    let mut writers = Vec::new();
+    for (i, c) in clients.into_iter().enumerate() {
+        writers.push(tokio::spawn(async move {
+            for n in 0..25u32 {
+                loop {
+                    match c.put("hot", format!("{i}:{n}").into_bytes()).await {
+                        Ok(_) => break,
+                        // Connection trouble (a member killed under the suite on a
+                        // cluster) is no contention: that put is sent again.
+                        Err(e)
+                            if e.outcome_unknown()
+                                || matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Timeout) =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            coord_core::Result::Ok(())
+        }));
+    }
+    for w in writers {
+        within(Duration::from_secs(30), "a writer's puts", w)
+            .await??
+            .map_err(|e: coord_core::Error| anyhow::anyhow!("a put under contention failed: {e}"))?;
+    }
+    Ok(())
 }
