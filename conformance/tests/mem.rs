@@ -33,9 +33,8 @@ impl Factory for MemFactory {
             crash: true,
             suspend: true,
             watch_gap: true,
-            // The in-memory link is up or down; it has no bytes to hold. Replies can be
-            // delayed.
-            blackhole: false,
+            // The in-memory link can be refused or silent; replies can be delayed.
+            blackhole: true,
             delay: true,
             operator: true,
             // One in-memory store, no members to link to one by one.
@@ -87,6 +86,15 @@ impl Factory for MemFactory {
 
     async fn suspend(&self, client: &Client, duration: Duration) -> Result<()> {
         mem(client)?.suspend(duration);
+        Ok(())
+    }
+
+    fn last_heard(&self, client: &Client) -> Option<tokio::time::Instant> {
+        mem(client).ok()?.last_heard()
+    }
+
+    async fn blackhole(&self, client: &Client, duration: Duration) -> Result<()> {
+        mem(client)?.blackhole(duration);
         Ok(())
     }
 

@@ -23,6 +23,8 @@ pub(crate) struct Inner {
     slot: Mutex<SessionSlot>,
     /// Injected faults on replies.
     faults: Mutex<ReplyFaults>,
+    /// When the cluster last heard from this client (a request or a keep-alive).
+    heard: Mutex<Option<Instant>>,
     /// Session status, counters, registrations, closed flag.
     state: ClientState,
 }
@@ -58,7 +60,7 @@ impl Inner {
     pub(crate) fn check_link(&self) -> Result<()> {
         match *self.link.borrow() {
             Link::Up => Ok(()),
-            Link::Down(_) => Err(Error::new(
+            Link::Down { .. } => Err(Error::new(
                 ErrorKind::Unavailable,
                 "the in-memory client is cut off from its cluster (fault injected); retry after it reconnects",
             )),
@@ -69,6 +71,7 @@ impl Inner {
     /// One request to the cluster: checks the link, counts it, expires overdue sessions.
     pub(crate) fn request<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
         self.check_link()?;
+        self.heard_now();
         self.stats.incr(counter);
         Ok(self.cluster.with(|s| {
             s.sweep();
@@ -81,16 +84,41 @@ impl Inner {
     /// may be dropped after the cluster applied it, delayed by the injected latency, and
     /// lost if the link went down meanwhile or a lost reply was injected (a write's
     /// outcome is then unknown).
+    ///
+    /// Over a silent link (a blackhole) the request waits, unanswered, until the link is
+    /// back or its deadline (the session TTL) passes: then it fails with `Timeout`, its
+    /// outcome unknown for a write — and it was not applied (unlike a real server, which
+    /// may still apply it when the partition heals).
     pub(crate) async fn call<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        let write = matches!(counter, Counter::Write | Counter::Txn);
+        self.through_silence(write).await?;
         let out = self.request(counter, f)?;
-        self.reply(matches!(counter, Counter::Write | Counter::Txn))
-            .await?;
+        self.reply(write).await?;
         Ok(out)
+    }
+
+    /// Waits while the link is silent, for at most a request's deadline.
+    async fn through_silence(&self, write: bool) -> Result<()> {
+        let mut rx = self.link.subscribe();
+        let silent = |l: &Link| matches!(l, Link::Down { silent: true, .. });
+        if !silent(&rx.borrow()) {
+            return Ok(());
+        }
+        let deadline = self.options.session_ttl;
+        match tokio::time::timeout(deadline, rx.wait_for(|l| !silent(l))).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no answer from the in-memory cluster within {deadline:?} (blackhole injected)"),
+            )
+            .with_outcome_unknown(write)),
+        }
     }
 
     /// The reply of a request the cluster applied: see [`Inner::call`].
     pub(crate) async fn reply(&self, write: bool) -> Result<()> {
         tokio::task::yield_now().await;
+        self.through_silence(write).await?;
         let latency = self.faults().latency;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -112,6 +140,11 @@ impl Inner {
             .with_outcome_unknown(write));
         }
         Ok(())
+    }
+
+    /// Notes that the cluster hears from this client now.
+    pub(crate) fn heard_now(&self) {
+        *self.heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 
     fn faults(&self) -> MutexGuard<'_, ReplyFaults> {
@@ -144,7 +177,7 @@ impl Inner {
     pub(crate) async fn link_up(&self) -> Result<()> {
         let mut rx = self.link.subscribe();
         let link = *rx
-            .wait_for(|l| !matches!(l, Link::Down(_)))
+            .wait_for(|l| !matches!(l, Link::Down { .. }))
             .await
             .map_err(|_| Error::closed())?;
         match link {
@@ -198,6 +231,7 @@ impl MemClient {
                 lost: false,
             }),
             faults: Mutex::new(ReplyFaults::default()),
+            heard: Mutex::new(None),
             state,
         });
         inner.stats.incr(Counter::SessionRequest);
@@ -238,8 +272,8 @@ impl MemClient {
     pub fn suspend(&self, duration: Duration) {
         let until = Instant::now() + duration;
         self.inner.link.send_if_modified(|l| match l {
-            Link::Up | Link::Down(_) => {
-                *l = Link::Down(until);
+            Link::Up | Link::Down { .. } => {
+                *l = Link::Down { until, silent: false };
                 true
             }
             _ => false,
@@ -260,10 +294,31 @@ impl MemClient {
         self.inner.faults().latency = latency;
     }
 
+    /// Fault hook: silences this client's link for `duration` (a blackhole: nothing is
+    /// refused, nothing answers). Requests and replies wait until it ends or their
+    /// deadline (the session TTL) passes; keep-alives stop, so the session is `Suspended`
+    /// and, past the TTL, `Lost`; watches deliver nothing until the link is back.
+    pub fn blackhole(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        self.inner.link.send_if_modified(|l| match l {
+            Link::Up | Link::Down { .. } => {
+                *l = Link::Down { until, silent: true };
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// When the cluster last heard from this client (a request or a keep-alive): the
+    /// latest moment it can count from when it expires the session.
+    pub fn last_heard(&self) -> Option<Instant> {
+        *self.inner.heard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Fault hook: ends a suspension early.
     pub fn resume(&self) {
         self.inner.link.send_if_modified(|l| match l {
-            Link::Down(_) => {
+            Link::Down { .. } => {
                 *l = Link::Up;
                 true
             }

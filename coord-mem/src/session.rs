@@ -15,8 +15,15 @@ use crate::client::Inner;
 pub(crate) enum Link {
     /// Talking to the cluster.
     Up,
-    /// Cut off until this instant.
-    Down(Instant),
+    /// Cut off until `until`: refused (requests fail at once, as on a reset connection),
+    /// or `silent` (a blackhole: requests and replies wait, unanswered, until it ends or
+    /// their deadline passes).
+    Down {
+        /// When the link comes back.
+        until: Instant,
+        /// Whether the link is silent rather than refused.
+        silent: bool,
+    },
     /// Crashed: silent forever, nothing cleaned up.
     Crashed,
     /// Closed by the user.
@@ -75,7 +82,7 @@ impl Inner {
             let link = *link_rx.borrow_and_update();
             match link {
                 Link::Closed | Link::Crashed => return,
-                Link::Down(until) => {
+                Link::Down { until, .. } => {
                     let generation = self.slot().generation;
                     if !self.slot().lost {
                         self.session.set(SessionState::Suspended, generation, &self.stats);
@@ -121,6 +128,7 @@ impl Inner {
                     }
                     if self.session.current().state != SessionState::Connected {
                         self.stats.incr(Counter::SessionRequest);
+                        self.heard_now();
                         if self.cluster.with(|s| {
                             s.sweep();
                             s.keep_alive(id)
@@ -135,6 +143,7 @@ impl Inner {
                     tokio::select! {
                         _ = tokio::time::sleep(interval) => {
                             self.stats.incr(Counter::SessionRequest);
+                            self.heard_now();
                             let alive = self.cluster.with(|s| { s.sweep(); s.keep_alive(id) });
                             if alive {
                                 last_ok = Instant::now();
