@@ -179,6 +179,38 @@ enum Fate {
     Remaining(usize),
 }
 
+/// When the value an `Ok` take returned may have left the queue, per take index: the
+/// invocation of the earliest `Unknown` take of the same consumer since its previous
+/// completed take, or else the take's own invocation. A take whose future was dropped
+/// may have removed a value that the consumer's next take returns (coord keeps such a
+/// value for the client's next take), so FIFO is judged from the removal, not the
+/// delivery.
+fn removal_starts<T>(ops: &[Op<QueueOp<T>, QueueRet<T>>]) -> BTreeMap<usize, u64> {
+    let mut by_consumer: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        if matches!(op.input, QueueOp::Take) && !matches!(op.outcome, Outcome::Failed) {
+            by_consumer.entry(op.process).or_default().push(i);
+        }
+    }
+    let mut starts = BTreeMap::new();
+    for takes in by_consumer.values_mut() {
+        takes.sort_by_key(|&i| ops[i].invoke);
+        let mut earliest_unknown: Option<u64> = None;
+        for &i in takes.iter() {
+            match &ops[i].outcome {
+                Outcome::Unknown => {
+                    earliest_unknown.get_or_insert(ops[i].invoke);
+                }
+                Outcome::Ok(QueueRet::Took(_)) => {
+                    starts.insert(i, earliest_unknown.take().unwrap_or(ops[i].invoke));
+                }
+                _ => earliest_unknown = None,
+            }
+        }
+    }
+    starts
+}
+
 /// Checks a queue's history.
 ///
 /// Violations: a value taken twice; a value taken or remaining that no `Ok` or
@@ -186,7 +218,9 @@ enum Fate {
 /// remaining, nor taken by a crashed consumer (LOST: an unknown or cancelled take must
 /// not lose items); a value both taken and remaining; FIFO per producer in real time
 /// (values a, b of one producer with push(a) complete before push(b) was invoked: take(b)
-/// must not complete before take(a) is invoked, b must not be taken while a remains, and
+/// must not complete before a may have been removed — take(a)'s invocation, or that of
+/// an unknown take of the same consumer since its previous completed take, which may
+/// have removed a for it — b must not be taken while a remains, and
 /// a stays ahead of b in `remaining`); an empty take while an acknowledged value was
 /// surely in the queue (pushed before the take began, and remaining or taken only by a
 /// take invoked after it ended).
@@ -307,6 +341,7 @@ pub fn check<T: Ord + Clone + Debug>(history: &QueueHistory<T>) -> Report<QueueS
             .or_default()
             .push((value, push));
     }
+    let removal = removal_starts(&history.ops);
     for values in by_producer.values() {
         for &(a, pa) in values {
             for &(b, pb) in values {
@@ -315,7 +350,9 @@ pub fn check<T: Ord + Clone + Debug>(history: &QueueHistory<T>) -> Report<QueueS
                 }
                 let out_of_order = match (fate.get(a), fate.get(b)) {
                     (Some(Fate::Taken(ta)), Some(Fate::Taken(tb))) => {
-                        history.ops[*tb].precedes(&history.ops[*ta])
+                        history.ops[*tb].finished_at().is_some_and(|done| {
+                            done < removal.get(ta).copied().unwrap_or(history.ops[*ta].invoke)
+                        })
                     }
                     (Some(Fate::Remaining(_)), Some(Fate::Taken(_))) => true,
                     (Some(Fate::Remaining(ra)), Some(Fate::Remaining(rb))) => rb < ra,
@@ -449,6 +486,47 @@ mod tests {
             &check(&h).violations[..],
             [QueueViolation::TakenAndRemaining { .. }]
         ));
+    }
+
+    #[test]
+    fn a_value_removed_by_a_dropped_take_counts_from_its_removal() {
+        // Consumer 3's take of 10 was dropped after it removed 10 (unknown); consumer 2
+        // took 11; consumer 3's next take returned the 10 it kept: in order.
+        let h = hist(
+            vec![
+                push(1, 0, 1, 10),
+                push(1, 2, 3, 11),
+                Op::unknown(3, 4, QueueOp::Take),
+                take(2, 5, 6, 11),
+                take(3, 7, 8, 10),
+            ],
+            vec![],
+        );
+        assert!(check(&h).is_ok(), "{:?}", check(&h).violations);
+        // Without the dropped take, 10 came out after 11 was taken: an inversion.
+        let h = hist(
+            vec![
+                push(1, 0, 1, 10),
+                push(1, 2, 3, 11),
+                take(2, 5, 6, 11),
+                take(3, 7, 8, 10),
+            ],
+            vec![],
+        );
+        assert_eq!(check(&h).violations.len(), 1);
+        // A completed take in between ends what the dropped one may have kept.
+        let h = hist(
+            vec![
+                push(1, 0, 1, 10),
+                push(1, 2, 3, 11),
+                Op::unknown(3, 4, QueueOp::Take),
+                Op::ok(3, 4, 5, QueueOp::Take, QueueRet::Empty),
+                take(2, 5, 6, 11),
+                take(3, 7, 8, 10),
+            ],
+            vec![],
+        );
+        assert!(!check(&h).is_ok());
     }
 
     #[test]

@@ -201,7 +201,10 @@ pub(crate) async fn run(env: &Env<'_>, scenario: Scenario) -> anyhow::Result<Rep
         }
         Scenario::LeaderMemberPaused => member_fault(env.cluster, &state, MemberFault::PauseLeader).await?,
         Scenario::Soak => soak(env, &state, deadline).await?,
-        Scenario::RegistryChurn | Scenario::ConfigWatchers => {
+        Scenario::RegistryChurn
+        | Scenario::ConfigWatchers
+        | Scenario::Recipes
+        | Scenario::RecipesMutantTakeInPlace => {
             anyhow::bail!("{} is not a counter scenario", scenario.name())
         }
     }

@@ -17,6 +17,13 @@
 //!   (etcd) history compaction: no version reordered or repeated, none missed unless a
 //!   `Resync` said so, and the last one always arrives.
 //!
+//! - [`recipes`]: a lock, a semaphore of 2, a read/write lock, a queue and a counter at
+//!   once on four clients, every waiting call behind a random timeout (futures dropped
+//!   anywhere) and some guards dropped unreleased, while the leader member is killed,
+//!   links reset and a client blackholed past its session; judged by `coord-check`
+//!   (exclusion by a fenced per-resource log, queue delivery, counter linearizability).
+//!   Its negative control switches on the take-in-place mutant and must see items lost.
+//!
 //! Each scenario shows its fault happened (a stale write attempted and rejected, a new
 //! holder timed, a `Resync` delivered). The negative control runs the paused-holder
 //! scenario without fencing and must fail the checker. `--soak` adds a mixed random
@@ -24,6 +31,7 @@
 
 mod config;
 mod counter;
+mod recipes;
 mod registry;
 
 use std::sync::Arc;
@@ -93,15 +101,22 @@ pub(crate) enum Scenario {
     RegistryChurn,
     /// Config watchers across connection resets and (etcd) history compaction.
     ConfigWatchers,
+    /// Lock, semaphore, read/write lock, queue and counter at once, with dropped futures
+    /// and dropped guards, under a killed leader member, link resets and a blackholed
+    /// client; judged by coord-check.
+    Recipes,
     /// A random mix of the counter's faults, one every few seconds (`--soak`).
     Soak,
     /// PausedHolder without fencing: the checker must find the lost update.
     NegativeControl,
+    /// Recipes with a take that removes its item in place (a dropped take loses it):
+    /// coord-check must find the lost items.
+    RecipesMutantTakeInPlace,
 }
 
 impl Scenario {
     /// The quick form, in order.
-    const QUICK: [Scenario; 14] = [
+    const QUICK: [Scenario; 16] = [
         Scenario::PausedHolder,
         Scenario::KilledHolder,
         Scenario::BlackholedHolder,
@@ -115,7 +130,9 @@ impl Scenario {
         Scenario::ElectionLeaderBlackholed,
         Scenario::RegistryChurn,
         Scenario::ConfigWatchers,
+        Scenario::Recipes,
         Scenario::NegativeControl,
+        Scenario::RecipesMutantTakeInPlace,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -133,8 +150,10 @@ impl Scenario {
             Scenario::ElectionLeaderBlackholed => "election leader blackholed",
             Scenario::RegistryChurn => "registry: 3 of 8 killed, 2 join",
             Scenario::ConfigWatchers => "config watchers: resets, compaction",
+            Scenario::Recipes => "recipes at once: member kill, resets, blackhole, drops",
             Scenario::Soak => "mixed random soak",
             Scenario::NegativeControl => "negative control (no fence)",
+            Scenario::RecipesMutantTakeInPlace => "negative control: recipes, take in place",
         }
     }
 }
@@ -254,6 +273,14 @@ fn main() -> anyhow::Result<()> {
                 match scenario {
                     Scenario::RegistryChurn => registry::run(&env).await,
                     Scenario::ConfigWatchers => config::run(&env).await,
+                    Scenario::Recipes => recipes::run(&env).await,
+                    Scenario::RecipesMutantTakeInPlace => {
+                        use coord_core::raw::mutants::{self, Mutant};
+                        mutants::set(Mutant::TakeInPlace, true);
+                        let report = recipes::run(&env).await;
+                        mutants::set(Mutant::TakeInPlace, false);
+                        report
+                    }
                     _ => counter::run(&env, scenario).await,
                 }
             })?;
@@ -263,6 +290,9 @@ fn main() -> anyhow::Result<()> {
                     .violations
                     .iter()
                     .any(|v| v.contains("update was lost") || v.contains("tokens went back"))
+            } else if scenario == Scenario::RecipesMutantTakeInPlace {
+                // The violation it must find: an acknowledged item lost.
+                report.violations.iter().any(|v| v.contains("Lost"))
             } else {
                 report.violations.is_empty() && report.faults > 0 && report.shown_ok
             };
