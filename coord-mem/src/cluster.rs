@@ -49,6 +49,8 @@ pub(crate) struct State {
     sessions: HashMap<u64, SessionData>,
     next_session: u64,
     delete_watches: HashMap<String, Vec<oneshot::Sender<()>>>,
+    /// Every write since [`MemCluster::record_writes`], never compacted.
+    audit: Option<Vec<Event>>,
 }
 
 /// Why a history read failed.
@@ -121,6 +123,9 @@ impl State {
     }
 
     fn record(&mut self, event: Event) {
+        if let Some(audit) = &mut self.audit {
+            audit.push(event.clone());
+        }
         self.history.push_back(event);
         while self.history.len() > HISTORY_LIMIT {
             if let Some(old) = self.history.pop_front() {
@@ -286,6 +291,33 @@ impl MemCluster {
     /// would see).
     pub fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
         self.with(|s| s.range(prefix).map(|(k, _)| k.clone()).collect())
+    }
+
+    /// Starts keeping every write from now on, compaction or not: the ground truth that
+    /// a test judges watch streams against ([`MemCluster::writes`]).
+    pub fn record_writes(&self) {
+        self.with(|s| {
+            s.audit.get_or_insert_with(Vec::new);
+        });
+    }
+
+    /// Every write recorded since [`MemCluster::record_writes`] to a key starting with
+    /// `prefix`, in commit order: its revision, key, and value (`None` for a delete).
+    pub fn writes(&self, prefix: &str) -> Vec<(u64, String, Option<Vec<u8>>)> {
+        self.with(|s| {
+            s.audit
+                .iter()
+                .flatten()
+                .filter(|e| e.key.starts_with(prefix))
+                .map(|e| {
+                    (
+                        e.revision,
+                        e.key.clone(),
+                        e.data.as_ref().map(|d| d.value.clone()),
+                    )
+                })
+                .collect()
+        })
     }
 
     /// Deletes `key` from outside any client, as an operator would (watchers and a

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use coord_core::raw::Counter;
+use coord_core::raw::mutants::{self, Mutant};
 use coord_core::{Error, ErrorKind, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -82,6 +83,7 @@ where
                     }
                     after = rev;
                 }
+                (Err(_compacted), rev) if mutants::active(Mutant::WatchGapSilent) => after = rev,
                 (Err(_compacted), _) => {
                     tracing::debug!(%prefix, after, "coord.mem.watch_resync");
                     if !sink.send(Raw::Resync).await {

@@ -25,17 +25,21 @@ pub enum Mutant {
     TakeInPlace,
     /// A two-phase decision is written whether or not one exists (a plain put).
     DecisionOverwritten,
+    /// The in-memory watch skips history it can no longer read (compacted) without a
+    /// `Resync`: a silent gap.
+    WatchGapSilent,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
         Mutant::TakeUnchecked,
         Mutant::TakeInPlace,
         Mutant::DecisionOverwritten,
+        Mutant::WatchGapSilent,
     ];
 
     fn bit(self) -> u32 {
