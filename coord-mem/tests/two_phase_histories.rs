@@ -31,7 +31,10 @@ const TTL: Duration = Duration::from_millis(400);
 const PARTICIPANTS: [&str; 3] = ["p1", "p2", "p3"];
 
 fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("COORD_HISTORY_SEED").ok().and_then(|s| s.parse().ok()) {
+    if let Some(seed) = std::env::var("COORD_HISTORY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         return vec![seed];
     }
     let n = std::env::var("COORD_HISTORY_SEEDS")
@@ -85,7 +88,7 @@ async fn history(seed: u64) -> Tally {
 
     let mut calls = Vec::new();
     let mut all_votes: Vec<Vec<Vote>> = vec![Vec::new(); TRANSACTIONS];
-    for t in 0..TRANSACTIONS {
+    for (t, votes) in all_votes.iter_mut().enumerate() {
         let name = format!("t{t}");
         let deadline = Duration::from_millis(rng.random_range(200..800));
         for (c, client) in coordinators.iter().enumerate() {
@@ -102,7 +105,7 @@ async fn history(seed: u64) -> Tally {
         }
         for (p, client) in participants.iter().enumerate() {
             let commit = rng.random_bool(0.9);
-            all_votes[t].push(Vote {
+            votes.push(Vote {
                 participant: PARTICIPANTS[p].to_owned(),
                 commit,
                 invoked: at(),
@@ -115,8 +118,7 @@ async fn history(seed: u64) -> Tally {
                 t,
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
-                    let r =
-                        tokio::time::timeout(patience, txn.vote(&actor, commit, deadline)).await;
+                    let r = tokio::time::timeout(patience, txn.vote(&actor, commit, deadline)).await;
                     (actor, false, r.map_err(|_| ()), at())
                 }),
             ));
@@ -207,7 +209,9 @@ async fn history(seed: u64) -> Tally {
             }
         }
         let Some(persisted) = persisted else {
-            tally.violations.push(format!("t{t}: the decision could not be read"));
+            tally
+                .violations
+                .push(format!("t{t}: the decision could not be read"));
             continue;
         };
         record.persisted = persisted;
@@ -238,10 +242,14 @@ fn run_all(label: &str) -> (Vec<String>, String) {
     // Seeds run ten at a time (each on a cluster of its own): a history mostly waits.
     let tallies: Vec<(u64, Tally)> = rt.block_on(async {
         use futures::StreamExt as _;
-        futures::stream::iter(seeds.iter().map(|&seed| async move { (seed, history(seed).await) }))
-            .buffer_unordered(10)
-            .collect()
-            .await
+        futures::stream::iter(
+            seeds
+                .iter()
+                .map(|&seed| async move { (seed, history(seed).await) }),
+        )
+        .buffer_unordered(10)
+        .collect()
+        .await
     });
     for (seed, tally) in tallies {
         total.transactions += tally.transactions;
