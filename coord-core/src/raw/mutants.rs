@@ -28,11 +28,13 @@ pub enum Mutant {
     /// The in-memory watch skips history it can no longer read (compacted) without a
     /// `Resync`: a silent gap.
     WatchGapSilent,
+    /// A double barrier lets a member in before it is full.
+    BarrierEnterEarly,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -40,6 +42,7 @@ impl Mutant {
         Mutant::TakeInPlace,
         Mutant::DecisionOverwritten,
         Mutant::WatchGapSilent,
+        Mutant::BarrierEnterEarly,
     ];
 
     fn bit(self) -> u32 {

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use crate::double_barrier::{DoubleBarrier, Entered};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::validate_segment_name;
+use crate::raw::mutants::{self, Mutant};
 use crate::raw::{EntriesEvent, Member, QueueId, QueueKind};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
@@ -90,7 +91,10 @@ impl DoubleBarrier {
                                 now,
                             ));
                         }
-                        if now.len() >= self.members as usize || now.iter().any(|m| parse(m).0 != ARRIVED) {
+                        if now.len() >= self.members as usize
+                            || now.iter().any(|m| parse(m).0 != ARRIVED)
+                            || mutants::active(Mutant::BarrierEnterEarly)
+                        {
                             return Ok(());
                         }
                         last = now;
