@@ -56,7 +56,11 @@ pub trait Lock: Send + Sync {
     ///
     /// # Errors
     ///
-    /// As [`Lock::lock`].
+    /// `InvalidArgument` for a bad name; `Unavailable` at once — before any request —
+    /// while the session is suspended (connection trouble), and as soon as it becomes
+    /// suspended while trying: a `try_*` never waits out an outage (retry once it
+    /// reconnects; an entry the attempt may have made is removed in the background);
+    /// `Timeout` (one request's deadline); `SessionLost`, `Closed`.
     ///
     /// # Cancel safety
     ///

@@ -71,8 +71,11 @@ impl Transaction {
     /// # Errors
     ///
     /// `InvalidArgument` for an empty, oversized or duplicated participant list;
-    /// `AlreadyExists` when another coordinator runs the transaction; `Fenced` when this
-    /// coordinator lost its lock before deciding (it decided nothing);
+    /// `AlreadyExists` when another coordinator runs the transaction; `Unavailable` at
+    /// once while the session is suspended (like a `try_*`, coordinating does not wait
+    /// out an outage to start); `Fenced` when this coordinator lost its lock and no
+    /// decision was written (it decided nothing — a decision written by an attempt whose
+    /// answer was lost is read and returned instead);
     /// `Unavailable`/`Timeout` — with [`outcome_unknown`](Error::outcome_unknown) when
     /// the decision may have been written (read it with [`Transaction::decision`]);
     /// `Closed`.

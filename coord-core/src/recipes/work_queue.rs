@@ -147,7 +147,9 @@ impl DistributedQueue {
     ///
     /// # Errors
     ///
-    /// As [`DistributedQueue::take`].
+    /// `Unavailable` at once — before any request — while the session is suspended
+    /// (connection trouble), and as soon as it becomes suspended while getting in line:
+    /// it never waits out an outage; otherwise as [`DistributedQueue::take`].
     ///
     /// # Cancel safety
     ///
