@@ -157,6 +157,8 @@ impl Work {
                     }
                 }
                 Work::Queue => {
+                    // Short: a take is cut short before, during or after its removal.
+                    let patience = Duration::from_millis(rng.random_range(0..80));
                     let Ok(queue) = client.queue("q", 10_000) else {
                         return;
                     };
