@@ -77,6 +77,10 @@ pub(crate) struct ClientCore {
     /// returns them before any other item, so a cancelled take loses nothing.
     pub(crate) untaken:
         std::sync::Mutex<std::collections::HashMap<String, std::collections::VecDeque<Vec<u8>>>>,
+    /// Per queue name, held by each of this client's takes from its removal until it
+    /// settled: the next take waits for it, so a stashed item comes before any other.
+    pub(crate) settling:
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
     /// Where to end the session when the last handle is dropped outside the runtime.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -121,6 +125,7 @@ impl Client {
                 members: LocalQueue::default(),
                 wakeups: Default::default(),
                 untaken: Default::default(),
+                settling: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }

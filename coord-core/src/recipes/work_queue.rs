@@ -170,8 +170,10 @@ impl DistributedQueue {
                 return Ok(None);
             };
             let gate = LockGuard::new(self.name.clone(), grant);
-            // An item a dropped take of this client removed meanwhile (stashed before that
-            // take's taker lock was released, so it is seen here).
+            // A take of this client still settling (one whose future was dropped, or whose
+            // taker lock went while its removal's answer was out) finishes first: an item
+            // it removed is stashed, and returned here before any other.
+            let settling = self.settling().lock_owned().await;
             if let Some(item) = self.untaken() {
                 // Released in the background: no await may stand between taking an item
                 // out of the stash and returning it.
@@ -192,6 +194,7 @@ impl DistributedQueue {
             if mutants::active(Mutant::TakeInPlace) {
                 let taken = self.remove_under(&gate, oldest).await;
                 release_gate(gate).await;
+                drop(settling);
                 return taken;
             }
             // From the remove on, the take runs to its end on a task of its own: if this
@@ -207,6 +210,7 @@ impl DistributedQueue {
                         queue.stash(item);
                     }
                     release_gate(gate).await;
+                    drop(settling);
                 }
                 .in_current_span(),
             );
@@ -224,6 +228,19 @@ impl DistributedQueue {
         .instrument(span)
         .await
         .map_err(|e| e.with_operation(op))
+    }
+
+    /// Held by each of this client's takes of the queue from its removal until it settled
+    /// (item returned or stashed).
+    fn settling(&self) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        self.client
+            .core()
+            .settling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.name.clone())
+            .or_default()
+            .clone()
     }
 
     /// The oldest item a dropped take of this client removed, if any.
@@ -284,9 +301,15 @@ impl DistributedQueue {
     }
 
     /// Removes `oldest` under the taker lock `gate`, fenced by it — or, if someone else
-    /// removed it meanwhile, the next oldest; `None` when none is left.
+    /// removed it meanwhile, the next oldest; `None` when none is left. The removal leaves
+    /// a receipt, `<name>/taken/<seq>` holding the gate's token (unique to this take), in
+    /// the same transaction: a removal whose answer was lost is settled by reading it,
+    /// even after the taker lock or the session is gone. The receipt is deleted once the
+    /// take settled.
     async fn remove_under(&self, gate: &LockGuard, mut oldest: Entry) -> Result<Option<Vec<u8>>> {
+        let mine = gate.token().get().to_string().into_bytes();
         loop {
+            let receipt = self.receipt_key(&oldest.key);
             let txn = if mutants::active(Mutant::TakeUnchecked) {
                 Txn::new().delete(oldest.key.clone())
             } else {
@@ -294,9 +317,13 @@ impl DistributedQueue {
                     .fenced_by(gate.fence())
                     .check_version(oldest.key.clone(), oldest.version)
                     .delete(oldest.key.clone())
+                    .put(receipt.clone(), mine.clone())
             };
             match self.client.commit(txn).await {
-                Ok(_) => return Ok(Some(oldest.value)),
+                Ok(_) => {
+                    self.discard_receipt(receipt);
+                    return Ok(Some(oldest.value));
+                }
                 // Removed by someone else (an operator, a client outside the taker
                 // lock): the next one.
                 Err(e) if e.kind() == ErrorKind::VersionMismatch => {
@@ -311,43 +338,93 @@ impl DistributedQueue {
                         "the queue's taker lock was lost (session lost); nothing was taken — call again",
                     ));
                 }
-                Err(e) if e.outcome_unknown() => return self.resolve_unknown(gate, oldest, e).await,
+                Err(e) if e.outcome_unknown() => return self.resolve_unknown(gate, oldest, &mine, e).await,
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// After a remove of unknown outcome: while the taker lock holds, nobody else takes,
-    /// so the item gone means this consumer took it; still there, it is taken again.
-    async fn resolve_unknown(&self, gate: &LockGuard, item: Entry, cause: Error) -> Result<Option<Vec<u8>>> {
-        loop {
-            if gate.state() == HoldState::Lost {
-                return Err(cause.with_outcome_unknown(true));
+    /// The receipt key of the item at `item_key`.
+    fn receipt_key(&self, item_key: &str) -> String {
+        let seq = item_key.rsplit('/').next().unwrap_or_default();
+        format!("{}/taken/{seq}", self.name)
+    }
+
+    /// Deletes a receipt in the background, retried a while (one left behind only takes
+    /// a key).
+    fn discard_receipt(&self, receipt: String) {
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+            for _ in 0..20 {
+                match client.delete(&receipt).await {
+                    Ok(_) => return,
+                    Err(e) if e.kind() == ErrorKind::Closed || !e.is_retryable() => return,
+                    Err(_) => backoff.wait().await,
+                }
             }
-            match self.client.get(&item.key).await {
-                Ok(None) => return Ok(Some(item.value)),
-                Ok(Some(v)) if v.version == item.version => {
+        });
+    }
+
+    /// After a removal of unknown outcome: the receipt says whether it landed (it holds
+    /// `mine`: this take has the item), another take removed the item, or nothing did —
+    /// then, while the taker lock holds, the removal is sent again, and once it is gone
+    /// nothing was taken (a late removal is refused by its fence).
+    async fn resolve_unknown(
+        &self,
+        gate: &LockGuard,
+        item: Entry,
+        mine: &[u8],
+        cause: Error,
+    ) -> Result<Option<Vec<u8>>> {
+        let receipt = self.receipt_key(&item.key);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            let read = async {
+                let receipt_now = self.client.get(&receipt).await?;
+                let item_now = self.client.get(&item.key).await?;
+                Ok::<_, Error>((receipt_now, item_now))
+            };
+            match read.await {
+                Ok((Some(r), _)) if r.value == mine => {
+                    self.discard_receipt(receipt);
+                    return Ok(Some(item.value));
+                }
+                // Taken by another take (this one's removal never landed).
+                Ok((Some(_), _)) => return self.not_taken(),
+                Ok((None, Some(v))) if v.version == item.version => {
+                    if gate.state() == HoldState::Lost {
+                        return Err(Error::new(
+                            ErrorKind::SessionLost,
+                            "the queue's taker lock was lost (session lost); nothing was taken — call again",
+                        ));
+                    }
                     let txn = Txn::new()
                         .fenced_by(gate.fence())
                         .check_version(item.key.clone(), item.version)
-                        .delete(item.key.clone());
+                        .delete(item.key.clone())
+                        .put(receipt.clone(), mine.to_vec());
                     match self.client.commit(txn).await {
-                        Ok(_) => return Ok(Some(item.value)),
+                        Ok(_) => {
+                            self.discard_receipt(receipt);
+                            return Ok(Some(item.value));
+                        }
                         Err(e) if e.outcome_unknown() || e.is_retryable() => {
                             tracing::debug!(error = %e, "coord.queue_take_retry");
                         }
-                        Err(e) if e.kind() == ErrorKind::VersionMismatch => {}
+                        // Gone meanwhile, or the lock went: read again.
+                        Err(e) if matches!(e.kind(), ErrorKind::VersionMismatch | ErrorKind::Fenced) => {}
                         Err(e) => return Err(e.with_outcome_unknown(true)),
                     }
                 }
-                // Replaced under the same key: not this item any more; nothing taken.
-                Ok(Some(_)) => return self.not_taken(),
-                Err(e) if e.is_retryable() => {
-                    tracing::debug!(error = %e, "coord.queue_take_retry");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
+                // Gone or replaced with no receipt of this take: another take removed it
+                // (and settled); nothing was taken here.
+                Ok((None, _)) => return self.not_taken(),
+                Err(e) if e.kind() == ErrorKind::Closed => return Err(cause.with_outcome_unknown(true)),
+                Err(e) if e.is_retryable() => tracing::debug!(error = %e, "coord.queue_take_retry"),
                 Err(e) => return Err(e.with_outcome_unknown(true)),
             }
+            backoff.wait().await;
         }
     }
 
@@ -355,7 +432,7 @@ impl DistributedQueue {
         Err(Error::new(
             ErrorKind::Unavailable,
             format!(
-                "queue {:?}: the item being taken was replaced meanwhile; nothing was taken — call again",
+                "queue {:?}: the item being taken was removed by another consumer meanwhile; nothing was taken — call again",
                 self.name
             ),
         ))

@@ -1,0 +1,1947 @@
+//! Seeded histories on the in-memory backend under a nemesis, judged by `coord-check`.
+//!
+//! One test per recipe family. Each runs `COORD_HISTORY_SEEDS` seeded histories (default
+//! 40; raise it for soak runs); `COORD_HISTORY_SEED=<n>` replays that one seed, and
+//! `COORD_HISTORY_PARALLEL=<n>` sets how many histories run at once (default 8), and
+//! `COORD_HISTORY_DUMP=<dir>` writes a failing queue history there in full. The summary
+//! lines are printed: run with `-- --nocapture` to see them.
+//!
+//! A history: a fresh [`MemCluster`], 3–4 clients with a 300–500 ms session TTL, 2–3
+//! worker tasks per client doing random operations for 1–1.5 s, and a nemesis task. Every
+//! choice comes from `StdRng::seed_from_u64(seed)` (the workers' and the nemesis's
+//! generators are drawn from it). Workers cancel: operations run under
+//! `tokio::time::timeout` with a random, often tiny, limit, so futures are dropped at
+//! random points; guards are sometimes dropped instead of released. The nemesis picks
+//! among: expiring a client's session on the server; suspending a client, briefly or past
+//! its TTL; crashing a client (at most one per history; it is gone and its workers stop);
+//! losing the replies of a client's next 1–3 writes (applied, outcome unknown); delaying
+//! a client's replies for a while; an operator deleting a contender's entry (a holder's
+//! or a waiter's) under the family's directory — for the counter and config family, a key,
+//! recorded as an operation; compacting the event history.
+//!
+//! Replays are not exact: the seed fixes the plan (clients, TTL, duration, each worker's
+//! operations and time limits, the nemesis's actions and pauses), but tokio's scheduling
+//! and the wall clock decide how they interleave, and several histories share one
+//! runtime. A failing seed often fails again, not always: run it a few times, or soak. Every
+//! failure message names its seed and carries the nemesis's log.
+//!
+//! # What is judged
+//!
+//! - **Exclusion** (lock, election, read/write lock, semaphore with 2 permits): ground truth
+//!   is a log of fenced writes. Each holder, once granted, writes 2–4 entries
+//!   `log/<seq>` (`seq` from a counter of the test, taken after the grant) with
+//!   `Txn::fenced_by(fence)`, each naming its holder, token and mode. The log the store
+//!   accepted, read back at the end in key order, is judged by `sections::check`: that
+//!   resolves every write of unknown outcome. An acknowledged write missing from the log,
+//!   or a refused one present, is a violation too. Negative control: the lock family again
+//!   with the fence dropped, under a nemesis of session expiries and operator deletes —
+//!   the checker must catch it in at least one seed.
+//! - **Queue**: pushes of unique values and takes, recorded (`Unknown` for an outcome-unknown
+//!   error or a dropped future). At the end each surviving client takes what is left for
+//!   it (`try_take` until `None`: an item removed for a dropped take goes to the same
+//!   client's next take), and a fresh client drains the rest (what its `try_take` leaves
+//!   because the taker lock is busy is read from the store). Two allowances follow the
+//!   contract. An item a dropped take removed is delivered by a later take of the same
+//!   client, so FIFO is judged from the removal: a take that would break FIFO is folded
+//!   into an unknown take of its client invoked early enough, when there is one (exactly
+//!   what some assignment of dropped takes to deliveries explains; see
+//!   `fold_stashed_takes`). And a crashed client takes its dropped takes' items with it:
+//!   acknowledged values missing at the end are attributed to its unknown takes where
+//!   FIFO and the crash time allow (at most one each, marked `crashed`). `try_take`
+//!   answering `None` is not recorded as seeing the queue empty: it also says so while
+//!   another consumer holds the taker lock. Negative control: a history with one take
+//!   duplicated must be rejected. This family found items lost to dropped takes when
+//!   the session or the taker lock went before a removal's lost answer was settled,
+//!   pinned down by `queue_dropped_take_keeps_its_item_through_session_loss`; a removal
+//!   now leaves a receipt that settles it.
+//! - **Counter and config**: `get`/`add`/`set` on two counters and `get`/`put`/
+//!   `compare_and_set`/`delete` on three config keys, recorded and checked per key for
+//!   linearizability against `Counter` and `Register`. mem's versions are revisions
+//!   (`Version::from_parts(rev, 0)`), so a version maps to its major part. An operator's
+//!   delete of a counter is recorded as `Set(0)` (an absent counter reads 0). Negative
+//!   controls: a counter read changed to an unreachable value, and a config read made
+//!   stale (it returns what a read saw before an acknowledged write that completed before
+//!   it began) must be rejected.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use coord_check::history::{Op, Outcome, Pending, Recorder};
+use coord_check::linearizable::{Checker, Verdict, Violation};
+use coord_check::models::{Counter, CounterOp, CounterRet, Mismatch, Register, RegisterOp, RegisterRet};
+use coord_check::queue::{self, QueueHistory, QueueOp, QueueRet, QueueViolation};
+use coord_check::sections::{self, Admission, LogEntry, Mode};
+use coord_core::prelude::*;
+use coord_core::{Client, Error, ErrorKind, Fence, Leadership, LockGuard, Txn, Version};
+use coord_mem::{MemClient, MemCluster, MemOptions};
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout};
+
+/// Histories per family unless `COORD_HISTORY_SEEDS` says otherwise.
+const DEFAULT_SEEDS: u64 = 40;
+/// Histories run at once unless `COORD_HISTORY_PARALLEL` says otherwise.
+const DEFAULT_PARALLEL: usize = 8;
+/// The fence-dropped mutant runs at most this many seeds in all while it is not caught.
+const MUTANT_MAX_SEEDS: u64 = 200;
+/// A history that takes longer than this is reported as hung.
+const HISTORY_LIMIT: Duration = Duration::from_secs(60);
+/// Every client's namespace.
+const NS: &str = "h";
+/// The lock, election, read/write lock or semaphore of the exclusion families.
+const RES: &str = "res";
+/// The semaphore's permits.
+const PERMITS: u32 = 2;
+/// The queue.
+const QUEUE: &str = "q";
+/// Its maximum (pushes beyond it fail, definitely).
+const QUEUE_MAX: u32 = 40;
+/// The counters and config keys of the counter and config family.
+const COUNTERS: [&str; 2] = ["ctr0", "ctr1"];
+const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+/// The process of the operator's recorded deletes.
+const OPERATOR: u64 = 999_999;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How a failed write ended: `Unknown` when it may have been applied (a lost reply; a
+/// `Closed` client, which mem also answers when it crashed after applying the request),
+/// `Failed` when nothing was written.
+fn write_failure<O>(e: &Error) -> Outcome<O> {
+    if e.outcome_unknown() || e.kind() == ErrorKind::Closed {
+        Outcome::Unknown
+    } else {
+        Outcome::Failed
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// Seeds, runtime, and running many histories
+
+/// Which seeds to run.
+struct Plan {
+    seeds: Vec<u64>,
+    /// `COORD_HISTORY_SEED` replays one seed.
+    replay: bool,
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    match value.trim().parse() {
+        Ok(n) => Some(n),
+        Err(_) => panic!("{name}={value:?} is not a number"),
+    }
+}
+
+fn plan() -> Plan {
+    if let Some(seed) = env_u64("COORD_HISTORY_SEED") {
+        return Plan {
+            seeds: vec![seed],
+            replay: true,
+        };
+    }
+    Plan {
+        seeds: (0..env_u64("COORD_HISTORY_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+        replay: false,
+    }
+}
+
+fn parallel() -> usize {
+    env_u64("COORD_HISTORY_PARALLEL").map_or(DEFAULT_PARALLEL, |n| n.max(1) as usize)
+}
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(f)
+}
+
+/// With `COORD_HISTORY_DUMP=<dir>`, writes `text` to `<dir>/<name>` (a failing
+/// history in full, for a closer look); says where, or nothing.
+fn dump(name: &str, text: impl FnOnce() -> String) -> String {
+    let Ok(dir) = std::env::var("COORD_HISTORY_DUMP") else {
+        return String::new();
+    };
+    let path = std::path::Path::new(&dir).join(name);
+    match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text())) {
+        Ok(()) => format!("\n  history written to {}", path.display()),
+        Err(e) => format!("\n  could not write {}: {e}", path.display()),
+    }
+}
+
+fn replay_hint(seed: u64, test: &str) -> String {
+    format!(
+        "replay: COORD_HISTORY_SEED={seed} cargo test -p coord-mem --test histories {test} -- --nocapture"
+    )
+}
+
+/// Runs `history` for every seed, `parallel()` at a time; results in seed order. A
+/// history that panics or hangs is an `Err` naming what happened.
+async fn run_all<T, F, Fut>(seeds: &[u64], history: F) -> Vec<(u64, Result<T, String>)>
+where
+    T: Send + 'static,
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, String>> + Send + 'static,
+{
+    let gate = Arc::new(tokio::sync::Semaphore::new(parallel()));
+    let history = Arc::new(history);
+    let handles: Vec<(u64, JoinHandle<Result<T, String>>)> = seeds
+        .iter()
+        .map(|&seed| {
+            let (gate, history) = (gate.clone(), history.clone());
+            let task = tokio::spawn(async move {
+                let _permit = gate.acquire_owned().await;
+                match timeout(HISTORY_LIMIT, history(seed)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(format!("the history did not finish within {HISTORY_LIMIT:?}")),
+                }
+            });
+            (seed, task)
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for (seed, handle) in handles {
+        let result = match handle.await {
+            Ok(result) => result,
+            Err(e) => Err(format!("the history's task failed: {e}")),
+        };
+        out.push((seed, result));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// The world of one history: a cluster, its clients, and the nemesis
+
+/// One client of a history.
+struct Node {
+    id: usize,
+    client: Client,
+    mem: MemClient,
+    crashed: AtomicBool,
+}
+
+impl Node {
+    fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+}
+
+struct World {
+    cluster: MemCluster,
+    ttl: Duration,
+    nodes: Vec<Arc<Node>>,
+    start: Instant,
+    deadline: Instant,
+    /// What the nemesis did, for failure messages.
+    log: Mutex<Vec<String>>,
+}
+
+fn connect(cluster: &MemCluster, ttl: Duration) -> Result<Client, String> {
+    MemClient::connect(
+        cluster,
+        MemOptions {
+            namespace: NS.to_owned(),
+            session_ttl: ttl,
+        },
+    )
+    .map_err(|e| format!("connect: {e}"))
+}
+
+impl World {
+    fn new(rng: &mut StdRng) -> Result<Arc<World>, String> {
+        let cluster = MemCluster::new();
+        let ttl = ms(rng.random_range(300..=500));
+        let mut nodes = Vec::new();
+        for id in 0..rng.random_range(3..=4) {
+            let client = connect(&cluster, ttl)?;
+            let mem = client
+                .backend_as::<MemClient>()
+                .ok_or("not a mem client")?
+                .clone();
+            nodes.push(Arc::new(Node {
+                id,
+                client,
+                mem,
+                crashed: AtomicBool::new(false),
+            }));
+        }
+        let start = Instant::now();
+        Ok(Arc::new(World {
+            cluster,
+            ttl,
+            nodes,
+            start,
+            deadline: start + ms(rng.random_range(1000..=1500)),
+            log: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Whether `node`'s workers go on.
+    fn running(&self, node: &Node) -> bool {
+        !node.crashed() && Instant::now() < self.deadline
+    }
+
+    fn live(&self) -> Vec<Arc<Node>> {
+        self.nodes.iter().filter(|n| !n.crashed()).cloned().collect()
+    }
+
+    fn note(&self, what: String) {
+        let at = self.start.elapsed().as_millis();
+        lock(&self.log).push(format!("+{at}ms {what}"));
+    }
+
+    fn nemesis_log(&self) -> String {
+        let log = lock(&self.log);
+        if log.is_empty() {
+            "(nothing)".to_owned()
+        } else {
+            log.join("; ")
+        }
+    }
+
+    /// Heals every fault and waits (bounded) until the crashed client's session is gone.
+    async fn settle(&self) {
+        for node in &self.nodes {
+            node.mem.resume();
+            node.mem.lose_replies(0);
+            node.mem.delay_replies(Duration::ZERO);
+        }
+        let live = self.live().len();
+        let until = Instant::now() + self.ttl * 3;
+        while self.cluster.session_count() > live && Instant::now() < until {
+            sleep(ms(20)).await;
+        }
+    }
+
+    /// Waits for the workers; one that panicked or does not end is a harness failure.
+    async fn join(&self, workers: Vec<JoinHandle<()>>) -> Result<(), String> {
+        let until = Instant::now() + self.ttl * 4 + ms(3000);
+        let mut problems = Vec::new();
+        for worker in workers {
+            let abort = worker.abort_handle();
+            match tokio::time::timeout_at(until, worker).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => problems.push(format!("a worker failed: {e}")),
+                Err(_) => {
+                    abort.abort();
+                    problems.push("a worker was still running long after the deadline".to_owned());
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} (nemesis: {})",
+                problems.join("; "),
+                self.nemesis_log()
+            ))
+        }
+    }
+}
+
+/// The nemesis's mix.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Profile {
+    /// Every fault.
+    Full,
+    /// Only what takes a grant away from a holder: session expiries and operator deletes.
+    HolderLoss,
+}
+
+/// An operator's action on the store; returns what it did.
+type Operator = Box<dyn Fn(&World, &mut StdRng) -> Option<String> + Send + Sync>;
+
+struct Nemesis {
+    profile: Profile,
+    operator: Operator,
+    /// Told the id of the client it crashed, right after the crash.
+    on_crash: Box<dyn Fn(usize) + Send + Sync>,
+}
+
+/// An operator deleting one of the keys under `dir` (a holder's or a waiter's entry).
+fn delete_entry_under(dir: String) -> Operator {
+    Box::new(move |world, rng| {
+        let keys = world.cluster.keys_with_prefix(&dir);
+        let key = keys.choose(rng)?;
+        let existed = world.cluster.delete_key(key);
+        Some(format!(
+            "operator deletes {key}{}",
+            if existed { "" } else { " (already gone)" }
+        ))
+    })
+}
+
+async fn run_nemesis(world: Arc<World>, mut rng: StdRng, nemesis: Nemesis) {
+    let mut crashed_one = false;
+    let mut delayed: Vec<(Arc<Node>, Instant)> = Vec::new();
+    loop {
+        let pause = match nemesis.profile {
+            Profile::Full => rng.random_range(15..120),
+            Profile::HolderLoss => rng.random_range(10..60),
+        };
+        sleep(ms(pause)).await;
+        let now = Instant::now();
+        delayed.retain(|(node, until)| {
+            let over = *until <= now;
+            if over {
+                node.mem.delay_replies(Duration::ZERO);
+            }
+            !over
+        });
+        if now >= world.deadline {
+            break;
+        }
+        let live = world.live();
+        let Some(node) = live.choose(&mut rng).cloned() else {
+            break;
+        };
+        let c = node.id;
+        let roll = rng.random_range(0..100);
+        let what = match (nemesis.profile, roll) {
+            (Profile::HolderLoss, 0..50) | (Profile::Full, 0..15) => {
+                let expired = node.mem.expire_session();
+                Some(format!(
+                    "expire c{c}'s session{}",
+                    if expired { "" } else { " (none)" }
+                ))
+            }
+            (Profile::HolderLoss, _) => (nemesis.operator)(&world, &mut rng),
+            (Profile::Full, 15..30) => {
+                let d = ms(rng.random_range(20..150));
+                node.mem.suspend(d);
+                Some(format!("suspend c{c} for {d:?}"))
+            }
+            (Profile::Full, 30..38) => {
+                let d = world.ttl + ms(rng.random_range(50..250));
+                node.mem.suspend(d);
+                Some(format!("suspend c{c} for {d:?}, past its TTL"))
+            }
+            (Profile::Full, 38..42) if !crashed_one && live.len() >= 3 => {
+                crashed_one = true;
+                node.crashed.store(true, Ordering::SeqCst);
+                node.mem.crash();
+                (nemesis.on_crash)(c);
+                Some(format!("crash c{c}"))
+            }
+            (Profile::Full, 42..58) => {
+                let n = rng.random_range(1..=3);
+                node.mem.lose_replies(n);
+                Some(format!("lose c{c}'s next {n} write replies"))
+            }
+            (Profile::Full, 58..70) => {
+                let d = ms(rng.random_range(1..15));
+                let until = now + ms(rng.random_range(50..300));
+                node.mem.delay_replies(d);
+                delayed.push((node.clone(), until));
+                Some(format!("delay c{c}'s replies by {d:?} for a while"))
+            }
+            (Profile::Full, 70..90) => (nemesis.operator)(&world, &mut rng),
+            (Profile::Full, _) => {
+                world.cluster.compact();
+                Some("compact".to_owned())
+            }
+        };
+        if let Some(what) = what {
+            world.note(what);
+        }
+    }
+    for (node, _) in delayed {
+        node.mem.delay_replies(Duration::ZERO);
+    }
+}
+
+/// A compact account of a linearizability violation (the end of the longest prefix, the
+/// operation that could not be placed, and the candidates).
+fn describe<M: Debug, I: Debug, O: Debug>(v: &Violation<M>, history: &[Op<I, O>]) -> String {
+    let show = |i: usize| match history.get(i) {
+        Some(op) => format!(
+            "#{i} p{} [{}..{}] {:?} -> {:?}",
+            op.process,
+            op.invoke,
+            op.complete.map_or_else(|| "?".to_owned(), |c| c.to_string()),
+            op.input,
+            op.outcome
+        ),
+        None => format!("#{i}"),
+    };
+    let mut out = format!("longest linearizable prefix: {} ops, ending", v.linearized.len());
+    for &i in v.linearized.iter().rev().take(6).rev() {
+        out.push_str(&format!("\n      {}", show(i)));
+    }
+    out.push_str(&format!("\n    state after it: {:?}", v.state));
+    if let Some(b) = v.blocked {
+        out.push_str(&format!("\n    cannot place before it completes: {}", show(b)));
+    }
+    out.push_str("\n    candidates:");
+    for &i in v.candidates.iter().take(8) {
+        out.push_str(&format!("\n      {}", show(i)));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Exclusion: lock, election, read/write lock, semaphore
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Lock,
+    Election,
+    RwLock,
+    Semaphore,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Election => "election",
+            Kind::RwLock => "rw_lock",
+            Kind::Semaphore => "semaphore",
+        }
+    }
+
+    /// The backend directory of its contenders (see `QueueKind::dir`).
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Lock => "locks",
+            Kind::Election => "elections",
+            Kind::RwLock => "rwlocks",
+            Kind::Semaphore => "semaphores",
+        }
+    }
+
+    fn admission(self) -> Admission {
+        match self {
+            Kind::Lock | Kind::Election => Admission::Exclusive,
+            Kind::RwLock => Admission::ReadWrite,
+            Kind::Semaphore => Admission::Permits(PERMITS as usize),
+        }
+    }
+}
+
+/// A grant: a lock guard (lock, read/write lock, semaphore lease) or a leadership.
+enum Held {
+    Guard(LockGuard),
+    Leader(Leadership),
+}
+
+impl Held {
+    fn fence(&self) -> Fence {
+        match self {
+            Held::Guard(g) => g.fence(),
+            Held::Leader(l) => l.fence(),
+        }
+    }
+
+    fn token(&self) -> u64 {
+        match self {
+            Held::Guard(g) => g.token().get(),
+            Held::Leader(l) => l.token().get(),
+        }
+    }
+
+    async fn release(self) -> coord_core::Result<()> {
+        match self {
+            Held::Guard(g) => g.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+async fn acquire(
+    client: &Client,
+    kind: Kind,
+    mode: Mode,
+    holder: &str,
+    wait: bool,
+) -> coord_core::Result<Option<Held>> {
+    let guard = |g: coord_core::Result<LockGuard>| g.map(|g| Some(Held::Guard(g)));
+    let maybe = |g: coord_core::Result<Option<LockGuard>>| g.map(|g| g.map(Held::Guard));
+    match (kind, mode, wait) {
+        (Kind::Lock, _, true) => guard(client.lock(RES).await),
+        (Kind::Lock, _, false) => maybe(client.try_lock(RES).await),
+        (Kind::Election, _, _) => client
+            .campaign(RES, holder.as_bytes().to_vec())
+            .await
+            .map(|l| Some(Held::Leader(l))),
+        (Kind::RwLock, Mode::Shared, true) => guard(client.rw_lock(RES)?.read().await),
+        (Kind::RwLock, Mode::Shared, false) => maybe(client.rw_lock(RES)?.try_read().await),
+        (Kind::RwLock, Mode::Exclusive, true) => guard(client.rw_lock(RES)?.write().await),
+        (Kind::RwLock, Mode::Exclusive, false) => maybe(client.rw_lock(RES)?.try_write().await),
+        (Kind::Semaphore, _, true) => guard(client.semaphore(RES, PERMITS)?.acquire().await),
+        (Kind::Semaphore, _, false) => maybe(client.semaphore(RES, PERMITS)?.try_acquire().await),
+    }
+}
+
+/// What the workers of one exclusion history share.
+#[derive(Default)]
+struct ExclShared {
+    next_seq: AtomicU64,
+    ops: AtomicU64,
+    unknown: AtomicU64,
+    grants: AtomicU64,
+    /// Log writes refused because the grant was gone.
+    fenced: AtomicU64,
+    /// Log writes the store acknowledged.
+    acked: Mutex<BTreeSet<u64>>,
+    /// Log writes the store refused (nothing written).
+    refused: Mutex<BTreeSet<u64>>,
+}
+
+/// One exclusion history's result.
+struct ExclRun {
+    ops: u64,
+    unknown: u64,
+    grants: u64,
+    fenced: u64,
+    entries: usize,
+    /// What `sections::check` reported.
+    violations: Vec<String>,
+    /// Acknowledged writes missing from the log, refused ones in it.
+    log_violations: Vec<String>,
+    nemesis: String,
+}
+
+async fn excl_worker(
+    world: Arc<World>,
+    node: Arc<Node>,
+    w: usize,
+    kind: Kind,
+    fenced: bool,
+    mut rng: StdRng,
+    shared: Arc<ExclShared>,
+) {
+    let holder = format!("c{}w{w}", node.id);
+    while world.running(&node) {
+        let mode = if kind == Kind::RwLock && rng.random_bool(0.6) {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        let wait = kind == Kind::Election || rng.random_bool(0.7);
+        let limit = if rng.random_bool(0.3) {
+            ms(rng.random_range(0..4))
+        } else {
+            ms(rng.random_range(20..400))
+        };
+        shared.ops.fetch_add(1, Ordering::Relaxed);
+        let held = match timeout(limit, acquire(&node.client, kind, mode, &holder, wait)).await {
+            Ok(Ok(Some(held))) => held,
+            // Busy, failed (session lost, suspended...) or dropped at a random point.
+            _ => {
+                sleep(ms(rng.random_range(0..8))).await;
+                continue;
+            }
+        };
+        shared.grants.fetch_add(1, Ordering::Relaxed);
+        let token = held.token();
+        let tag = if mode == Mode::Shared { 'S' } else { 'X' };
+        for _ in 0..rng.random_range(2..=4) {
+            if node.crashed() {
+                break;
+            }
+            // Taken after the grant and before the write: accepted writes of successive
+            // holders get increasing numbers, so the log's key order is the store's.
+            let seq = shared.next_seq.fetch_add(1, Ordering::SeqCst);
+            let txn = if fenced {
+                Txn::new().fenced_by(held.fence())
+            } else {
+                Txn::new()
+            };
+            let txn = txn.put(format!("log/{seq:020}"), format!("{holder} {token} {tag}"));
+            let limit = if rng.random_bool(0.15) {
+                ms(rng.random_range(0..3))
+            } else {
+                ms(300)
+            };
+            shared.ops.fetch_add(1, Ordering::Relaxed);
+            match timeout(limit, node.client.commit(txn)).await {
+                Ok(Ok(_)) => {
+                    lock(&shared.acked).insert(seq);
+                }
+                Ok(Err(e)) => match write_failure::<()>(&e) {
+                    Outcome::Unknown => {
+                        shared.unknown.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        lock(&shared.refused).insert(seq);
+                        if e.kind() == ErrorKind::Fenced {
+                            shared.fenced.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                },
+                Err(_) => {
+                    shared.unknown.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            sleep(ms(rng.random_range(1..15))).await;
+        }
+        if rng.random_bool(0.75) {
+            let limit = if rng.random_bool(0.3) {
+                ms(rng.random_range(0..3))
+            } else {
+                ms(500)
+            };
+            let _ = timeout(limit, held.release()).await;
+        } else {
+            drop(held);
+        }
+        sleep(ms(rng.random_range(0..10))).await;
+    }
+}
+
+fn parse_entry(key: &str, value: &[u8]) -> Result<(u64, LogEntry), String> {
+    let bad = || format!("log key {key:?} holds {:?}", text(value));
+    let seq = key
+        .strip_prefix("log/")
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    let value = text(value);
+    let parts: Vec<&str> = value.split(' ').collect();
+    let [holder, token, tag] = parts[..] else {
+        return Err(bad());
+    };
+    let token = token.parse().map_err(|_| bad())?;
+    let mode = match tag {
+        "X" => Mode::Exclusive,
+        "S" => Mode::Shared,
+        _ => return Err(bad()),
+    };
+    Ok((seq, LogEntry::new(holder, token, mode)))
+}
+
+/// The log as the store holds it, in key order, read by a fresh client.
+async fn read_log(world: &World) -> Result<Vec<(u64, LogEntry)>, String> {
+    let reader = connect(&world.cluster, world.ttl)?;
+    let entries = reader
+        .list("log")
+        .await
+        .map_err(|e| format!("reading the log: {e}"))?;
+    let _ = reader.close().await;
+    entries.iter().map(|e| parse_entry(&e.key, &e.value)).collect()
+}
+
+async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRun, String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let world = World::new(&mut rng)?;
+    let nemesis_rng = StdRng::from_rng(&mut rng);
+    let shared = Arc::new(ExclShared::default());
+    let mut workers = Vec::new();
+    for node in &world.nodes {
+        for w in 0..rng.random_range(2..=3) {
+            workers.push(tokio::spawn(excl_worker(
+                world.clone(),
+                node.clone(),
+                w,
+                kind,
+                fenced,
+                StdRng::from_rng(&mut rng),
+                shared.clone(),
+            )));
+        }
+    }
+    let nemesis = Nemesis {
+        profile: if fenced {
+            Profile::Full
+        } else {
+            Profile::HolderLoss
+        },
+        operator: delete_entry_under(format!("{NS}/{}/{RES}/", kind.dir())),
+        on_crash: Box::new(|_| {}),
+    };
+    tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
+        .await
+        .map_err(|e| format!("the nemesis failed: {e}"))?;
+    world.settle().await;
+    world.join(workers).await?;
+
+    let log = read_log(&world).await?;
+    let entries: Vec<LogEntry> = log.iter().map(|(_, e)| e.clone()).collect();
+    let report = sections::check(kind.admission(), &entries);
+    let in_log: BTreeSet<u64> = log.iter().map(|(seq, _)| *seq).collect();
+    let mut log_violations = Vec::new();
+    for seq in lock(&shared.acked).iter().filter(|s| !in_log.contains(s)) {
+        log_violations.push(format!("acknowledged write log/{seq:020} is not in the log"));
+    }
+    for seq in lock(&shared.refused).iter().filter(|s| in_log.contains(s)) {
+        log_violations.push(format!("refused write log/{seq:020} is in the log"));
+    }
+    Ok(ExclRun {
+        ops: shared.ops.load(Ordering::Relaxed),
+        unknown: shared.unknown.load(Ordering::Relaxed),
+        grants: shared.grants.load(Ordering::Relaxed),
+        fenced: shared.fenced.load(Ordering::Relaxed),
+        entries: entries.len(),
+        violations: report.violations.iter().map(ToString::to_string).collect(),
+        log_violations,
+        nemesis: world.nemesis_log(),
+    })
+}
+
+/// Runs a family's histories, and for the lock the fence-dropped mutant.
+fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
+    let plan = plan();
+    let started = std::time::Instant::now();
+    let mut failures: Vec<String> = Vec::new();
+    let (mut ops, mut unknown, mut violating) = (0, 0, 0);
+    let (mut grants, mut fenced, mut entries) = (0, 0, 0);
+    let mut mutant_line = String::new();
+    block_on(async {
+        for (seed, run) in run_all(&plan.seeds, move |seed| exclusion_history(seed, kind, true)).await {
+            let run = match run {
+                Ok(run) => run,
+                Err(e) => {
+                    failures.push(format!(
+                        "seed {seed}: {}: {e}\n  {}",
+                        kind.label(),
+                        replay_hint(seed, test)
+                    ));
+                    continue;
+                }
+            };
+            ops += run.ops;
+            unknown += run.unknown;
+            grants += run.grants;
+            fenced += run.fenced;
+            entries += run.entries;
+            if !run.violations.is_empty() || !run.log_violations.is_empty() {
+                violating += 1;
+                failures.push(format!(
+                    "seed {seed}: the {} log breaks exclusion ({:?}):\n    {}\n  nemesis: {}\n  {}",
+                    kind.label(),
+                    kind.admission(),
+                    run.violations
+                        .iter()
+                        .chain(&run.log_violations)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("\n    "),
+                    run.nemesis,
+                    replay_hint(seed, test)
+                ));
+            }
+        }
+        if mutant {
+            let (mut caught, mut tried) = (0, 0);
+            let mut seeds = plan.seeds.clone();
+            let mut next = seeds.iter().max().map_or(0, |s| s + 1);
+            loop {
+                for (seed, run) in run_all(&seeds, move |seed| exclusion_history(seed, kind, false)).await {
+                    tried += 1;
+                    match run {
+                        Ok(run) if !run.violations.is_empty() => caught += 1,
+                        Ok(_) => {}
+                        Err(e) => failures.push(format!(
+                            "seed {seed}: {} fence-dropped mutant: {e}\n  {}",
+                            kind.label(),
+                            replay_hint(seed, test)
+                        )),
+                    }
+                }
+                if caught > 0 || plan.replay || tried >= MUTANT_MAX_SEEDS {
+                    break;
+                }
+                seeds = (next..next + parallel() as u64).collect();
+                next += parallel() as u64;
+            }
+            if caught == 0 && !plan.replay {
+                failures.push(format!(
+                    "the fence-dropped mutant of the {} was never caught in {tried} seeds: the checker or the nemesis is blind",
+                    kind.label()
+                ));
+            }
+            mutant_line = format!("; mutant fence-dropped caught in {caught}/{tried}");
+        }
+    });
+    println!(
+        "histories {}: {} seeds, {ops} ops, {unknown} unknown, {violating} violations; {grants} grants, \
+         {entries} log entries, {fenced} writes fenced off{mutant_line}; {:.1}s",
+        kind.label(),
+        plan.seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn lock_histories() {
+    exclusion_family(Kind::Lock, "lock_histories", true);
+}
+
+#[test]
+fn election_histories() {
+    exclusion_family(Kind::Election, "election_histories", false);
+}
+
+#[test]
+fn rw_lock_histories() {
+    exclusion_family(Kind::RwLock, "rw_lock_histories", false);
+}
+
+#[test]
+fn semaphore_histories() {
+    exclusion_family(Kind::Semaphore, "semaphore_histories", false);
+}
+
+// ---------------------------------------------------------------------------------------
+// Queue
+
+type QueueRecorder = Recorder<QueueOp<String>, QueueRet<String>>;
+type QueueOpRecord = Op<QueueOp<String>, QueueRet<String>>;
+
+/// A queue history being recorded, with why each unknown operation is unknown.
+#[derive(Clone, Default)]
+struct QueueLog {
+    rec: QueueRecorder,
+    reasons: Arc<Mutex<BTreeMap<usize, &'static str>>>,
+}
+
+impl QueueLog {
+    fn invoke(&self, process: u64, op: QueueOp<String>) -> Pending {
+        self.rec.invoke(process, op)
+    }
+
+    /// Completes `t` with what `result` (`Err`: the time limit ran out) says.
+    fn finish<T>(
+        &self,
+        t: Pending,
+        result: Result<coord_core::Result<T>, tokio::time::error::Elapsed>,
+        ok: impl FnOnce(T) -> Outcome<QueueRet<String>>,
+    ) {
+        let (outcome, reason) = match result {
+            Ok(Ok(value)) => (ok(value), None),
+            Ok(Err(e)) => {
+                let reason = if e.kind() == ErrorKind::Closed {
+                    "closed"
+                } else {
+                    "returned outcome unknown"
+                };
+                (write_failure(&e), Some(reason))
+            }
+            Err(_) => (Outcome::Unknown, Some("dropped")),
+        };
+        if outcome == Outcome::Unknown
+            && let Some(reason) = reason
+        {
+            lock(&self.reasons).insert(t.index(), reason);
+        }
+        self.rec.complete(t, outcome);
+    }
+}
+
+/// The process of worker `w` of client `c` (the client is `process / 100`).
+fn pid(client: usize, w: usize) -> u64 {
+    (client * 100 + w) as u64
+}
+
+fn client_of(process: u64) -> u64 {
+    process / 100
+}
+
+fn took(taken: Option<Vec<u8>>) -> Outcome<QueueRet<String>> {
+    match taken {
+        Some(item) => Outcome::Ok(QueueRet::Took(text(&item))),
+        // Also the answer while another consumer holds the taker lock: not a sighting of
+        // an empty queue, and nothing was taken.
+        None => Outcome::Failed,
+    }
+}
+
+async fn queue_worker(
+    world: Arc<World>,
+    node: Arc<Node>,
+    process: u64,
+    producer: bool,
+    mut rng: StdRng,
+    rec: QueueLog,
+) {
+    let Ok(queue) = node.client.queue(QUEUE, QUEUE_MAX) else {
+        return;
+    };
+    let mut n = 0;
+    while world.running(&node) {
+        let limit = if rng.random_bool(0.3) {
+            ms(rng.random_range(0..5))
+        } else {
+            ms(rng.random_range(20..300))
+        };
+        if producer {
+            let value = format!("p{process}n{n}");
+            n += 1;
+            let t = rec.invoke(process, QueueOp::Push(value.clone()));
+            let pushed = timeout(limit, queue.push(value.into_bytes())).await;
+            rec.finish(t, pushed, |_| Outcome::Ok(QueueRet::Pushed));
+            sleep(ms(rng.random_range(2..20))).await;
+        } else {
+            let t = rec.invoke(process, QueueOp::Take);
+            let taken = if rng.random_bool(0.6) {
+                timeout(limit, queue.take()).await.map(|r| r.map(Some))
+            } else {
+                timeout(limit, queue.try_take()).await
+            };
+            rec.finish(t, taken, took);
+            sleep(ms(rng.random_range(0..10))).await;
+        }
+    }
+}
+
+/// A surviving client's last takes: whatever its dropped takes removed comes first. Goes
+/// on (a while) until two rounds in a row took nothing, so that the removals of dropped
+/// takes still running in the background have handed their items over.
+async fn final_takes(node: &Node, rec: &QueueLog) -> Result<(), String> {
+    let queue = node.client.queue(QUEUE, QUEUE_MAX).map_err(|e| e.to_string())?;
+    let process = pid(node.id, 99);
+    let mut idle = 0;
+    for _round in 0..10 {
+        let mut took_some = false;
+        loop {
+            let t = rec.invoke(process, QueueOp::Take);
+            let taken = timeout(ms(2000), queue.try_take()).await;
+            let more = matches!(taken, Ok(Ok(Some(_))));
+            rec.finish(t, taken, took);
+            if !more {
+                break;
+            }
+            took_some = true;
+        }
+        idle = if took_some { 0 } else { idle + 1 };
+        if idle == 2 {
+            break;
+        }
+        sleep(ms(150)).await;
+    }
+    Ok(())
+}
+
+/// What is left, head first: drained by a fresh client, then (what its `try_take` left
+/// while the taker lock was busy) read from the store.
+async fn drain(world: &World) -> Result<Vec<String>, String> {
+    let drainer = connect(&world.cluster, world.ttl)?;
+    let queue = drainer.queue(QUEUE, QUEUE_MAX).map_err(|e| e.to_string())?;
+    let mut remaining = Vec::new();
+    while let Some(item) = queue.try_take().await.map_err(|e| format!("draining: {e}"))? {
+        remaining.push(text(&item));
+    }
+    let prefix = format!("{QUEUE}/items/");
+    let left = drainer
+        .list(&format!("{QUEUE}/items"))
+        .await
+        .map_err(|e| format!("listing the queue: {e}"))?;
+    for entry in left {
+        let seq = entry.key.strip_prefix(&prefix).unwrap_or_default();
+        if seq.len() == 20 && seq.bytes().all(|b| b.is_ascii_digit()) {
+            remaining.push(text(&entry.value));
+        }
+    }
+    let _ = drainer.close().await;
+    Ok(remaining)
+}
+
+/// Where a value's take may lie for FIFO among its producer's values (those whose push
+/// completed before its push was invoked are earlier, those pushed after its push
+/// completed are later).
+#[derive(Default)]
+struct FifoWindow {
+    /// The earliest completion of a take of a later value: a take of this value invoked
+    /// after it breaks FIFO.
+    invoked_by: Option<u64>,
+    /// The latest invocation of a take of an earlier value: a take of this value that
+    /// completed before it breaks FIFO.
+    completed_after: Option<u64>,
+    /// An earlier value remained in the queue: taking this one breaks FIFO.
+    behind_remaining: bool,
+}
+
+fn fifo_windows(history: &QueueHistory<String>) -> BTreeMap<String, FifoWindow> {
+    let ops = &history.ops;
+    let mut takes: BTreeMap<&String, &QueueOpRecord> = BTreeMap::new();
+    for op in ops {
+        if let Outcome::Ok(QueueRet::Took(v)) = &op.outcome {
+            takes.insert(v, op);
+        }
+    }
+    let remaining: BTreeSet<&String> = history.remaining.iter().collect();
+    let mut pushes: BTreeMap<u64, Vec<(&QueueOpRecord, &String)>> = BTreeMap::new();
+    for op in ops {
+        if let QueueOp::Push(v) = &op.input {
+            pushes.entry(op.process).or_default().push((op, v));
+        }
+    }
+    let mut windows = BTreeMap::new();
+    for values in pushes.values() {
+        for &(push, v) in values {
+            let mut window = FifoWindow::default();
+            for &(other, w) in values {
+                if push.precedes(other) {
+                    if let Some(done) = takes.get(w).and_then(|t| t.complete) {
+                        window.invoked_by = Some(window.invoked_by.map_or(done, |b| b.min(done)));
+                    }
+                } else if other.precedes(push) {
+                    if let Some(take) = takes.get(w) {
+                        let at = take.invoke;
+                        window.completed_after = Some(window.completed_after.map_or(at, |b| b.max(at)));
+                    }
+                    window.behind_remaining |= remaining.contains(w);
+                }
+            }
+            windows.insert(v.clone(), window);
+        }
+    }
+    windows
+}
+
+/// Folds `Ok` takes into the same client's unknown takes where FIFO needs it. An item a
+/// dropped take removed goes to a later take of the same client, so the value's take
+/// spans from the dropped take's invocation to the delivery. A take delivering value `a`
+/// needs that only when it was invoked after a take of a later value of `a`'s producer
+/// completed; it is then folded into an unused unknown take of its client invoked no later
+/// than that (most constrained first, which finds a fold for every take if any
+/// assignment does). Only FIFO depends on when takes were invoked, so this accepts
+/// exactly what some assignment of dropped takes to deliveries explains. Returns how many
+/// were folded.
+fn fold_stashed_takes(history: &mut QueueHistory<String>) -> usize {
+    let windows = fifo_windows(history);
+    let ops = &mut history.ops;
+    let mut needy: Vec<(u64, usize)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match &op.outcome {
+            Outcome::Ok(QueueRet::Took(v)) => {
+                let bound = windows.get(v)?.invoked_by?;
+                (bound < op.invoke).then_some((bound, i))
+            }
+            _ => None,
+        })
+        .collect();
+    needy.sort_unstable();
+    let mut unknown: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        if op.input == QueueOp::Take && op.outcome == Outcome::Unknown {
+            unknown.entry(client_of(op.process)).or_default().push(i);
+        }
+    }
+    let mut folded = 0;
+    for (bound, t) in needy {
+        let Some(pending) = unknown.get_mut(&client_of(ops[t].process)) else {
+            continue;
+        };
+        // Recorded in invocation order: the oldest unused one, if early enough.
+        if pending.first().is_some_and(|&u| ops[u].invoke <= bound) {
+            let u = pending.remove(0);
+            ops[u].outcome = ops[t].outcome.clone();
+            ops[u].complete = ops[t].complete;
+            ops[t].outcome = Outcome::Failed;
+            folded += 1;
+        }
+    }
+    folded
+}
+
+/// Attributes acknowledged values missing at the end to the crashed clients' unknown
+/// takes (at most one value each), marked `crashed` and completed at the crash — only
+/// where it fits: the client crashed after the value's push was invoked; the take was
+/// invoked before any take of a later value of its producer completed (a take invoked
+/// before the push may have waited for it); no earlier value of its producer remained,
+/// and every take of one was invoked before the crash. What cannot be attributed stays
+/// lost. Returns how many were attributed.
+fn attribute_to_crashed(history: &mut QueueHistory<String>, crashes: &BTreeMap<u64, u64>) -> usize {
+    let windows = fifo_windows(history);
+    let ops = &history.ops;
+    let mut delivered: BTreeSet<&String> = history.remaining.iter().collect();
+    for op in ops {
+        if let Outcome::Ok(QueueRet::Took(v)) = &op.outcome {
+            delivered.insert(v);
+        }
+    }
+    // Missing values: when they were pushed, and their FIFO window.
+    let mut missing: Vec<(String, u64, &FifoWindow)> = ops
+        .iter()
+        .filter_map(|op| match (&op.input, &op.outcome) {
+            (QueueOp::Push(v), Outcome::Ok(_)) if !delivered.contains(v) => {
+                let window = windows.get(v)?;
+                (!window.behind_remaining).then(|| (v.clone(), op.invoke, window))
+            }
+            _ => None,
+        })
+        .collect();
+    missing.sort_by_key(|(_, _, w)| w.invoked_by.unwrap_or(u64::MAX));
+    let mut candidates: Vec<(usize, u64)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| {
+            let crash = *crashes.get(&client_of(op.process))?;
+            (op.input == QueueOp::Take && op.outcome == Outcome::Unknown && op.invoke < crash)
+                .then_some((i, crash))
+        })
+        .collect();
+    let mut attributions = Vec::new();
+    for (value, pushed, window) in missing {
+        let fits = candidates.iter().position(|&(i, crash)| {
+            crash > pushed
+                && window.invoked_by.is_none_or(|by| ops[i].invoke <= by)
+                && window.completed_after.is_none_or(|after| crash >= after)
+        });
+        if let Some(k) = fits {
+            attributions.push((candidates.remove(k), value));
+        }
+    }
+    let attributed = attributions.len();
+    for ((i, crash), value) in attributions {
+        history.ops[i].outcome = Outcome::Ok(QueueRet::Took(value));
+        history.ops[i].complete = Some(crash);
+        history.crashed.insert(i);
+    }
+    attributed
+}
+
+/// The values a violation names.
+fn named_values(v: &QueueViolation<String>) -> Vec<&String> {
+    match v {
+        QueueViolation::Malformed { .. } => Vec::new(),
+        QueueViolation::TakenTwice { value, .. }
+        | QueueViolation::NotPushed { value, .. }
+        | QueueViolation::Lost { value, .. }
+        | QueueViolation::TakenAndRemaining { value, .. }
+        | QueueViolation::RemainingTwice { value }
+        | QueueViolation::EmptyWhileHolding { value, .. } => vec![value],
+        QueueViolation::Fifo { first, second } => vec![first, second],
+    }
+}
+
+/// Every operation that pushed or took a value the violations name (as recorded, and as
+/// judged after folding and attribution), and where the value remained.
+fn queue_context(
+    recorded: &[QueueOpRecord],
+    judged: &QueueHistory<String>,
+    violations: &[QueueViolation<String>],
+    reasons: &BTreeMap<usize, &'static str>,
+) -> String {
+    let values: BTreeSet<&String> = violations.iter().flat_map(named_values).collect();
+    let show = |op: &QueueOpRecord| {
+        format!(
+            "p{} [{}..{}] {:?} -> {:?}",
+            op.process,
+            op.invoke,
+            op.complete.map_or_else(|| "?".to_owned(), |c| c.to_string()),
+            op.input,
+            op.outcome
+        )
+    };
+    let names = |op: &QueueOpRecord| match (&op.input, &op.outcome) {
+        (QueueOp::Push(v), _) | (_, Outcome::Ok(QueueRet::Took(v))) => values.contains(v),
+        _ => false,
+    };
+    let mut out = String::new();
+    for (i, (before, after)) in recorded.iter().zip(&judged.ops).enumerate() {
+        if names(before) || names(after) {
+            out.push_str(&format!("\n    #{i} {}", show(before)));
+            if before != after {
+                out.push_str(&format!("\n       judged as {}", show(after)));
+            }
+        }
+    }
+    for (position, value) in judged.remaining.iter().enumerate() {
+        if values.contains(value) {
+            out.push_str(&format!("\n    {value:?} remained at position {position}"));
+        }
+    }
+    // A lost value: the takes that may have removed it are the unknown ones invoked after
+    // its push (folded or not: one that lost its item leaves the next take to fold into).
+    for violation in violations {
+        let QueueViolation::Lost { value, push } = violation else {
+            continue;
+        };
+        out.push_str(&format!(
+            "\n    the first unknown takes after {value:?} was pushed:"
+        ));
+        let suspects = recorded.iter().enumerate().filter(|(_, op)| {
+            op.input == QueueOp::Take && op.outcome == Outcome::Unknown && op.invoke > recorded[*push].invoke
+        });
+        for (i, op) in suspects.take(6) {
+            let why = reasons.get(&i).copied().unwrap_or("?");
+            let folded = if judged.ops[i].outcome == Outcome::Unknown {
+                ""
+            } else {
+                ", folded"
+            };
+            out.push_str(&format!("\n      #{i} {} ({why}{folded})", show(op)));
+        }
+    }
+    out
+}
+
+struct QueueRun {
+    ops: usize,
+    unknown: usize,
+    pushed: usize,
+    taken: usize,
+    remaining: usize,
+    folded: usize,
+    attributed: usize,
+    violations: Vec<String>,
+    /// The operations behind the violations.
+    context: String,
+    mutant_caught: bool,
+    nemesis: String,
+}
+
+async fn queue_history(seed: u64) -> Result<QueueRun, String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let world = World::new(&mut rng)?;
+    let nemesis_rng = StdRng::from_rng(&mut rng);
+    let rec = QueueLog::default();
+    let crashes: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
+    let mut workers = Vec::new();
+    for node in &world.nodes {
+        for w in 0..rng.random_range(2..=3) {
+            let producer = match w {
+                0 => true,
+                1 => false,
+                _ => rng.random_bool(0.5),
+            };
+            workers.push(tokio::spawn(queue_worker(
+                world.clone(),
+                node.clone(),
+                pid(node.id, w),
+                producer,
+                StdRng::from_rng(&mut rng),
+                rec.clone(),
+            )));
+        }
+    }
+    let nemesis = Nemesis {
+        profile: Profile::Full,
+        operator: delete_entry_under(format!("{NS}/queues/{QUEUE}/takers/")),
+        on_crash: {
+            let (rec, crashes) = (rec.rec.clone(), crashes.clone());
+            Box::new(move |c| {
+                lock(&crashes).insert(c as u64, rec.now());
+            })
+        },
+    };
+    tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
+        .await
+        .map_err(|e| format!("the nemesis failed: {e}"))?;
+    world.settle().await;
+    world.join(workers).await?;
+    for node in world.live() {
+        final_takes(&node, &rec).await?;
+    }
+    let remaining = drain(&world).await?;
+
+    let recorded = rec.rec.history();
+    let unknown = recorded
+        .iter()
+        .filter(|op| op.outcome == Outcome::Unknown)
+        .count();
+    let mut history = QueueHistory {
+        ops: recorded.clone(),
+        remaining,
+        crashed: BTreeSet::new(),
+    };
+    let folded = fold_stashed_takes(&mut history);
+    let attributed = attribute_to_crashed(&mut history, &lock(&crashes));
+    let report = queue::check(&history);
+
+    // Negative control: one take duplicated.
+    let mut mutant = history.clone();
+    if let Some(take) = mutant
+        .ops
+        .iter()
+        .find(|op| matches!(op.outcome, Outcome::Ok(QueueRet::Took(_))))
+        .cloned()
+    {
+        let at = mutant.ops.iter().filter_map(|op| op.complete).max().unwrap_or(0) + 1;
+        mutant.ops.push(Op {
+            process: OPERATOR,
+            invoke: at,
+            complete: Some(at + 1),
+            ..take
+        });
+    }
+    let mutant_caught = !queue::check(&mutant).is_ok();
+
+    Ok(QueueRun {
+        ops: history.ops.len(),
+        unknown,
+        pushed: report.summary.pushes_acknowledged,
+        taken: report.summary.takes,
+        remaining: report.summary.remaining,
+        folded,
+        attributed,
+        violations: report.violations.iter().map(ToString::to_string).collect(),
+        context: if report.is_ok() {
+            String::new()
+        } else {
+            let context = queue_context(&recorded, &history, &report.violations, &lock(&rec.reasons));
+            let written = dump(&format!("queue-seed{seed}.txt"), || {
+                let mut out = format!("nemesis: {}\n\nrecorded and judged:\n", world.nemesis_log());
+                for (i, (before, after)) in recorded.iter().zip(&history.ops).enumerate() {
+                    out.push_str(&format!("#{i} {before:?}\n"));
+                    if before != after {
+                        out.push_str(&format!("   judged as {after:?}\n"));
+                    }
+                }
+                out.push_str(&format!(
+                    "\nremaining: {:?}\ncrashes: {:?}\n",
+                    history.remaining,
+                    lock(&crashes)
+                ));
+                out
+            });
+            format!("{context}{written}")
+        },
+        mutant_caught,
+        nemesis: world.nemesis_log(),
+    })
+}
+
+#[test]
+fn queue_histories() {
+    let plan = plan();
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    let (mut ops, mut unknown, mut pushed, mut taken, mut remaining) = (0, 0, 0, 0, 0);
+    let (mut folded, mut attributed, mut violating, mut caught, mut runs) = (0, 0, 0, 0, 0);
+    let results = block_on(run_all(&plan.seeds, queue_history));
+    for (seed, run) in results {
+        let run = match run {
+            Ok(run) => run,
+            Err(e) => {
+                failures.push(format!(
+                    "seed {seed}: queue: {e}\n  {}",
+                    replay_hint(seed, "queue_histories")
+                ));
+                continue;
+            }
+        };
+        runs += 1;
+        ops += run.ops;
+        unknown += run.unknown;
+        pushed += run.pushed;
+        taken += run.taken;
+        remaining += run.remaining;
+        folded += run.folded;
+        attributed += run.attributed;
+        caught += usize::from(run.mutant_caught);
+        if !run.mutant_caught {
+            failures.push(format!("seed {seed}: queue: a duplicated take was not rejected"));
+        }
+        if !run.violations.is_empty() {
+            violating += 1;
+            failures.push(format!(
+                "seed {seed}: the queue's delivery is broken:\n    {}\n  operations:{}\n  nemesis: {}\n  {}",
+                run.violations.join("\n    "),
+                run.context,
+                run.nemesis,
+                replay_hint(seed, "queue_histories")
+            ));
+        }
+    }
+    println!(
+        "histories queue: {} seeds, {ops} ops, {unknown} unknown, {violating} violations; {pushed} pushes \
+         acknowledged, {taken} taken, {remaining} remaining, {folded} takes folded into dropped ones, \
+         {attributed} lost to a crashed client; mutant duplicate-take rejected in {caught}/{runs}; {:.1}s",
+        plan.seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Counter and config
+
+type CounterInput = (String, CounterOp);
+type CounterRecord = Op<CounterInput, CounterRet>;
+type RegisterInput = (String, RegisterOp<String>);
+type RegisterRecord = Op<RegisterInput, RegisterRet<String>>;
+
+/// A mem version as the `Register` model's number: mem's versions are revisions.
+fn version(v: Version) -> u64 {
+    let (revision, minor) = v.parts();
+    assert_eq!(minor, 0, "mem versions are revisions (minor 0), not {v}");
+    revision
+}
+
+fn op_limit(rng: &mut StdRng) -> Duration {
+    if rng.random_bool(0.25) {
+        ms(rng.random_range(0..3))
+    } else {
+        ms(300)
+    }
+}
+
+async fn counter_op(
+    client: &Client,
+    process: u64,
+    rng: &mut StdRng,
+    rec: &Recorder<CounterInput, CounterRet>,
+) {
+    let key = *COUNTERS.choose(rng).unwrap_or(&COUNTERS[0]);
+    let counter = client.counter(key).expect("a valid counter key");
+    let op = match rng.random_range(0..100) {
+        0..40 => CounterOp::Get,
+        40..85 => CounterOp::Add(if rng.random_bool(0.8) {
+            rng.random_range(1..=10)
+        } else {
+            -rng.random_range(1..=5)
+        }),
+        _ => CounterOp::Set(rng.random_range(0..100)),
+    };
+    let limit = op_limit(rng);
+    let t = rec.invoke(process, (key.to_owned(), op));
+    let outcome = match op {
+        // A read that failed or was dropped had no effect.
+        CounterOp::Get => match timeout(limit, counter.get()).await {
+            Ok(Ok(v)) => Outcome::Ok(CounterRet::Value(v)),
+            _ => Outcome::Failed,
+        },
+        CounterOp::Add(delta) => match timeout(limit, counter.add(delta)).await {
+            Ok(Ok(v)) => Outcome::Ok(CounterRet::Value(v)),
+            Ok(Err(e)) => write_failure(&e),
+            Err(_) => Outcome::Unknown,
+        },
+        CounterOp::Set(value) => match timeout(limit, counter.set(value)).await {
+            Ok(Ok(())) => Outcome::Ok(CounterRet::Done),
+            Ok(Err(e)) => write_failure(&e),
+            Err(_) => Outcome::Unknown,
+        },
+    };
+    rec.complete(t, outcome);
+}
+
+async fn config_op(
+    client: &Client,
+    process: u64,
+    n: u64,
+    rng: &mut StdRng,
+    seen: &mut HashMap<&'static str, Option<Version>>,
+    rec: &Recorder<RegisterInput, RegisterRet<String>>,
+) {
+    let key = *KEYS.choose(rng).unwrap_or(&KEYS[0]);
+    let value = format!("p{process}n{n}");
+    let limit = op_limit(rng);
+    let roll = rng.random_range(0..100);
+    if roll < 35 {
+        let t = rec.invoke(process, (key.to_owned(), RegisterOp::Get));
+        let outcome = match timeout(limit, client.get(key)).await {
+            Ok(Ok(Some(v))) => {
+                seen.insert(key, Some(v.version));
+                Outcome::Ok(RegisterRet::Get(Some((text(&v.value), version(v.version)))))
+            }
+            Ok(Ok(None)) => {
+                seen.insert(key, None);
+                Outcome::Ok(RegisterRet::Get(None))
+            }
+            _ => Outcome::Failed,
+        };
+        rec.complete(t, outcome);
+    } else if roll < 60 {
+        let t = rec.invoke(process, (key.to_owned(), RegisterOp::Put(value.clone())));
+        let outcome = match timeout(limit, client.put(key, value)).await {
+            Ok(Ok(v)) => {
+                seen.insert(key, Some(v));
+                Outcome::Ok(RegisterRet::Put(version(v)))
+            }
+            Ok(Err(e)) => write_failure(&e),
+            Err(_) => Outcome::Unknown,
+        };
+        rec.complete(t, outcome);
+    } else if roll < 90 {
+        let expected = match rng.random_range(0..100) {
+            0..70 => seen.get(key).copied().flatten(),
+            70..85 => None,
+            _ => Some(Version::from_parts(rng.random_range(1..60), 0)),
+        };
+        let input = RegisterOp::CompareAndSet {
+            expected: expected.map(version),
+            value: value.clone(),
+        };
+        let t = rec.invoke(process, (key.to_owned(), input));
+        let outcome = match timeout(limit, client.compare_and_set(key, expected, value)).await {
+            Ok(Ok(v)) => {
+                seen.insert(key, Some(v));
+                Outcome::Ok(RegisterRet::CompareAndSet(Ok(version(v))))
+            }
+            Ok(Err(e)) if e.kind() == ErrorKind::VersionMismatch => {
+                Outcome::Ok(RegisterRet::CompareAndSet(Err(Mismatch)))
+            }
+            Ok(Err(e)) => write_failure(&e),
+            Err(_) => Outcome::Unknown,
+        };
+        rec.complete(t, outcome);
+    } else {
+        let t = rec.invoke(process, (key.to_owned(), RegisterOp::Delete));
+        let outcome = match timeout(limit, client.delete(key)).await {
+            Ok(Ok(existed)) => {
+                seen.insert(key, None);
+                Outcome::Ok(RegisterRet::Delete(existed))
+            }
+            Ok(Err(e)) => write_failure(&e),
+            Err(_) => Outcome::Unknown,
+        };
+        rec.complete(t, outcome);
+    }
+}
+
+async fn kv_worker(
+    world: Arc<World>,
+    node: Arc<Node>,
+    process: u64,
+    mut rng: StdRng,
+    counters: Recorder<CounterInput, CounterRet>,
+    registers: Recorder<RegisterInput, RegisterRet<String>>,
+) {
+    let mut seen = HashMap::new();
+    let mut n = 0;
+    while world.running(&node) {
+        if rng.random_bool(0.35) {
+            counter_op(&node.client, process, &mut rng, &counters).await;
+        } else {
+            config_op(&node.client, process, n, &mut rng, &mut seen, &registers).await;
+            n += 1;
+        }
+        sleep(ms(rng.random_range(1..8))).await;
+    }
+}
+
+/// Linearizability of each key: violations (described) and how many keys were
+/// inconclusive.
+fn judge<M, I, O>(
+    model: &M,
+    history: &[Op<(String, I), O>],
+    what: &str,
+) -> Result<(Vec<String>, usize), String>
+where
+    M: coord_check::Model<Input = I, Output = O>,
+    I: Clone + Debug,
+    O: Debug,
+{
+    let verdicts = Checker::new().check_per_key(model, history, |(k, i)| (k.clone(), i.clone()));
+    let mut violations = Vec::new();
+    let mut inconclusive = 0;
+    for (key, verdict) in &verdicts.verdicts {
+        match verdict {
+            Verdict::Linearizable { .. } => {}
+            Verdict::NotLinearizable(v) => violations.push(format!(
+                "{what} {key:?} is not linearizable: {}",
+                describe(v, history)
+            )),
+            Verdict::Inconclusive { steps } => {
+                inconclusive += 1;
+                eprintln!("{what} {key:?}: inconclusive after {steps} steps");
+            }
+            Verdict::Malformed { op, reason } => {
+                return Err(format!("{what} {key:?}: malformed history at #{op}: {reason}"));
+            }
+        }
+    }
+    Ok((violations, inconclusive))
+}
+
+/// Whether the history of `key` alone is shown not linearizable.
+fn rejects<M, I, O>(model: &M, history: &[Op<(String, I), O>], key: &str) -> bool
+where
+    M: coord_check::Model<Input = I, Output = O>,
+    I: Clone,
+    O: Clone,
+{
+    let ops: Vec<Op<I, O>> = history
+        .iter()
+        .filter(|op| op.input.0 == key)
+        .map(|op| Op {
+            process: op.process,
+            invoke: op.invoke,
+            complete: op.complete,
+            input: op.input.1.clone(),
+            outcome: op.outcome.clone(),
+        })
+        .collect();
+    Checker::new().check(model, &ops).is_violation()
+}
+
+/// Negative control for the counter: a read changed to a value no sequence of these
+/// operations reaches. `None` if there is no read to change.
+fn counter_mutant(history: &[CounterRecord]) -> Option<bool> {
+    let reads: Vec<usize> = (0..history.len())
+        .filter(|&i| history[i].input.1 == CounterOp::Get && history[i].is_ok())
+        .collect();
+    let &i = reads.get(reads.len() / 4)?;
+    let mut mutant = history.to_vec();
+    if let Outcome::Ok(CounterRet::Value(v)) = &mut mutant[i].outcome {
+        *v += 1_000_000_007;
+    }
+    Some(rejects(&Counter(0), &mutant, &history[i].input.0))
+}
+
+/// Negative control for the config: a read made stale — it returns what an earlier read
+/// saw, though an acknowledged write completed between that read and it (versions never
+/// return, so no linearization explains it). `None` if the history has no such triple.
+fn stale_read_mutant(history: &[RegisterRecord]) -> Option<bool> {
+    let is_read = |op: &RegisterRecord| op.input.1 == RegisterOp::Get && op.is_ok();
+    let is_write = |op: &RegisterRecord| {
+        matches!(
+            (&op.input.1, &op.outcome),
+            (RegisterOp::Put(_), Outcome::Ok(_))
+                | (
+                    RegisterOp::CompareAndSet { .. },
+                    Outcome::Ok(RegisterRet::CompareAndSet(Ok(_)))
+                )
+        )
+    };
+    for w in history.iter().filter(|op| is_write(op)) {
+        let key = &w.input.0;
+        let Some(before) = history.iter().find(|g| {
+            &g.input.0 == key && g.precedes(w) && matches!(g.outcome, Outcome::Ok(RegisterRet::Get(Some(_))))
+        }) else {
+            continue;
+        };
+        let Some(after) = history
+            .iter()
+            .position(|g| &g.input.0 == key && is_read(g) && w.precedes(g))
+        else {
+            continue;
+        };
+        let mut mutant = history.to_vec();
+        mutant[after].outcome = before.outcome.clone();
+        return Some(rejects(&Register::new(), &mutant, key));
+    }
+    None
+}
+
+struct KvRun {
+    counter_ops: usize,
+    counter_unknown: usize,
+    config_ops: usize,
+    config_unknown: usize,
+    counter_violations: Vec<String>,
+    config_violations: Vec<String>,
+    inconclusive: usize,
+    counter_mutant: Option<bool>,
+    config_mutant: Option<bool>,
+    nemesis: String,
+}
+
+async fn kv_history(seed: u64) -> Result<KvRun, String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let world = World::new(&mut rng)?;
+    let nemesis_rng = StdRng::from_rng(&mut rng);
+    let counters: Recorder<CounterInput, CounterRet> = Recorder::new();
+    let registers: Recorder<RegisterInput, RegisterRet<String>> = Recorder::new();
+    let mut workers = Vec::new();
+    for node in &world.nodes {
+        for w in 0..rng.random_range(2..=3) {
+            workers.push(tokio::spawn(kv_worker(
+                world.clone(),
+                node.clone(),
+                pid(node.id, w),
+                StdRng::from_rng(&mut rng),
+                counters.clone(),
+                registers.clone(),
+            )));
+        }
+    }
+    // The operator deletes a counter (recorded as setting it to 0, what an absent counter
+    // reads) or a config key (recorded as a delete).
+    let operator: Operator = {
+        let (counters, registers) = (counters.clone(), registers.clone());
+        Box::new(move |world, rng| {
+            let all: Vec<&str> = COUNTERS.iter().chain(&KEYS).copied().collect();
+            let key = *all.choose(rng)?;
+            let full = format!("{NS}/config/{key}");
+            if COUNTERS.contains(&key) {
+                let t = counters.invoke(OPERATOR, (key.to_owned(), CounterOp::Set(0)));
+                world.cluster.delete_key(&full);
+                counters.complete(t, Outcome::Ok(CounterRet::Done));
+            } else {
+                let t = registers.invoke(OPERATOR, (key.to_owned(), RegisterOp::Delete));
+                let existed = world.cluster.delete_key(&full);
+                registers.complete(t, Outcome::Ok(RegisterRet::Delete(existed)));
+            }
+            Some(format!("operator deletes config key {key}"))
+        })
+    };
+    let nemesis = Nemesis {
+        profile: Profile::Full,
+        operator,
+        on_crash: Box::new(|_| {}),
+    };
+    tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
+        .await
+        .map_err(|e| format!("the nemesis failed: {e}"))?;
+    world.settle().await;
+    world.join(workers).await?;
+
+    let counter_history = counters.history();
+    let config_history = registers.history();
+    let unknown = |outcomes: &mut dyn Iterator<Item = bool>| outcomes.filter(|&u| u).count();
+    let (counter_violations, inconclusive_counters) = judge(&Counter(0), &counter_history, "counter")?;
+    let (config_violations, inconclusive_keys) = judge(&Register::new(), &config_history, "config key")?;
+    Ok(KvRun {
+        counter_ops: counter_history.len(),
+        counter_unknown: unknown(&mut counter_history.iter().map(|op| op.outcome == Outcome::Unknown)),
+        config_ops: config_history.len(),
+        config_unknown: unknown(&mut config_history.iter().map(|op| op.outcome == Outcome::Unknown)),
+        counter_violations,
+        config_violations,
+        inconclusive: inconclusive_counters + inconclusive_keys,
+        counter_mutant: counter_mutant(&counter_history),
+        config_mutant: stale_read_mutant(&config_history),
+        nemesis: world.nemesis_log(),
+    })
+}
+
+#[test]
+fn counter_and_config_histories() {
+    let plan = plan();
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    let (mut counter_ops, mut counter_unknown, mut config_ops, mut config_unknown) = (0, 0, 0, 0);
+    let (mut counter_violating, mut config_violating, mut inconclusive) = (0, 0, 0);
+    let (mut counter_caught, mut counter_mutants, mut config_caught, mut config_mutants) = (0, 0, 0, 0);
+    let results = block_on(run_all(&plan.seeds, kv_history));
+    for (seed, run) in results {
+        let hint = replay_hint(seed, "counter_and_config_histories");
+        let run = match run {
+            Ok(run) => run,
+            Err(e) => {
+                failures.push(format!("seed {seed}: counter and config: {e}\n  {hint}"));
+                continue;
+            }
+        };
+        counter_ops += run.counter_ops;
+        counter_unknown += run.counter_unknown;
+        config_ops += run.config_ops;
+        config_unknown += run.config_unknown;
+        inconclusive += run.inconclusive;
+        for (mutant, caught, tried, what) in [
+            (
+                run.counter_mutant,
+                &mut counter_caught,
+                &mut counter_mutants,
+                "an unreachable counter read",
+            ),
+            (
+                run.config_mutant,
+                &mut config_caught,
+                &mut config_mutants,
+                "a stale config read",
+            ),
+        ] {
+            if let Some(rejected) = mutant {
+                *tried += 1;
+                if rejected {
+                    *caught += 1;
+                } else {
+                    failures.push(format!("seed {seed}: {what} was not rejected\n  {hint}"));
+                }
+            }
+        }
+        counter_violating += usize::from(!run.counter_violations.is_empty());
+        config_violating += usize::from(!run.config_violations.is_empty());
+        let violations: Vec<String> = run
+            .counter_violations
+            .into_iter()
+            .chain(run.config_violations)
+            .collect();
+        if !violations.is_empty() {
+            failures.push(format!(
+                "seed {seed}: {}\n  nemesis: {}\n  {hint}",
+                violations.join("\n  "),
+                run.nemesis
+            ));
+        }
+    }
+    let seeds = plan.seeds.len();
+    println!(
+        "histories counter: {seeds} seeds, {counter_ops} ops, {counter_unknown} unknown, {counter_violating} \
+         violations; mutant unreachable-read rejected in {counter_caught}/{counter_mutants}"
+    );
+    println!(
+        "histories config: {seeds} seeds, {config_ops} ops, {config_unknown} unknown, {config_violating} \
+         violations; mutant stale-read rejected in {config_caught}/{config_mutants}"
+    );
+    println!(
+        "histories counter+config: {inconclusive} keys inconclusive; {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    if !plan.replay {
+        if counter_mutants == 0 {
+            failures.push("no history had a counter read to corrupt".to_owned());
+        }
+        if config_mutants == 0 {
+            failures.push("no history had a read, a write and a read in a row to make stale".to_owned());
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// What the queue histories found, pinned down
+
+/// A take dropped once its remove was applied, whose reply is lost as the session ends,
+/// must still hand the item to the client's next take ("a dropped take loses no item";
+/// "an item is lost only with a consumer that crashes after `take` returned it"). The
+/// queue histories lost items this way (LOST, e.g. seed 127 of 200) until a removal left
+/// a receipt that settles it after the taker lock or the session is gone.
+#[test]
+fn queue_dropped_take_keeps_its_item_through_session_loss() {
+    block_on(async {
+        let cluster = MemCluster::new();
+        let ttl = ms(500);
+        let a = connect(&cluster, ttl).expect("client a");
+        let b = connect(&cluster, ttl).expect("client b");
+        let mem_a = a.backend_as::<MemClient>().expect("mem").clone();
+        let queue_a = a.queue(QUEUE, 10).expect("queue");
+        let items = format!("{NS}/config/{QUEUE}/items/");
+        b.queue(QUEUE, 10).expect("queue").push("x").await.expect("push");
+        // A's replies travel slowly, so its take can be caught between the cluster applying
+        // its remove and the reply arriving.
+        mem_a.delay_replies(ms(30));
+        let take = tokio::spawn({
+            let queue_a = queue_a.clone();
+            async move { queue_a.take().await }
+        });
+        while !cluster.keys_with_prefix(&items).is_empty() {
+            sleep(ms(1)).await;
+        }
+        // The remove is applied and its reply is on its way: A is cut off, its session ends
+        // on the server, and the take is dropped.
+        mem_a.suspend(ms(200));
+        assert!(mem_a.expire_session(), "A's session was alive");
+        take.abort();
+        mem_a.delay_replies(Duration::ZERO);
+        sleep(ttl * 2).await;
+        let next = timeout(ms(2000), queue_a.try_take()).await;
+        assert!(
+            cluster.keys_with_prefix(&items).is_empty(),
+            "the item is back in the store"
+        );
+        assert!(
+            matches!(&next, Ok(Ok(Some(item))) if item == b"x"),
+            "the item removed for the dropped take is lost: A's next take returned {next:?}"
+        );
+    });
+}
