@@ -887,21 +887,25 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
 
 #[test]
 fn lock_histories() {
+    let _one = one_at_a_time();
     exclusion_family(Kind::Lock, "lock_histories", true);
 }
 
 #[test]
 fn election_histories() {
+    let _one = one_at_a_time();
     exclusion_family(Kind::Election, "election_histories", false);
 }
 
 #[test]
 fn rw_lock_histories() {
+    let _one = one_at_a_time();
     exclusion_family(Kind::RwLock, "rw_lock_histories", false);
 }
 
 #[test]
 fn semaphore_histories() {
+    let _one = one_at_a_time();
     exclusion_family(Kind::Semaphore, "semaphore_histories", false);
 }
 
@@ -1420,6 +1424,7 @@ async fn queue_history(seed: u64) -> Result<QueueRun, String> {
 
 #[test]
 fn queue_histories() {
+    let _one = one_at_a_time();
     let plan = plan();
     let started = std::time::Instant::now();
     let mut failures = Vec::new();
@@ -1815,6 +1820,7 @@ async fn kv_history(seed: u64) -> Result<KvRun, String> {
 
 #[test]
 fn counter_and_config_histories() {
+    let _one = one_at_a_time();
     let plan = plan();
     let started = std::time::Instant::now();
     let mut failures = Vec::new();
@@ -1908,6 +1914,7 @@ fn counter_and_config_histories() {
 /// a receipt that settles it after the taker lock or the session is gone.
 #[test]
 fn queue_dropped_take_keeps_its_item_through_session_loss() {
+    let _one = one_at_a_time();
     block_on(async {
         let cluster = MemCluster::new();
         let ttl = ms(500);
@@ -1944,4 +1951,84 @@ fn queue_dropped_take_keeps_its_item_through_session_loss() {
             "the item removed for the dropped take is lost: A's next take returned {next:?}"
         );
     });
+}
+
+// ---------------------------------------------------------------------------------------
+// Negative controls with coord's own mutants (feature `mutants`)
+
+/// Mutant switches are process-wide: this file's tests run one at a time.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `history` over seeds (the plan's, then more) with `mutant` switched on, until a
+/// run reports a violation; fails if none does within `MUTANT_MAX_SEEDS`.
+#[cfg(feature = "mutants")]
+fn caught_with<F, Fut>(mutant: coord_core::raw::mutants::Mutant, what: &str, history: F) -> String
+where
+    F: Fn(u64) -> Fut + Copy + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    use coord_core::raw::mutants;
+    let plan = plan();
+    mutants::set(mutant, true);
+    let (mut caught, mut tried) = (0usize, 0usize);
+    block_on(async {
+        let mut seeds = plan.seeds.clone();
+        let mut next = seeds.iter().max().map_or(0, |s| s + 1);
+        loop {
+            for (_, violated) in run_all(
+                &seeds,
+                move |seed| async move { Ok::<_, String>(history(seed).await) },
+            )
+            .await
+            {
+                tried += 1;
+                caught += usize::from(matches!(violated, Ok(true)));
+            }
+            if caught > 0 || tried as u64 >= MUTANT_MAX_SEEDS {
+                break;
+            }
+            seeds = (next..next + parallel() as u64).collect();
+            next += parallel() as u64;
+        }
+    });
+    mutants::set(mutant, false);
+    assert!(
+        caught > 0,
+        "the {what} mutant ({mutant:?}) was never caught in {tried} seeds"
+    );
+    let line = format!("mutant {what} ({mutant:?}) caught in {caught}/{tried}");
+    println!("histories {line}");
+    line
+}
+
+#[cfg(feature = "mutants")]
+#[test]
+fn library_mutants_are_caught() {
+    use coord_core::raw::mutants::Mutant;
+    let _one = one_at_a_time();
+    let exclusion = |kind: Kind| {
+        move |seed| async move {
+            exclusion_history(seed, kind, true)
+                .await
+                .map(|r| !r.violations.is_empty() || !r.log_violations.is_empty())
+                .unwrap_or(false)
+        }
+    };
+    caught_with(Mutant::FenceIgnored, "fence ignored, lock", exclusion(Kind::Lock));
+    caught_with(
+        Mutant::FenceIgnored,
+        "fence ignored, semaphore",
+        exclusion(Kind::Semaphore),
+    );
+    let queue = |seed| async move {
+        queue_history(seed)
+            .await
+            .map(|r| !r.violations.is_empty())
+            .unwrap_or(false)
+    };
+    caught_with(Mutant::TakeInPlace, "take in place", queue);
+    caught_with(Mutant::TakeUnchecked, "take unchecked", queue);
 }
