@@ -554,6 +554,14 @@ impl Held {
         }
     }
 
+    /// Resolves once the grant is lost (an operator's delete included).
+    async fn lost(&self) {
+        match self {
+            Held::Guard(g) => g.lost().await,
+            Held::Leader(l) => l.lost().await,
+        }
+    }
+
     fn token(&self) -> u64 {
         match self {
             Held::Guard(g) => g.token().get(),
@@ -657,6 +665,9 @@ async fn excl_worker(
         shared.grants.fetch_add(1, Ordering::Relaxed);
         let token = held.token();
         let tag = if mode == Mode::Shared { 'S' } else { 'X' };
+        // Half the holders watch for their loss between writes, as users do (which also
+        // lets the client's next contender in once an operator deleted the entry).
+        let watching = rng.random_bool(0.5);
         for _ in 0..rng.random_range(2..=4) {
             if node.crashed() {
                 break;
@@ -696,7 +707,19 @@ async fn excl_worker(
                     shared.unknown.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            sleep(ms(rng.random_range(1..15))).await;
+            let pause = sleep(ms(rng.random_range(1..15)));
+            if watching {
+                tokio::select! {
+                    _ = pause => {}
+                    _ = held.lost() => {
+                        // Lost: one more write, as a holder that has not looked yet would
+                        // (the fence must refuse it), then release.
+                        sleep(ms(rng.random_range(0..5))).await;
+                    }
+                }
+            } else {
+                pause.await;
+            }
         }
         if rng.random_bool(0.75) {
             let limit = if rng.random_bool(0.3) {
