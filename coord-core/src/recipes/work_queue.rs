@@ -134,8 +134,9 @@ impl DistributedQueue {
     /// Cancel-safe: a dropped take loses no item and leaves nothing behind on the taker
     /// lock. Dropped once its remove was sent, the take finishes on a task of its own:
     /// an item it removed goes to this client's next `take` or `try_take` of the queue
-    /// (before any other item), and only then is the taker lock released. An item is
-    /// lost only with a consumer that crashes after `take` returned it.
+    /// (before any other item; a removal whose answer was lost is settled by the receipt
+    /// it wrote, even after the session is gone). An item is lost only with a consumer
+    /// that crashes after `take` returned it.
     pub async fn take(&self) -> Result<Vec<u8>> {
         self.take_one(true, "queue take")
             .await?
@@ -199,17 +200,20 @@ impl DistributedQueue {
             }
             // From the remove on, the take runs to its end on a task of its own: if this
             // future is dropped meanwhile, an item it removed is kept for this client's
-            // next take instead of being lost, and only then is the taker lock released.
+            // next take instead of being lost.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let queue = self.clone();
             tokio::spawn(
                 async move {
                     let taken = queue.remove_under(&gate, oldest).await;
+                    // The taker lock goes first, so that the caller's next take (or
+                    // `try_take`) finds it free; until `settling` is dropped, that take
+                    // waits for an item this one may still stash.
+                    release_gate(gate).await;
                     // Refused once the take was dropped (its pickup closed the channel).
                     if let Err(Ok(Some(item))) = tx.send(taken) {
                         queue.stash(item);
                     }
-                    release_gate(gate).await;
                     drop(settling);
                 }
                 .in_current_span(),
