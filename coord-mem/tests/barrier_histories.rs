@@ -9,6 +9,8 @@
 //! schedules). `COORD_HISTORY_SEEDS` sets how many seeds run. With the `mutants` feature,
 //! a double barrier that lets members in early must be caught.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -17,7 +19,8 @@ use coord_check::barrier::{BarrierOp, DoubleBarrierHistory, DoubleBarrierOp, che
 use coord_check::history::{Outcome, Recorder};
 use coord_core::Client;
 use coord_mem::{MemClient, MemCluster, MemOptions};
-use futures::StreamExt as _;
+
+use common::{mem, run_seeds, seeds};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
@@ -26,24 +29,6 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const TTL: Duration = Duration::from_millis(400);
 const MEMBERS: usize = 3;
-
-fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("COORD_HISTORY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let n = std::env::var("COORD_HISTORY_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40u64);
-    (1..=n).collect()
-}
-
-fn mem(client: &Client) -> &MemClient {
-    client.backend_as::<MemClient>().expect("a mem client")
-}
 
 fn outcome<T>(r: coord_core::Result<T>) -> Outcome<()> {
     match r {
@@ -163,22 +148,8 @@ async fn history(seed: u64) -> Tally {
 }
 
 fn run_all(label: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let seeds = seeds();
-    let tallies: Vec<(u64, Tally)> = rt.block_on(async {
-        futures::stream::iter(
-            seeds
-                .iter()
-                .map(|&seed| async move { (seed, history(seed).await) }),
-        )
-        .buffer_unordered(10)
-        .collect()
-        .await
-    });
+    let tallies: Vec<(u64, Tally)> = run_seeds(&seeds, 10, history);
     let mut violations = Vec::new();
     let mut ops = 0;
     for (seed, t) in tallies {

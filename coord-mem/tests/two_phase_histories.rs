@@ -13,6 +13,8 @@
 //! With the `mutants` feature the negative control runs too: decisions written whether or
 //! not one exists must be caught.
 
+mod common;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,8 @@ use coord_check::two_phase::{
 };
 use coord_core::{Client, Decision, ErrorKind};
 use coord_mem::{MemClient, MemCluster, MemOptions};
+
+use common::{mem, run_seeds, seeds};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
@@ -29,24 +33,6 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const TTL: Duration = Duration::from_millis(400);
 const PARTICIPANTS: [&str; 3] = ["p1", "p2", "p3"];
-
-fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("COORD_HISTORY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let n = std::env::var("COORD_HISTORY_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40u64);
-    (1..=n).collect()
-}
-
-fn mem(client: &Client) -> &MemClient {
-    client.backend_as::<MemClient>().expect("a mem client")
-}
 
 fn decision(d: Decision) -> D {
     match d {
@@ -231,26 +217,10 @@ async fn history(seed: u64) -> Tally {
 
 /// Runs every seed; returns the violations (each naming its seed) and the summary line.
 fn run_all(label: &str) -> (Vec<String>, String) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let mut total = Tally::default();
     let mut violations = Vec::new();
     let seeds = seeds();
-    // Seeds run ten at a time (each on a cluster of its own): a history mostly waits.
-    let tallies: Vec<(u64, Tally)> = rt.block_on(async {
-        use futures::StreamExt as _;
-        futures::stream::iter(
-            seeds
-                .iter()
-                .map(|&seed| async move { (seed, history(seed).await) }),
-        )
-        .buffer_unordered(10)
-        .collect()
-        .await
-    });
+    let tallies: Vec<(u64, Tally)> = run_seeds(&seeds, 10, history);
     for (seed, tally) in tallies {
         total.transactions += tally.transactions;
         total.votes += tally.votes;

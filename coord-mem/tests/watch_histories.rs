@@ -12,6 +12,8 @@
 //! Atomicity is not judged here: the in-memory store gives each write of a transaction a
 //! revision of its own.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,29 +22,13 @@ use coord_check::watch::{WatchEvent, Write, WriteKind, check, converges, store, 
 use coord_core::{Client, ConfigEvent, ConfigStore, Txn};
 use coord_mem::{MemClient, MemCluster, MemOptions};
 use futures::StreamExt as _;
+
+use common::{mem, run_seeds, seeds};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
 const TTL: Duration = Duration::from_millis(400);
 const KEYS: usize = 5;
-
-fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("COORD_HISTORY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let n = std::env::var("COORD_HISTORY_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40u64);
-    (1..=n).collect()
-}
-
-fn mem(client: &Client) -> &MemClient {
-    client.backend_as::<MemClient>().expect("a mem client")
-}
 
 /// The revision a mem version stands for (`<mod revision>.0`).
 fn revision(version: &coord_core::Version) -> u64 {
@@ -264,22 +250,8 @@ fn negative_control_silent_gap_is_caught() {
 }
 
 fn run_all(label: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let seeds = seeds();
-    let tallies: Vec<(u64, Tally)> = rt.block_on(async {
-        futures::stream::iter(
-            seeds
-                .iter()
-                .map(|&seed| async move { (seed, history(seed).await) }),
-        )
-        .buffer_unordered(8)
-        .collect()
-        .await
-    });
+    let tallies: Vec<(u64, Tally)> = run_seeds(&seeds, 8, history);
     let mut violations = Vec::new();
     let (mut writes, mut events, mut resyncs) = (0, 0, 0);
     for (seed, t) in tallies {
