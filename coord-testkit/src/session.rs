@@ -74,10 +74,13 @@ async fn expire_zk(info: zookeeper_client::SessionInfo, hosts: &str) -> Result<(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut last = String::from("no attempt");
     while tokio::time::Instant::now() < deadline {
-        // Reattaching renegotiates the timeout; the close follows at once.
+        // Reattaching renegotiates the timeout; the close follows at once. Each attempt is
+        // short (a connect gives up after about its session timeout): the client being
+        // expired reconnects too and can take its session back before the handshake
+        // completes, so many quick attempts beat a few long ones.
         let attached = zookeeper_client::Client::connector()
             .with_session(info.clone())
-            .with_session_timeout(Duration::from_secs(6))
+            .with_session_timeout(Duration::from_secs(2))
             .connect(hosts)
             .await;
         match attached {
