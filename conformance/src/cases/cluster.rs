@@ -5,7 +5,8 @@
 //! or several to a standalone server, which looks the same to the client) and take them
 //! down one by one. The member cases kill and restart members of a real 3-member
 //! cluster; they hold the cluster's fault lock, so no other fault injector takes a
-//! second member down meanwhile.
+//! second member down meanwhile. The link cases hold it too, so that what they judge is
+//! the client's handling of its links, not a leader election on top of a cut.
 //!
 //! Liveness bound: an operation must succeed within 3 session timeouts plus 10 s after a
 //! member is killed, which covers the cluster electing a new leader (etcd: election
@@ -44,6 +45,16 @@ async fn works(ctx: &Ctx, client: &Client, round: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// On a cluster, the fault lock, so that no member is killed while a link case runs:
+/// those cases check what a client does when its links go down, and a member killed
+/// meanwhile (a leader election on top of a cut) may rightly cost the session.
+async fn members_left_alone(ctx: &Ctx) -> anyhow::Result<Option<coord_testkit::FaultLock>> {
+    match ctx.factory().cluster() {
+        Ok(cluster) => Ok(Some(blocking(move || cluster.fault_lock()).await?)),
+        Err(_) => Ok(None),
+    }
+}
+
 /// A connection string whose first member is dead (nothing listens there) connects, and
 /// the client works: the dead member is skipped at connect and for every request.
 pub async fn dead_member_in_url_is_skipped(ctx: Ctx) -> CaseResult {
@@ -65,6 +76,7 @@ pub async fn dead_member_in_url_is_skipped(ctx: Ctx) -> CaseResult {
 /// moves to the live one and keeps working — and keeps its session, since each move is
 /// a reset answered at once.
 pub async fn client_follows_the_live_member(ctx: Ctx) -> CaseResult {
+    let _members = members_left_alone(&ctx).await?;
     let client = ctx.factory().open_links(ctx.namespace(), 3).await?;
     let links = ctx.factory().links(&client)?;
     let generation = client.session().borrow().generation;
@@ -93,6 +105,7 @@ pub async fn client_follows_the_live_member(ctx: Ctx) -> CaseResult {
 /// times: the session survives each cut (a client must not give up a session it can
 /// still resume because it has several members to try).
 pub async fn short_cut_of_every_link_keeps_session(ctx: Ctx) -> CaseResult {
+    let _members = members_left_alone(&ctx).await?;
     let client = ctx.factory().open_links(ctx.namespace(), 3).await?;
     let links = ctx.factory().links(&client)?;
     let generation = client.session().borrow().generation;
