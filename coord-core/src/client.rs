@@ -51,25 +51,10 @@ pub struct Client {
 /// state. Its drop ends the session.
 pub(crate) struct ClientCore {
     pub(crate) backend: Arc<dyn Backend>,
-    /// This client's contenders per lock name, queued locally.
-    pub(crate) locks: LocalQueue,
-    /// This client's candidates per election name, queued locally.
-    pub(crate) elections: LocalQueue,
-    /// This client's read/write lock writers per name, queued locally.
-    pub(crate) writes: LocalQueue,
-    /// This client's read/write lock readers per name and slot (readers hold at once,
-    /// each in a slot of its own).
-    pub(crate) reads: LocalQueue,
-    /// This client's acquirers per semaphore name, queued locally for its internal lock.
-    pub(crate) semaphores: LocalQueue,
-    /// This client's semaphore leases per name and slot (a client may hold several).
-    pub(crate) leases: LocalQueue,
-    /// This client's consumers per queue name, queued locally for its taker lock.
-    pub(crate) takers: LocalQueue,
-    /// This client's coordinators per transaction.
-    pub(crate) coordinators: LocalQueue,
-    /// This client's barrier members and votes per name and slot (several at once).
-    pub(crate) members: LocalQueue,
+    /// This client's contenders per queue (directory and class): an exclusive queue's
+    /// take turns at its key, one on the server at a time; a shared queue's each hold a
+    /// slot of their own (`<key>\0<slot>`).
+    pub(crate) contenders: LocalQueue,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Items this client removed from a queue for a `take` that was dropped before it
@@ -114,15 +99,7 @@ impl Client {
         Client {
             core: Arc::new(ClientCore {
                 backend,
-                locks: LocalQueue::default(),
-                elections: LocalQueue::default(),
-                writes: LocalQueue::default(),
-                reads: LocalQueue::default(),
-                semaphores: LocalQueue::default(),
-                leases: LocalQueue::default(),
-                takers: LocalQueue::default(),
-                coordinators: LocalQueue::default(),
-                members: LocalQueue::default(),
+                contenders: LocalQueue::default(),
                 wakeups: Default::default(),
                 untaken: Default::default(),
                 settling: Default::default(),
@@ -162,6 +139,55 @@ impl Client {
     /// A channel that always holds the latest [`SessionStatus`].
     pub fn session(&self) -> watch::Receiver<SessionStatus> {
         self.core.backend.session()
+    }
+
+    /// Where lock `name`'s contenders live on the server, to point other clients at it:
+    /// Curator's `InterProcessMutex` and kazoo's `Lock` path on ZooKeeper, the prefix of
+    /// Go's `concurrency.NewMutex` and `etcdctl lock` on etcd.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn lock_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("lock name", name)?;
+        Ok(self.core.backend.path(&crate::recipes::lock::queue(name).dir))
+    }
+
+    /// Where election `name`'s candidates live: Curator's `LeaderLatch` path, the prefix
+    /// of Go's `concurrency.NewElection` and `etcdctl elect`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn election_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("election name", name)?;
+        Ok(self.core.backend.path(&crate::recipes::election::queue(name).dir))
+    }
+
+    /// Where read/write lock `name`'s contenders live: Curator's
+    /// `InterProcessReadWriteLock` and kazoo's `ReadLock`/`Lock` path, the prefix of Go's
+    /// `recipes.NewRWMutex` (readers under `read/`, writers under `write/`).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn rw_lock_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("read/write lock name", name)?;
+        Ok(self
+            .core
+            .backend
+            .path(&crate::recipes::rw_lock::queue(name, false).dir))
+    }
+
+    /// Where semaphore `name` lives: Curator's `InterProcessSemaphoreV2` path (its
+    /// internal lock under `locks`, its leases under `leases`).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn semaphore_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("semaphore name", name)?;
+        Ok(self.core.backend.path(&crate::recipes::semaphore::dir(name)))
     }
 
     /// The server's id of the current session.

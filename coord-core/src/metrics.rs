@@ -37,7 +37,6 @@
 
 use std::time::Duration;
 
-use crate::raw::QueueKind;
 use crate::session::SessionState;
 use crate::stats::Counter;
 
@@ -120,23 +119,6 @@ fn request_kind(counter: Counter) -> Option<&'static str> {
     }
 }
 
-/// The `primitive` label of a queue kind.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-fn primitive(kind: QueueKind) -> &'static str {
-    match kind {
-        QueueKind::Lock => "lock",
-        QueueKind::Election => "election",
-        QueueKind::Read => "read_lock",
-        QueueKind::Write => "write_lock",
-        QueueKind::SemaphoreLock => "semaphore_lock",
-        QueueKind::Lease { .. } => "semaphore",
-        QueueKind::Takers => "queue_taker",
-        QueueKind::Member => "barrier_member",
-        QueueKind::Coordinator => "transaction_coordinator",
-        QueueKind::Vote => "transaction_vote",
-    }
-}
-
 /// The `state` label of a session state.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 fn state(state: Option<SessionState>) -> &'static str {
@@ -175,19 +157,17 @@ pub(crate) fn session_transition(backend: &'static str, to: Option<SessionState>
 
 /// Records a waiting contender's wake-up.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn wakeup(backend: &'static str, kind: QueueKind) {
+pub(crate) fn wakeup(backend: &'static str, primitive: &'static str) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(WAKEUPS_TOTAL, LABEL_BACKEND => backend, LABEL_PRIMITIVE => primitive(kind))
-        .increment(1);
+    ::metrics::counter!(WAKEUPS_TOTAL, LABEL_BACKEND => backend, LABEL_PRIMITIVE => primitive).increment(1);
 }
 
 /// Records a grant to a waiting acquisition: `waited` since its call, and whether it had
 /// to wait for someone ahead (a hand-off).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn granted(backend: &'static str, kind: QueueKind, waited: Duration, handed_off: bool) {
+pub(crate) fn granted(backend: &'static str, primitive: &'static str, waited: Duration, handed_off: bool) {
     #[cfg(feature = "metrics")]
     {
-        let primitive = primitive(kind);
         ::metrics::histogram!(ACQUIRE_WAIT_SECONDS, LABEL_BACKEND => backend, LABEL_PRIMITIVE => primitive)
             .record(waited.as_secs_f64());
         if handed_off {
@@ -206,7 +186,7 @@ mod tests {
         assert_eq!(request_kind(Counter::WatchSet), Some("watch_set"));
         assert_eq!(request_kind(Counter::SessionRequest), Some("session"));
         assert_eq!(request_kind(Counter::WatchEvent), None);
-        assert_eq!(primitive(QueueKind::Lease { permits: 3 }), "semaphore");
+        assert_eq!(crate::recipes::semaphore::lease_queue("s", 3).label, "semaphore");
         for s in [
             SessionState::Connected,
             SessionState::Suspended,

@@ -201,6 +201,10 @@ impl Backend for EtcdClient {
         &self.inner.options.namespace
     }
 
+    fn path(&self, rel: &str) -> String {
+        self.inner.key(rel)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::ALL
     }

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId,
-    QueueKind, Slot, Ticket,
+    Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
+    QueueSpec, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use etcd_client as etcd;
@@ -33,67 +33,8 @@ use crate::session::Inner;
 use crate::watch::{self, Kv, Raw};
 
 impl EtcdClient {
-    /// The key prefix a lock's contenders live under (pass it to `etcdctl lock` or Go's
-    /// `concurrency.NewMutex` to interoperate).
-    pub fn lock_prefix(&self, name: &str) -> String {
-        self.queue_dir(&QueueId::new(QueueKind::Lock, name))
-    }
-
-    /// The key prefix an election's candidates live under (`etcdctl elect`,
-    /// `concurrency.NewElection`).
-    pub fn election_prefix(&self, name: &str) -> String {
-        self.queue_dir(&QueueId::new(QueueKind::Election, name))
-    }
-
-    /// The key prefix a read/write lock's contenders live under (Go's
-    /// `recipes.NewRWMutex` prefix): readers at `<prefix>/read/…`, writers at
-    /// `<prefix>/write/…`.
-    pub fn rw_lock_prefix(&self, name: &str) -> String {
-        self.queue_dir(&QueueId::new(QueueKind::Write, name))
-    }
-
-    fn queue_dir(&self, queue: &QueueId) -> String {
-        self.inner.key(&queue.rel_dir())
-    }
-}
-
-/// The directory a contender of `kind` makes its key in, under its queue's `dir` (Go's
-/// `recipes.RWMutex`: `<prefix>/read/…` and `<prefix>/write/…`).
-fn class_dir(dir: &str, kind: QueueKind) -> String {
-    match kind {
-        QueueKind::Read => format!("{dir}/read"),
-        QueueKind::Write => format!("{dir}/write"),
-        _ => dir.to_owned(),
-    }
-}
-
-/// The prefix of the keys a contender of `kind` in queue `dir` waits for: a reader the
-/// writers', everything else the whole queue's.
-fn blockers_prefix(dir: &str, kind: QueueKind) -> String {
-    match kind {
-        QueueKind::Read => format!("{dir}/write/"),
-        _ => format!("{dir}/"),
-    }
-}
-
-/// Whether `key` sits directly under `dir/` (a contender of this queue, not of a queue
-/// with a longer name).
-fn is_contender(dir: &str, key: &str) -> bool {
-    key.strip_prefix(dir)
-        .and_then(|r| r.strip_prefix('/'))
-        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
-}
-
-/// Whether `key` (under [`blockers_prefix`]) is a contender a contender of `kind` in
-/// queue `dir` waits for; keys of queues with longer names are not.
-fn blocks(dir: &str, kind: QueueKind, key: &str) -> bool {
-    match kind {
-        QueueKind::Read => is_contender(&class_dir(dir, QueueKind::Write), key),
-        QueueKind::Write => {
-            is_contender(&class_dir(dir, QueueKind::Read), key)
-                || is_contender(&class_dir(dir, QueueKind::Write), key)
-        }
-        _ => is_contender(dir, key),
+    fn queue_dir(&self, queue: &QueueSpec) -> String {
+        self.inner.key(&queue.dir)
     }
 }
 
@@ -154,9 +95,16 @@ async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
 }
 
 impl EtcdClient {
-    /// Where lease `own` stands among the leases of `dir` (one read of them all: a
-    /// semaphore has at most its permits and one acquirer's lease).
-    async fn lease_position(&self, dir: &str, own: &QueueEntry, permits: u32) -> Result<Position> {
+    /// Where `own` stands among the entries of a queue admitting `permits` at once, at
+    /// `dir` (one read of them all: such a queue holds at most its permits and the
+    /// entries of those waiting to hold).
+    async fn permits_position(
+        &self,
+        spec: &QueueSpec,
+        dir: &str,
+        own: &QueueEntry,
+        permits: u32,
+    ) -> Result<Position> {
         let d = format!("{dir}/");
         let resp = self
             .inner
@@ -186,7 +134,7 @@ impl EtcdClient {
             .kvs()
             .iter()
             .filter_map(Kv::from)
-            .filter(|kv| is_contender(dir, &kv.key))
+            .filter(|kv| spec.class_of_key(dir, &kv.key).is_some())
             .collect();
         if !leases
             .iter()
@@ -215,9 +163,10 @@ impl EtcdClient {
 #[doc(hidden)]
 #[async_trait]
 impl Queue for EtcdClient {
-    fn ticket(&self, queue: &QueueId, slot: Slot) -> Result<Ticket> {
+    fn ticket(&self, queue: &QueueSpec, slot: Slot) -> Result<Ticket> {
         let lease = self.inner.lease()?;
-        let mut locator = format!("{}/{:x}", class_dir(&self.queue_dir(queue), queue.kind), lease.id);
+        let dir = queue.class_dir(&self.queue_dir(queue), queue.class);
+        let mut locator = format!("{dir}/{:x}", lease.id);
         match self.inner.key_epoch() {
             0 => {}
             n => locator.push_str(&format!("-{n:x}")),
@@ -235,15 +184,16 @@ impl Queue for EtcdClient {
 
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined> {
         let dir = self.queue_dir(&ticket.queue);
-        let kind = ticket.queue.kind;
-        // A reader's own key is not among the keys it waits for (the writers').
-        let own_scanned = kind != QueueKind::Read;
+        let spec = &ticket.queue;
+        // Whether this contender's own key is among the keys it waits for (not a
+        // reader's: it waits for the writers' only).
+        let own_scanned = spec.waits_for(spec.class);
         // One round trip: create our key unless it exists, and read the newest keys this
         // contender waits for — ours (just created, so the newest) unless a reader, the
         // one right ahead and whether anything is ahead of that.
         let (k, d, lease) = (
             ticket.locator.clone(),
-            blockers_prefix(&dir, kind),
+            spec.blockers_prefix(&dir),
             ticket.session_id,
         );
         let scan = if own_scanned { 3 } else { 2 };
@@ -312,16 +262,16 @@ impl Queue for EtcdClient {
             .filter(|kv| kv.lease == ticket.session_id)
             .ok_or_else(own_gone)?;
         let position = match ahead {
-            // A member never waits.
-            _ if kind.never_waits() => Some(Position::First {
+            // Never waits.
+            _ if spec.admission == Admission::Immediate => Some(Position::First {
                 seen_at: seen_at as u64,
             }),
-            // A lease's place depends on how many are ahead: read next.
-            _ if matches!(kind, QueueKind::Lease { .. }) => None,
+            // Its place depends on how many are ahead: read next.
+            _ if matches!(spec.admission, Admission::Permits(_)) => None,
             Some(None) => Some(Position::First {
                 seen_at: seen_at as u64,
             }),
-            Some(Some(ahead)) if blocks(&dir, kind, &ahead.key) => {
+            Some(Some(ahead)) if spec.key_blocks(&dir, &ahead.key) => {
                 Some(behind(&ahead, further.as_ref(), seen_at))
             }
             // A key of a queue with a longer name (read past next), or a retried join.
@@ -339,13 +289,12 @@ impl Queue for EtcdClient {
 
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
-        let kind = ticket.queue.kind;
+        let spec = &ticket.queue;
         let own_rev = own.token.get() as i64;
-        if let QueueKind::Lease { permits } = kind {
-            return self.lease_position(&dir, own, permits).await;
-        }
-        if kind.never_waits() {
-            return Ok(Position::First { seen_at: 0 });
+        match spec.admission {
+            Admission::Permits(permits) => return self.permits_position(spec, &dir, own, permits).await,
+            Admission::Immediate => return Ok(Position::First { seen_at: 0 }),
+            _ => {}
         }
         // Keys older than `below` that are not this queue's contenders are read past.
         let mut below = own_rev;
@@ -353,7 +302,7 @@ impl Queue for EtcdClient {
             // One read-only round trip: our key still there, and the two newest keys
             // created before `below` — the contender right ahead and whether anything is
             // ahead of it — never the whole queue.
-            let (k, d) = (own.path.clone(), blockers_prefix(&dir, kind));
+            let (k, d) = (own.path.clone(), spec.blockers_prefix(&dir));
             let resp = self
                 .inner
                 .call(
@@ -391,7 +340,7 @@ impl Queue for EtcdClient {
                         seen_at: seen_at as u64,
                     });
                 }
-                Some(ahead) if blocks(&dir, kind, &ahead.key) => {
+                Some(ahead) if spec.key_blocks(&dir, &ahead.key) => {
                     return Ok(behind(ahead, older.get(1), seen_at));
                 }
                 Some(other) => below = other.create_rev,
@@ -573,12 +522,12 @@ impl Queue for EtcdClient {
         deleted.map(|_| ())
     }
 
-    async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>> {
         let dir = self.queue_dir(queue);
         let (_, kvs) = watch::range(&self.inner, &format!("{dir}/")).await?;
         Ok(kvs
             .into_iter()
-            .filter(|kv| is_contender(&dir, &kv.key))
+            .filter(|kv| queue.class_of_key(&dir, &kv.key).is_some())
             .min_by_key(|kv| kv.create_rev)
             .map(|kv| LeaderInfo {
                 token: FencingToken(kv.create_rev as u64),
@@ -586,7 +535,7 @@ impl Queue for EtcdClient {
             }))
     }
 
-    async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+    async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
         self.track(queue, |raw| match raw {
             Tracked::Changed(t) => vec![HeadEvent::Head(t.leader())],
             Tracked::Gap => vec![HeadEvent::Gap],
@@ -594,7 +543,7 @@ impl Queue for EtcdClient {
         .await
     }
 
-    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
+    async fn watch_entries(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
         self.track(queue, |raw| match raw {
             Tracked::Changed(t) => vec![EntriesEvent::Entries(t.members())],
             Tracked::Gap => vec![EntriesEvent::Gap],
@@ -612,14 +561,15 @@ enum Tracked<'a> {
 impl EtcdClient {
     /// Watches the contenders of `queue`, passing the tracked entries after every change
     /// of one to `map`.
-    async fn track<T, F>(&self, queue: &QueueId, mut map: F) -> Result<BoxStream<'static, Result<T>>>
+    async fn track<T, F>(&self, queue: &QueueSpec, mut map: F) -> Result<BoxStream<'static, Result<T>>>
     where
         T: Send + 'static,
         F: FnMut(Tracked<'_>) -> Vec<T> + Send + 'static,
     {
         let dir = self.queue_dir(queue);
         let mut tracker = LeaderTracker::default();
-        let d = dir.clone();
+        let (d, spec) = (dir.clone(), queue.clone());
+        let is_contender = move |d: &str, key: &str| spec.class_of_key(d, key).is_some();
         watch::open(self.inner.clone(), format!("{dir}/"), move |raw| {
             match raw {
                 Raw::Snapshot(kvs) => tracker.reset(

@@ -184,7 +184,7 @@ async fn etcdctl_lock_excludes(ctx: Ctx) -> CaseResult {
     use coord_core::Lock;
     let server = std::env::var("COORD_TEST_ETCD")?;
     let client = ctx.client().await?;
-    let prefix = etcd_of(&client)?.lock_prefix("shared");
+    let prefix = client.lock_path("shared")?;
     // etcdctl holds first: coord cannot take the lock.
     let mut holder = tokio::process::Command::new("etcdctl")
         .args([

@@ -352,6 +352,10 @@ impl Backend for MemClient {
         &self.inner.options.namespace
     }
 
+    fn path(&self, rel: &str) -> String {
+        self.inner.key(rel)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::ALL
     }

@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
-    Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry, QueueId, QueueKind,
-    Slot, Ticket,
+    Admission, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
+    QueueSpec, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -18,78 +18,37 @@ use crate::watch::{self, Raw};
 
 impl MemClient {
     /// The key prefix a queue's contenders live under.
-    fn queue_dir(&self, queue: &QueueId) -> String {
-        self.inner.key(&queue.rel_dir())
+    fn queue_dir(&self, queue: &QueueSpec) -> String {
+        self.inner.key(&queue.dir)
     }
 }
 
-/// The directory a contender of `kind` makes its key in, under its queue's `dir`.
-fn class_dir(dir: &str, kind: QueueKind) -> String {
-    match kind {
-        QueueKind::Read => format!("{dir}/read"),
-        QueueKind::Write => format!("{dir}/write"),
-        _ => dir.to_owned(),
-    }
-}
-
-/// The contenders of `dir`: its immediate children (one segment below).
-pub(crate) fn children<'a>(
-    state: &'a State,
-    dir: &'a str,
-) -> impl Iterator<Item = (&'a String, &'a KeyData)> + 'a {
-    let prefix_len = dir.len() + 1;
-    state.range(dir).filter(move |(k, _)| {
-        k.len() > prefix_len && k.as_bytes()[dir.len()] == b'/' && !k[prefix_len..].contains('/')
-    })
-}
-
-/// Whether `key` is a contender of queue `dir` that a contender of `kind` waits for: a
-/// reader waits for the writers, a writer for both classes, anything else for the
-/// queue's direct children.
-fn blocks(dir: &str, kind: QueueKind, key: &str) -> bool {
-    let Some(rest) = key.strip_prefix(dir).and_then(|r| r.strip_prefix('/')) else {
-        return false;
-    };
-    let entry = |class: &str| {
-        rest.strip_prefix(class)
-            .and_then(|r| r.strip_prefix('/'))
-            .is_some_and(|name| !name.is_empty() && !name.contains('/'))
-    };
-    match kind {
-        QueueKind::Read => entry("write"),
-        QueueKind::Write => entry("read") || entry("write"),
-        _ => !rest.is_empty() && !rest.contains('/'),
-    }
-}
-
-/// Where a contender of `kind` created at `own_rev` stands in queue `dir`.
-fn position_in(state: &State, dir: &str, kind: QueueKind, own_rev: u64) -> Position {
-    let mut ahead: Vec<(&String, &KeyData)> = state
-        .range(dir)
-        .filter(|(k, d)| d.create_rev < own_rev && blocks(dir, kind, k))
-        .collect();
-    ahead.sort_by_key(|(_, d)| d.create_rev);
+/// Where a contender of `spec` created at `own_rev` stands in its queue at `dir`.
+fn position_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Position {
     let seen_at = state.revision();
     let entry = |(key, d): (&String, &KeyData)| QueueEntry {
         path: key.clone(),
         token: FencingToken(d.create_rev),
         seen_at,
     };
-    if kind.never_waits() {
-        return Position::First { seen_at };
-    }
-    if let QueueKind::Lease { permits } = kind {
-        return if ahead.len() < permits as usize {
-            Position::First { seen_at }
-        } else {
+    let mut ahead: Vec<(&String, &KeyData)> = state
+        .range(dir)
+        .filter(|(k, d)| d.create_rev < own_rev && spec.key_blocks(dir, k))
+        .collect();
+    ahead.sort_by_key(|(_, d)| d.create_rev);
+    match spec.admission {
+        Admission::Permits(permits) if ahead.len() >= permits as usize => {
             Position::Among(ahead.into_iter().map(entry).collect())
-        };
-    }
-    let first = ahead.len() == 1;
-    match ahead.pop() {
-        None => Position::First { seen_at },
-        Some(nearest) if first => Position::Next(entry(nearest)),
-        Some(nearest) => Position::Behind(entry(nearest)),
+        }
+        Admission::Permits(_) | Admission::Immediate => Position::First { seen_at },
+        _ => {
+            let first = ahead.len() == 1;
+            match ahead.pop() {
+                None => Position::First { seen_at },
+                Some(nearest) if first => Position::Next(entry(nearest)),
+                Some(nearest) => Position::Behind(entry(nearest)),
+            }
+        }
     }
 }
 
@@ -104,9 +63,9 @@ fn entry_gone() -> Error {
 #[doc(hidden)]
 #[async_trait]
 impl Queue for MemClient {
-    fn ticket(&self, queue: &QueueId, slot: Slot) -> Result<Ticket> {
+    fn ticket(&self, queue: &QueueSpec, slot: Slot) -> Result<Ticket> {
         let (session, generation) = self.inner.live_session()?;
-        let dir = class_dir(&self.queue_dir(queue), queue.kind);
+        let dir = queue.class_dir(&self.queue_dir(queue), queue.class);
         Ok(Ticket {
             queue: queue.clone(),
             generation,
@@ -135,7 +94,7 @@ impl Queue for MemClient {
                     Some(existing) => existing.create_rev,
                     None => s.put(&ticket.locator, value, Some(session)).create_rev,
                 };
-                let position = position_in(s, &dir, ticket.queue.kind, own_rev);
+                let position = position_in(s, &dir, &ticket.queue, own_rev);
                 Ok(Joined {
                     own: QueueEntry {
                         path: ticket.locator.clone(),
@@ -153,7 +112,7 @@ impl Queue for MemClient {
         self.inner
             .call(Counter::Read, |s| match s.get(&own.path) {
                 Some(d) if d.create_rev == own.token.get() => {
-                    Ok(position_in(s, &dir, ticket.queue.kind, d.create_rev))
+                    Ok(position_in(s, &dir, &ticket.queue, d.create_rev))
                 }
                 _ => Err(entry_gone()),
             })
@@ -211,11 +170,12 @@ impl Queue for MemClient {
             .await
     }
 
-    async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>> {
         let dir = self.queue_dir(queue);
         self.inner
             .call(Counter::Read, |s| {
-                children(s, &dir)
+                s.range(&dir)
+                    .filter(|(k, _)| queue.class_of_key(&dir, k).is_some())
                     .min_by_key(|(_, d)| d.create_rev)
                     .map(|(_, d)| LeaderInfo {
                         token: FencingToken(d.create_rev),
@@ -225,14 +185,14 @@ impl Queue for MemClient {
             .await
     }
 
-    async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+    async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
         self.track(queue, |raw| match raw {
             Tracked::Changed(t) => vec![HeadEvent::Head(t.leader())],
             Tracked::Gap => vec![HeadEvent::Gap],
         })
     }
 
-    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
+    async fn watch_entries(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
         self.track(queue, |raw| match raw {
             Tracked::Changed(t) => vec![EntriesEvent::Entries(t.members())],
             Tracked::Gap => vec![EntriesEvent::Gap],
@@ -247,21 +207,17 @@ enum Tracked<'a> {
 }
 
 impl MemClient {
-    /// Watches the entries of `queue` (its direct children), passing the tracked entries
+    /// Watches the entries of `queue` (of every class), passing the tracked entries
     /// after every change of one to `map`.
-    fn track<T, F>(&self, queue: &QueueId, mut map: F) -> Result<BoxStream<'static, Result<T>>>
+    fn track<T, F>(&self, queue: &QueueSpec, mut map: F) -> Result<BoxStream<'static, Result<T>>>
     where
         T: Send + 'static,
         F: FnMut(Tracked<'_>) -> Vec<T> + Send + 'static,
     {
         let dir = self.queue_dir(queue);
         let prefix = format!("{dir}/");
-        let is_child = {
-            let prefix = prefix.clone();
-            move |k: &str| {
-                k.len() > prefix.len() && k.starts_with(&prefix) && !k[prefix.len()..].contains('/')
-            }
-        };
+        let spec = queue.clone();
+        let is_child = move |k: &str| spec.class_of_key(&dir, k).is_some();
         let mut tracker = LeaderTracker::default();
         watch::spawn(self.inner.clone(), prefix, move |raw| {
             match raw {

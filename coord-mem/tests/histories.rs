@@ -521,7 +521,7 @@ impl Kind {
         }
     }
 
-    /// The backend directory of its contenders (see `QueueKind::dir`).
+    /// The first segment of its queues' directories (the recipes' `QueueSpec::dir`).
     fn dir(self) -> &'static str {
         match self {
             Kind::Lock => "locks",

@@ -230,6 +230,10 @@ impl Backend for ZkClient {
         &self.inner.options.namespace
     }
 
+    fn path(&self, rel: &str) -> String {
+        self.inner.path(rel)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             every_watch_event: false,

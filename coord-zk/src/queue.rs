@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueId,
-    QueueKind, Slot, Ticket,
+    Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry,
+    QueueSpec, Slot, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -30,90 +30,24 @@ use crate::session::Inner;
 /// deleted by the server between our `mkdir` and the create.
 const DIR_ATTEMPTS: usize = 5;
 
-/// The marker in the names of the contenders coord creates for `kind` in `layout`:
-/// Curator's `InterProcessMutex` (`lock-`), `LeaderLatch` (`latch-`),
-/// `InterProcessReadWriteLock` (`__READ__`, `__WRIT__`) and `InterProcessSemaphoreV2`
-/// (`lock-` in its `locks`, `lease-` in its `leases`); kazoo's `Lock` (`__lock__`) and
-/// `ReadLock` (`__rlock__`). Elections and semaphores have no kazoo layout here.
-fn own_marker(kind: QueueKind, layout: LockLayout) -> &'static str {
-    match (kind, layout) {
-        (QueueKind::Election, _) => "latch-",
-        (QueueKind::Lease { .. }, _) => "lease-",
-        (QueueKind::SemaphoreLock | QueueKind::Takers | QueueKind::Coordinator, _) => "lock-",
-        (QueueKind::Vote, _) => "vote-",
-        (QueueKind::Member, _) => "member-",
-        (QueueKind::Read, LockLayout::Curator) => "__READ__",
-        (QueueKind::Write, LockLayout::Curator) => "__WRIT__",
-        (QueueKind::Read, LockLayout::Kazoo) => "__rlock__",
-        (QueueKind::Write | QueueKind::Lock, LockLayout::Kazoo) => "__lock__",
-        _ => "lock-",
+/// The start of the name of a contender coord creates for `spec` (the server appends the
+/// sequence): Curator's protected `_c_<guid>-<marker>`, or, in kazoo's layout where the
+/// class has a kazoo marker, kazoo's `<guid hex><marker>`. Either way the guid finds the
+/// node again after a create of unknown outcome.
+fn own_name_prefix(spec: &QueueSpec, layout: LockLayout, guid: uuid::Uuid) -> String {
+    let class = spec.own_class();
+    match (layout, class.kazoo_marker) {
+        (LockLayout::Kazoo, Some(marker)) => format!("{}{marker}", guid.simple()),
+        _ => format!("_c_{guid}-{}", class.markers.first().copied().unwrap_or("entry-")),
     }
 }
 
-/// The start of the name of a contender coord creates (the server appends the sequence):
-/// Curator's protected `_c_<guid>-<marker>`, or kazoo's `<guid hex><marker>`. Either way
-/// the guid finds the node again after a create of unknown outcome.
-fn own_name_prefix(kind: QueueKind, layout: LockLayout, guid: uuid::Uuid) -> String {
-    match layout {
-        LockLayout::Kazoo if matches!(kind, QueueKind::Lock | QueueKind::Read | QueueKind::Write) => {
-            format!("{}{}", guid.simple(), own_marker(kind, layout))
-        }
-        _ => format!("_c_{guid}-{}", own_marker(kind, layout)),
-    }
-}
-
-/// The contenders a queue of `kind` recognises, by the marker in their names, with the
-/// class each counts as ([`QueueKind::Read`] or not): both Curator's and kazoo's names,
-/// whichever layout this client creates.
-fn markers(kind: QueueKind) -> &'static [(&'static str, QueueKind)] {
-    match kind {
-        QueueKind::Election => &[("latch-", QueueKind::Write)],
-        QueueKind::Lease { .. } => &[("lease-", QueueKind::Write)],
-        QueueKind::SemaphoreLock | QueueKind::Takers | QueueKind::Coordinator => {
-            &[("lock-", QueueKind::Write)]
-        }
-        QueueKind::Vote => &[("vote-", QueueKind::Write)],
-        QueueKind::Member => &[("member-", QueueKind::Write)],
-        QueueKind::Read | QueueKind::Write => &[
-            ("__READ__", QueueKind::Read),
-            ("__rlock__", QueueKind::Read),
-            ("__WRIT__", QueueKind::Write),
-            ("__lock__", QueueKind::Write),
-        ],
-        // A lock waits for every contender on its path, a kazoo reader's too (as kazoo's
-        // `Lock` does).
-        _ => &[
-            ("lock-", QueueKind::Write),
-            ("__lock__", QueueKind::Write),
-            ("__rlock__", QueueKind::Read),
-        ],
-    }
-}
-
-/// The sequence number and class of a contender node name in a queue of `kind`, if it
-/// is one: Curator's `[_c_<guid>-]<marker><seq>` or kazoo's `<guid><marker><seq>`.
-fn sequence(name: &str, kind: QueueKind) -> Option<(u64, QueueKind)> {
-    markers(kind).iter().find_map(|&(marker, class)| {
-        let (before, seq) = name.rsplit_once(marker)?;
-        // Curator's plain markers follow a `-` (or start the name); kazoo's `__…__`
-        // markers follow its guid directly.
-        if !(marker.starts_with("__") || before.is_empty() || before.ends_with('-')) {
-            return None;
-        }
-        if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some((seq.parse().ok()?, class))
-    })
-}
-
-/// The contender names of a queue of `kind` among `children`, in queue order, with
-/// their classes.
-fn in_order(children: Vec<String>, kind: QueueKind) -> Vec<(String, QueueKind)> {
-    let mut q: Vec<(u64, String, QueueKind)> = children
+/// The entry names of queue `spec` among `children`, in queue order, with their classes.
+fn in_order(children: Vec<String>, spec: &QueueSpec) -> Vec<(String, usize)> {
+    let mut q: Vec<(u64, String, usize)> = children
         .into_iter()
         .filter_map(|c| {
-            let (seq, class) = sequence(&c, kind)?;
+            let (seq, class) = spec.sequence_of_name(&c)?;
             Some((seq, c, class))
         })
         .collect();
@@ -129,32 +63,8 @@ fn own_gone() -> Error {
 }
 
 impl ZkClient {
-    /// The znode a lock's contenders live under (for Curator interoperability: pass this
-    /// path to `InterProcessMutex`).
-    pub fn lock_path(&self, name: &str) -> String {
-        self.queue_dir(&QueueId::new(QueueKind::Lock, name))
-    }
-
-    /// The znode an election's candidates live under (Curator `LeaderLatch` path).
-    pub fn election_path(&self, name: &str) -> String {
-        self.queue_dir(&QueueId::new(QueueKind::Election, name))
-    }
-
-    /// The znode a read/write lock's contenders live under (Curator's
-    /// `InterProcessReadWriteLock` path, or kazoo's `ReadLock`/`Lock` path).
-    pub fn rw_lock_path(&self, name: &str) -> String {
-        self.queue_dir(&QueueId::new(QueueKind::Write, name))
-    }
-
-    /// The znode of a semaphore (Curator's `InterProcessSemaphoreV2` path: its internal
-    /// lock's contenders under `locks`, its leases under `leases`).
-    pub fn semaphore_path(&self, name: &str) -> String {
-        self.inner
-            .path(&format!("{}/{name}", QueueKind::SemaphoreLock.dir()))
-    }
-
-    fn queue_dir(&self, queue: &QueueId) -> String {
-        self.inner.path(&queue.rel_dir())
+    fn queue_dir(&self, queue: &QueueSpec) -> String {
+        self.inner.path(&queue.dir)
     }
 }
 
@@ -204,7 +114,7 @@ async fn find_own(inner: &Inner, ticket: &Ticket) -> Result<Option<QueueEntry>> 
 async fn read_head(
     inner: &Inner,
     dir: &str,
-    kind: QueueKind,
+    spec: &QueueSpec,
     watch: bool,
 ) -> Result<(Option<LeaderInfo>, Vec<zk::OneshotWatcher>)> {
     loop {
@@ -245,7 +155,7 @@ async fn read_head(
             Err(e) => return Err(map_at(e, "leader", false, dir)),
         };
         let mut watchers: Vec<zk::OneshotWatcher> = child_watch.into_iter().collect();
-        let Some((first, _)) = in_order(children, kind).into_iter().next() else {
+        let Some((first, _)) = in_order(children, spec).into_iter().next() else {
             return Ok((None, watchers));
         };
         let path = format!("{dir}/{first}");
@@ -285,10 +195,10 @@ async fn read_head(
 #[doc(hidden)]
 #[async_trait]
 impl Queue for ZkClient {
-    fn ticket(&self, queue: &QueueId, _slot: Slot) -> Result<Ticket> {
+    fn ticket(&self, queue: &QueueSpec, _slot: Slot) -> Result<Ticket> {
         // Every entry has a name of its own (its guid): slots need nothing more.
         let current = self.inner.current()?;
-        let name = own_name_prefix(queue.kind, self.inner.options.lock_layout, uuid::Uuid::new_v4());
+        let name = own_name_prefix(queue, self.inner.options.lock_layout, uuid::Uuid::new_v4());
         Ok(Ticket {
             queue: queue.clone(),
             generation: current.generation,
@@ -370,10 +280,10 @@ impl Queue for ZkClient {
 
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
-        let kind = ticket.queue.kind;
+        let spec = &ticket.queue;
         let queue = in_order(
             crate::reads::children(&self.inner, &dir, "list contenders").await?,
-            kind,
+            spec,
         );
         let name = own.path.rsplit('/').next().unwrap_or_default();
         let Some(i) = queue.iter().position(|(c, _)| c == name) else {
@@ -384,24 +294,25 @@ impl Queue for ZkClient {
             token: FencingToken(0),
             seen_at: 0,
         };
-        if kind.never_waits() {
-            return Ok(Position::First { seen_at: 0 });
+        match spec.admission {
+            Admission::Immediate => return Ok(Position::First { seen_at: 0 }),
+            Admission::Permits(permits) => {
+                return Ok(if i < permits as usize {
+                    Position::First { seen_at: 0 }
+                } else {
+                    Position::Among(queue[..i].iter().map(|(c, _)| entry(c)).collect())
+                });
+            }
+            _ => {}
         }
-        if let QueueKind::Lease { permits } = kind {
-            return Ok(if i < permits as usize {
-                Position::First { seen_at: 0 }
-            } else {
-                Position::Among(queue[..i].iter().map(|(c, _)| entry(c)).collect())
-            });
-        }
-        // The contenders ahead this one waits for (a reader: the writers), nearest last.
-        let mut blocking = queue[..i].iter().filter(|(_, class)| kind.waits_for(*class));
+        // The entries ahead this one waits for (a reader: the writers), nearest last.
+        let mut blocking = queue[..i].iter().filter(|(_, class)| spec.waits_for(*class));
         let Some((ahead, _)) = blocking.next_back() else {
             return Ok(Position::First { seen_at: 0 });
         };
         let ahead = entry(ahead);
-        // Sequence numbers only grow: once the only contender this one waits for is
-        // gone, nothing made later can come between.
+        // Sequence numbers only grow: once the only entry this one waits for is gone,
+        // nothing made later can come between.
         Ok(if blocking.next().is_none() {
             Position::Next(ahead)
         } else {
@@ -500,24 +411,24 @@ impl Queue for ZkClient {
         }
     }
 
-    async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>> {
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>> {
         let dir = self.queue_dir(queue);
-        Ok(read_head(&self.inner, &dir, queue.kind, false).await?.0)
+        Ok(read_head(&self.inner, &dir, queue, false).await?.0)
     }
 
-    async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+    async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
         let dir = self.queue_dir(queue);
-        let kind = queue.kind;
+        let spec = queue.clone();
         let inner = self.inner.clone();
         // Read once up front so errors surface to the caller.
-        let (first, watchers) = read_head(&inner, &dir, kind, true).await?;
+        let (first, watchers) = read_head(&inner, &dir, &spec, true).await?;
         let (tx, rx) = mpsc::channel(64);
         let read = {
             let inner = inner.clone();
             move || {
-                let (inner, dir) = (inner.clone(), dir.clone());
+                let (inner, dir, spec) = (inner.clone(), dir.clone(), spec.clone());
                 async move {
-                    let (head, w) = read_head(&inner, &dir, kind, true).await?;
+                    let (head, w) = read_head(&inner, &dir, &spec, true).await?;
                     Ok((HeadEvent::Head(head), w))
                 }
             }
@@ -533,19 +444,19 @@ impl Queue for ZkClient {
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 
-    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
+    async fn watch_entries(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
         let dir = self.queue_dir(queue);
-        let kind = queue.kind;
+        let spec = queue.clone();
         let inner = self.inner.clone();
         // Read once up front so errors surface to the caller.
-        let (first, watchers) = read_entries(&inner, &dir, kind).await?;
+        let (first, watchers) = read_entries(&inner, &dir, &spec).await?;
         let (tx, rx) = mpsc::channel(64);
         let read = {
             let inner = inner.clone();
             move || {
-                let (inner, dir) = (inner.clone(), dir.clone());
+                let (inner, dir, spec) = (inner.clone(), dir.clone(), spec.clone());
                 async move {
-                    let (entries, w) = read_entries(&inner, &dir, kind).await?;
+                    let (entries, w) = read_entries(&inner, &dir, &spec).await?;
                     Ok((EntriesEvent::Entries(entries), w))
                 }
             }
@@ -641,7 +552,7 @@ async fn follow<E, R, Fut>(
 async fn read_entries(
     inner: &Inner,
     dir: &str,
-    kind: QueueKind,
+    spec: &QueueSpec,
 ) -> Result<(Vec<Member>, Vec<zk::OneshotWatcher>)> {
     loop {
         let d = dir.to_owned();
@@ -671,7 +582,7 @@ async fn read_entries(
         };
         let mut watchers = vec![child_watch];
         let mut members = Vec::new();
-        for (name, _) in in_order(children, kind) {
+        for (name, _) in in_order(children, spec) {
             let path = format!("{dir}/{name}");
             let p = path.clone();
             let read = inner
@@ -699,7 +610,37 @@ async fn read_entries(
 
 #[cfg(test)]
 mod tests {
+    use coord_core::raw::EntryClass;
+
     use super::*;
+
+    /// A lock-like queue's one class, with Curator's and kazoo's markers.
+    const LOCK: &[EntryClass] = &[EntryClass {
+        subdir: "",
+        markers: &["lock-", "__lock__", "__rlock__"],
+        kazoo_marker: Some("__lock__"),
+    }];
+    const LATCH: &[EntryClass] = &[EntryClass {
+        subdir: "",
+        markers: &["latch-"],
+        kazoo_marker: None,
+    }];
+    const RW: &[EntryClass] = &[
+        EntryClass {
+            subdir: "read",
+            markers: &["__READ__", "__rlock__"],
+            kazoo_marker: Some("__rlock__"),
+        },
+        EntryClass {
+            subdir: "write",
+            markers: &["__WRIT__", "__lock__"],
+            kazoo_marker: Some("__lock__"),
+        },
+    ];
+
+    fn spec(classes: &'static [EntryClass]) -> QueueSpec {
+        QueueSpec::new("test", "q", classes, Admission::Exclusive)
+    }
 
     #[test]
     fn curator_and_kazoo_names_sort_by_sequence() {
@@ -712,7 +653,7 @@ mod tests {
             "0f1e2d3c__lock__0000000007".to_owned(),
             "0f1e2d3d__rlock__0000000003".to_owned(),
         ];
-        let lock: Vec<String> = in_order(names.clone(), QueueKind::Lock)
+        let lock: Vec<String> = in_order(names.clone(), &spec(LOCK))
             .into_iter()
             .map(|(c, _)| c)
             .collect();
@@ -727,12 +668,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            in_order(names, QueueKind::Election),
-            [("_c_c-latch-0000000001".to_owned(), QueueKind::Write)]
+            in_order(names, &spec(LATCH)),
+            [("_c_c-latch-0000000001".to_owned(), 0)]
         );
-        assert_eq!(sequence("_c_x-lock-", QueueKind::Lock), None);
-        assert_eq!(sequence("_c_x-lock-12a", QueueKind::Lock), None);
-        assert_eq!(sequence("xlock-12", QueueKind::Lock), None);
+        assert_eq!(spec(LOCK).sequence_of_name("_c_x-lock-"), None);
+        assert_eq!(spec(LOCK).sequence_of_name("_c_x-lock-12a"), None);
+        assert_eq!(spec(LOCK).sequence_of_name("xlock-12"), None);
     }
 
     #[test]
@@ -745,12 +686,12 @@ mod tests {
             "_c_e-lock-0000000005".to_owned(),
         ];
         assert_eq!(
-            in_order(names, QueueKind::Read),
+            in_order(names, &spec(RW)),
             [
-                ("_c_a-__READ__0000000001".to_owned(), QueueKind::Read),
-                ("_c_b-__WRIT__0000000002".to_owned(), QueueKind::Write),
-                ("ab__rlock__0000000003".to_owned(), QueueKind::Read),
-                ("cd__lock__0000000004".to_owned(), QueueKind::Write),
+                ("_c_a-__READ__0000000001".to_owned(), 0),
+                ("_c_b-__WRIT__0000000002".to_owned(), 1),
+                ("ab__rlock__0000000003".to_owned(), 0),
+                ("cd__lock__0000000004".to_owned(), 1),
             ]
         );
     }
@@ -759,19 +700,19 @@ mod tests {
     fn own_names_follow_the_layout() {
         let guid = uuid::Uuid::nil();
         assert_eq!(
-            own_name_prefix(QueueKind::Lock, LockLayout::Curator, guid),
+            own_name_prefix(&spec(LOCK), LockLayout::Curator, guid),
             "_c_00000000-0000-0000-0000-000000000000-lock-"
         );
         assert_eq!(
-            own_name_prefix(QueueKind::Read, LockLayout::Kazoo, guid),
+            own_name_prefix(&spec(RW), LockLayout::Kazoo, guid),
             "00000000000000000000000000000000__rlock__"
         );
         assert_eq!(
-            own_name_prefix(QueueKind::Write, LockLayout::Curator, guid),
+            own_name_prefix(&spec(RW).as_class(1), LockLayout::Curator, guid),
             "_c_00000000-0000-0000-0000-000000000000-__WRIT__"
         );
         assert_eq!(
-            own_name_prefix(QueueKind::Election, LockLayout::Kazoo, guid),
+            own_name_prefix(&spec(LATCH), LockLayout::Kazoo, guid),
             "_c_00000000-0000-0000-0000-000000000000-latch-"
         );
     }
@@ -779,7 +720,7 @@ mod tests {
     #[test]
     fn a_ticket_locator_splits_into_dir_and_name_prefix() {
         let ticket = Ticket {
-            queue: QueueId::new(QueueKind::Lock, "a/b"),
+            queue: spec(LOCK),
             generation: 1,
             session_id: 1,
             locator: "/ns/locks/a/b/_c_0b8b2c36-6b4c-4a8a-9a57-5b2f4c1c9f10-lock-".into(),

@@ -28,12 +28,6 @@ struct ZkFactory {
     query: String,
 }
 
-fn zk(client: &Client) -> Result<&ZkClient> {
-    client
-        .backend_as::<ZkClient>()
-        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not a zk client"))
-}
-
 fn unavailable(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Unavailable, format!("{what}: {e}"))
 }
@@ -153,7 +147,7 @@ async fn curator_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
     use coord_core::Lock;
     let server = std::env::var("COORD_TEST_ZK")?;
     let client = ctx.client().await?;
-    let path = zk(&client)?.lock_path("shared");
+    let path = client.lock_path("shared")?;
     let raw = zookeeper_client::Client::connect(&server).await?;
     let seq_opts =
         zookeeper_client::CreateMode::EphemeralSequential.with_acls(zookeeper_client::Acls::anyone_all());

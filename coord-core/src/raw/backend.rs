@@ -30,6 +30,10 @@ pub trait Backend: Queue + ConfigStore + Registry + Send + Sync + 'static {
     /// The namespace this client works under.
     fn namespace(&self) -> &str;
 
+    /// Where `rel`, a path relative to the namespace (`locks/a`), lives on the server:
+    /// the znode path (`/<namespace>/locks/a`) or key prefix (`<namespace>/locks/a`).
+    fn path(&self, rel: &str) -> String;
+
     /// What this backend promises beyond the common contract.
     fn capabilities(&self) -> Capabilities;
 

@@ -40,5 +40,6 @@ pub use crate::trackers::{InstanceTracker, LeaderTracker};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
 pub use queue::{
-    EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueId, QueueKind, Slot, Ticket,
+    Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
+    Slot, Ticket,
 };

@@ -1,5 +1,7 @@
-//! The contender queue every backend implements once, in its native layout; locks,
-//! elections and the recipes to come are written over it in `coord-core`.
+//! The contender queue every backend implements once, in its native layout; every
+//! queue-based recipe (locks, elections, read/write locks, semaphores, the queue's takers,
+//! barriers, two-phase commit) is written over it, knowing no backend, and every backend
+//! implements it knowing no recipe: a recipe declares its queue in a [`QueueSpec`].
 //!
 //! A queue is a directory of session-bound entries ordered by creation: ZooKeeper
 //! ephemeral sequential znodes ordered by sequence (token: `czxid`), etcd keys under the
@@ -26,108 +28,182 @@ use crate::election::LeaderInfo;
 use crate::error::Result;
 use crate::fencing::FencingToken;
 
-/// The recipe a queue serves. Backends place its queues under [`QueueKind::dir`] and,
-/// where their layout marks entries by recipe, mark them (ZooKeeper: Curator's `-lock-`,
-/// `-latch-`, `__READ__` and `__WRIT__`; etcd: the `read/` and `write/` directories of
-/// Go's `recipes.RWMutex`).
+/// One class of entries in a queue, as the backends' native layouts mark it. Most queues
+/// have one class; a read/write lock has two (readers and writers), so that a reader can
+/// wait only for the writers ahead of it.
 ///
-/// What an entry waits for depends on its kind: a [`QueueKind::Read`] entry only for the
-/// [`QueueKind::Write`] entries ahead of it (readers share), every other kind for any
-/// entry ahead of it in its queue.
+/// The class says how an entry is named in either kind of layout, and nothing about the
+/// recipe: a backend that names entries by session (etcd, mem) makes the class's entries
+/// in [`EntryClass::subdir`]; one that names entries by a sequence the server appends
+/// (ZooKeeper) recognises them by [`EntryClass::markers`] and writes the first of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EntryClass {
+    /// The subdirectory of the queue's directory this class's entries are made in, in
+    /// layouts that name entries by session (Go's `recipes.RWMutex`: `read`, `write`);
+    /// empty for entries directly in the queue's directory.
+    pub subdir: &'static str,
+    /// The markers that name this class's entries in layouts that name them by sequence
+    /// (`<marker><seq>`; Curator's `lock-`, `latch-`, `__READ__`, `__WRIT__`, `lease-`;
+    /// kazoo's `__lock__`, `__rlock__`): entries with any of them count as this class.
+    /// coord writes the first, in Curator's protected form `_c_<guid>-<marker><seq>`.
+    pub markers: &'static [&'static str],
+    /// The marker coord writes instead when the client asks for kazoo's layout
+    /// (`<guid hex><marker><seq>`), where kazoo has the recipe; `None`: Curator's form
+    /// whatever the layout.
+    pub kazoo_marker: Option<&'static str>,
+}
+
+/// When an entry holds the grant, given the entries ahead of it in its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum QueueKind {
-    /// A lock (Curator `InterProcessMutex`, kazoo `Lock`, Go `concurrency.Mutex`).
-    Lock,
-    /// An election (Curator `LeaderLatch`, Go `concurrency.Election`).
-    Election,
-    /// A read/write lock's reader (Curator `InterProcessReadWriteLock.readLock()`,
-    /// kazoo `ReadLock`, Go `recipes.RWMutex.RLock`). Shares the directory of
-    /// [`QueueKind::Write`].
-    Read,
-    /// A read/write lock's writer (Curator `InterProcessReadWriteLock.writeLock()`,
-    /// kazoo `Lock` on the same path, Go `recipes.RWMutex.Lock`).
-    Write,
-    /// A semaphore's internal lock, held only while acquiring a lease (Curator
-    /// `InterProcessSemaphoreV2`'s `locks` mutex): one acquirer at a time watches the
-    /// leases.
-    SemaphoreLock,
-    /// A semaphore's lease (Curator `InterProcessSemaphoreV2`'s `leases`): held while
-    /// fewer than `permits` leases are ahead of it; otherwise it waits for any of them
-    /// to go ([`Position::Among`]).
-    Lease {
-        /// How many leases hold at once.
-        permits: u32,
-    },
-    /// A distributed queue's taker lock: consumers take items one at a time, in arrival
-    /// order, and only the one at the front watches for items.
-    Takers,
-    /// A member of a double barrier: never waits ([`Position::First`] at once); the
-    /// recipe watches every member ([`Queue::watch_entries`]).
-    Member,
-    /// A two-phase commit's coordinator lock.
-    Coordinator,
-    /// A two-phase commit participant's vote: never waits; the coordinator watches every
-    /// vote.
-    Vote,
+pub enum Admission {
+    /// Once no entry is ahead of it; until then it waits for the one right ahead (a
+    /// lock, an election, a writer).
+    Exclusive,
+    /// Once no entry of another class is ahead of it; until then it waits for the
+    /// nearest such entry (a reader: readers share, and wait only for writers).
+    SharedWithinClass,
+    /// While fewer than this many entries are ahead of it; otherwise it waits for any of
+    /// them to go ([`Position::Among`]) (a semaphore's leases).
+    Permits(u32),
+    /// At once, whatever is ahead (a barrier's members, a transaction's votes): its
+    /// recipe watches the entries ([`Queue::watch_entries`]) instead.
+    Immediate,
 }
 
-impl QueueKind {
-    /// The first segment of this kind's queue directories under the namespace.
-    pub fn dir(self) -> &'static str {
-        match self {
-            QueueKind::Lock => "locks",
-            QueueKind::Election => "elections",
-            QueueKind::Read | QueueKind::Write => "rwlocks",
-            QueueKind::SemaphoreLock | QueueKind::Lease { .. } => "semaphores",
-            QueueKind::Takers => "queues",
-            QueueKind::Member => "barriers",
-            QueueKind::Coordinator | QueueKind::Vote => "transactions",
-        }
-    }
-
-    /// Whether an entry of this kind is granted at once, whatever is ahead of it (a
-    /// barrier member, a vote): its recipe watches the entries instead.
-    pub fn never_waits(self) -> bool {
-        matches!(self, QueueKind::Member | QueueKind::Vote)
-    }
-
-    /// Whether an entry of this kind waits for `ahead`, an entry of kind `ahead` queued
-    /// before it: readers wait only for writers; everything else for everything.
-    pub fn waits_for(self, ahead: QueueKind) -> bool {
-        self != QueueKind::Read || ahead != QueueKind::Read
-    }
-}
-
-/// One queue: a recipe and a validated name.
+/// A queue as its recipe declares it: where it lives, how its entries are marked, and
+/// when an entry holds the grant. Backends read nothing else about the recipe, so a
+/// recipe (in `coord-core` or outside it) brings a new queue without a backend changed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct QueueId {
-    /// The recipe.
-    pub kind: QueueKind,
-    /// The user's name (already validated).
-    pub name: String,
+pub struct QueueSpec {
+    /// What the queue serves, for metrics and traces (`lock`, `read_lock`, …).
+    pub label: &'static str,
+    /// The queue's directory relative to the namespace (`locks/<name>`; a semaphore's
+    /// `semaphores/<name>/leases`).
+    pub dir: String,
+    /// Every class of entries the queue holds.
+    pub classes: &'static [EntryClass],
+    /// The class of the entries this contender makes (an index into `classes`).
+    pub class: usize,
+    /// When one of its entries holds the grant.
+    pub admission: Admission,
 }
 
-impl QueueId {
-    /// The queue `name` of `kind`.
-    pub fn new(kind: QueueKind, name: impl Into<String>) -> QueueId {
-        QueueId {
-            kind,
-            name: name.into(),
+impl QueueSpec {
+    /// A queue at `dir` (relative to the namespace) whose contender makes entries of the
+    /// first of `classes`.
+    pub fn new(
+        label: &'static str,
+        dir: impl Into<String>,
+        classes: &'static [EntryClass],
+        admission: Admission,
+    ) -> Self {
+        QueueSpec {
+            label,
+            dir: dir.into(),
+            classes,
+            class: 0,
+            admission,
         }
     }
 
-    /// The queue's directory relative to the namespace: `locks/<name>`; a semaphore's
-    /// `semaphores/<name>/locks` and `semaphores/<name>/leases` (Curator's layout).
-    pub fn rel_dir(&self) -> String {
-        match self.kind {
-            QueueKind::SemaphoreLock => format!("{}/{}/locks", self.kind.dir(), self.name),
-            QueueKind::Lease { .. } => format!("{}/{}/leases", self.kind.dir(), self.name),
-            QueueKind::Takers => format!("{}/{}/takers", self.kind.dir(), self.name),
-            QueueKind::Coordinator => format!("{}/{}/coordinator", self.kind.dir(), self.name),
-            QueueKind::Vote => format!("{}/{}/votes", self.kind.dir(), self.name),
-            _ => format!("{}/{}", self.kind.dir(), self.name),
+    /// The same queue, for a contender whose entries are of class `class` (an index into
+    /// [`QueueSpec::classes`]).
+    pub fn as_class(mut self, class: usize) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// This contender's class (the last one if `class` is out of range; a queue without
+    /// classes has a plain one).
+    pub fn own_class(&self) -> EntryClass {
+        const PLAIN: EntryClass = EntryClass {
+            subdir: "",
+            markers: &["entry-"],
+            kazoo_marker: None,
+        };
+        self.classes
+            .get(self.class)
+            .or(self.classes.last())
+            .copied()
+            .unwrap_or(PLAIN)
+    }
+
+    /// Whether a contender of this spec waits for an entry of class `ahead` queued
+    /// before it: with [`Admission::SharedWithinClass`] only for another class; with
+    /// [`Admission::Exclusive`] for every class; never with [`Admission::Immediate`].
+    /// (With [`Admission::Permits`], every entry counts toward the permits.)
+    pub fn waits_for(&self, ahead: usize) -> bool {
+        match self.admission {
+            Admission::SharedWithinClass => ahead != self.class,
+            Admission::Immediate => false,
+            Admission::Exclusive | Admission::Permits(_) => true,
         }
+    }
+
+    /// Whether the client's contenders for this queue take turns locally first (an
+    /// exclusive grant: one entry per client at a time), rather than each holding a
+    /// place of its own.
+    pub fn takes_turns(&self) -> bool {
+        self.admission == Admission::Exclusive
+    }
+
+    /// In a layout that names entries by session: the directory class `class`'s entries
+    /// are made in, under the queue's absolute directory `dir`.
+    pub fn class_dir(&self, dir: &str, class: usize) -> String {
+        match self.classes.get(class).map(|c| c.subdir) {
+            None | Some("") => dir.to_owned(),
+            Some(sub) => format!("{dir}/{sub}"),
+        }
+    }
+
+    /// In a layout that names entries by session: the class of `key` if it is an entry
+    /// of this queue (whose absolute directory is `dir`), one segment below its class's
+    /// directory; keys of queues with longer names are not.
+    pub fn class_of_key(&self, dir: &str, key: &str) -> Option<usize> {
+        let rest = key.strip_prefix(dir)?.strip_prefix('/')?;
+        self.classes.iter().position(|c| {
+            let name = match c.subdir {
+                "" => Some(rest),
+                sub => rest.strip_prefix(sub).and_then(|r| r.strip_prefix('/')),
+            };
+            name.is_some_and(|n| !n.is_empty() && !n.contains('/'))
+        })
+    }
+
+    /// In a layout that names entries by session: whether `key` is an entry this
+    /// contender waits for (see [`QueueSpec::waits_for`]).
+    pub fn key_blocks(&self, dir: &str, key: &str) -> bool {
+        self.class_of_key(dir, key).is_some_and(|c| self.waits_for(c))
+    }
+
+    /// In a layout that names entries by session: the narrowest prefix (with its
+    /// trailing `/`) under which every entry this contender may wait for lies — its one
+    /// blocking class's directory, or the queue's.
+    pub fn blockers_prefix(&self, dir: &str) -> String {
+        let blocking: Vec<usize> = (0..self.classes.len()).filter(|&c| self.waits_for(c)).collect();
+        match blocking.as_slice() {
+            [only] => format!("{}/", self.class_dir(dir, *only)),
+            _ => format!("{dir}/"),
+        }
+    }
+
+    /// In a layout that names entries by sequence: the sequence number and class of an
+    /// entry's name, if it is an entry of this queue — `[<anything>-]<marker><seq>` for
+    /// plain markers, `<anything><marker><seq>` for kazoo's `__…__` ones.
+    pub fn sequence_of_name(&self, name: &str) -> Option<(u64, usize)> {
+        self.classes.iter().enumerate().find_map(|(class, c)| {
+            c.markers.iter().find_map(|marker| {
+                let (before, seq) = name.rsplit_once(marker)?;
+                if !(marker.starts_with("__") || before.is_empty() || before.ends_with('-')) {
+                    return None;
+                }
+                if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                Some((seq.parse().ok()?, class))
+            })
+        })
     }
 }
 
@@ -138,7 +214,7 @@ impl QueueId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ticket {
     /// The queue.
-    pub queue: QueueId,
+    pub queue: QueueSpec,
     /// The client's session generation the entry is bound to.
     pub generation: u64,
     /// The server's id of that session (ZooKeeper session id, etcd lease id, mem session).
@@ -183,7 +259,7 @@ pub enum Position {
     /// entry made later queues behind it), with no read to confirm it — the hand-over's
     /// round trip saved. A backend that cannot tell says [`Position::Behind`].
     Next(QueueEntry),
-    /// A [`QueueKind::Lease`] with `permits` or more leases ahead, these: once any of
+    /// With [`Admission::Permits`], `permits` or more entries ahead, these: once any of
     /// them is gone, read again.
     Among(Vec<QueueEntry>),
 }
@@ -241,7 +317,7 @@ pub trait Queue: Send + Sync {
     /// # Errors
     ///
     /// `SessionLost` when there is no live session (retry on the next one); `Closed`.
-    fn ticket(&self, queue: &QueueId, slot: Slot) -> Result<Ticket>;
+    fn ticket(&self, queue: &QueueSpec, slot: Slot) -> Result<Ticket>;
 
     /// Creates the ticket's entry holding `value`, on the ticket's session only. Retried
     /// or repeated for one ticket, it never makes a second entry: an entry already made
@@ -317,7 +393,7 @@ pub trait Queue: Send + Sync {
     /// # Cancel safety
     ///
     /// Cancel-safe (a read).
-    async fn head(&self, queue: &QueueId) -> Result<Option<LeaderInfo>>;
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>>;
 
     /// The first entry of `queue` now, then whenever it may have changed; a
     /// [`HeadEvent::Gap`] where changes may have been missed. The stream ends after an
@@ -330,7 +406,7 @@ pub trait Queue: Send + Sync {
     /// # Cancel safety
     ///
     /// Dropping the stream stops watching.
-    async fn watch_head(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<HeadEvent>>>;
+    async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>>;
 
     /// Every entry of `queue` with its value now, then again whenever the entries may
     /// have changed (an entry joined, left, or changed its value); an
@@ -344,5 +420,5 @@ pub trait Queue: Send + Sync {
     /// # Cancel safety
     ///
     /// Dropping the stream stops watching.
-    async fn watch_entries(&self, queue: &QueueId) -> Result<BoxStream<'static, Result<EntriesEvent>>>;
+    async fn watch_entries(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<EntriesEvent>>>;
 }

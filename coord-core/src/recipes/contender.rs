@@ -16,7 +16,7 @@ use crate::hold::{EntryGone, HoldState, HoldWatch};
 use crate::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
 use crate::metrics;
 use crate::raw::mutants::{self, Mutant};
-use crate::raw::{Backend, Backoff, Joined, Position, QueueEntry, QueueId, QueueKind, Slot, Ticket};
+use crate::raw::{Admission, Backend, Backoff, Joined, Position, QueueEntry, QueueSpec, Slot, Ticket};
 use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
 
@@ -287,13 +287,13 @@ pub(crate) async fn remove_until_gone(
 /// gives up its local turn.
 pub(crate) async fn acquire(
     client: &Client,
-    queue: QueueId,
+    queue: QueueSpec,
     value: Vec<u8>,
     wait: bool,
 ) -> Result<Option<Grant>> {
     let core = client.core();
     let started = Instant::now();
-    let kind = queue.kind;
+    let label = queue.label;
     // Whether this acquisition waited for someone ahead: a local contender for the name,
     // or an entry on the server (a hand-off, in the metrics).
     let mut waited = false;
@@ -303,44 +303,28 @@ pub(crate) async fn acquire(
         // request, and leaves nothing behind.
         return Err(suspended());
     }
-    let (turn, slot) = match queue.kind {
-        // A client's readers (and leases) hold at once: each takes the first free slot
-        // (never waits locally), and the server orders them.
-        QueueKind::Read => free_slot(&core.reads, &queue.name, &session_rx),
-        QueueKind::Lease { .. } => free_slot(&core.leases, &queue.name, &session_rx),
-        // Barrier members and votes of one client (several ids) are entries of their own;
-        // the kind keeps a barrier's and a transaction's slots apart.
-        kind @ (QueueKind::Member | QueueKind::Vote) => free_slot(
-            &core.members,
-            &format!("{}/{}", kind.dir(), queue.name),
-            &session_rx,
-        ),
-        kind => {
-            let local = match kind {
-                QueueKind::Election => &core.elections,
-                QueueKind::Write => &core.writes,
-                QueueKind::SemaphoreLock => &core.semaphores,
-                QueueKind::Takers => &core.takers,
-                QueueKind::Coordinator => &core.coordinators,
-                _ => &core.locks,
-            };
-            let turn = if wait {
-                match local.try_turn(&queue.name, &session_rx) {
-                    Some(t) => t,
-                    None => {
-                        waited = true;
-                        local.turn(&queue.name, session_rx).await
-                    }
-                }
-            } else {
-                match local.try_turn(&queue.name, &session_rx) {
-                    Some(t) => t,
-                    None => return Ok(None),
-                }
-            };
-            (turn, 0)
-        }
+    // One local queue for every recipe, keyed by the queue's directory and class.
+    let local = &core.contenders;
+    let key = format!("{}\0{}", queue.dir, queue.class);
+    let (turn, slot) = if queue.takes_turns() {
+        // An exclusive grant: the client's contenders take turns locally, and only the
+        // one whose turn it is has an entry on the server (slot 0).
+        let turn = match local.try_turn(&key, &session_rx) {
+            Some(t) => t,
+            None if !wait => return Ok(None),
+            None => {
+                waited = true;
+                local.turn(&key, session_rx).await
+            }
+        };
+        (turn, 0)
+    } else {
+        // Shared places (readers, leases, barrier members, votes) hold at once: each
+        // takes the client's first free slot (never waits locally), and the server
+        // orders them.
+        free_slot(local, &key, &session_rx)
     };
+    let queue_waits = queue.admission != Admission::Immediate;
     let backend = core.backend.clone();
     let ticket = backend.ticket(&queue, slot)?;
     let generation = ticket.generation;
@@ -470,7 +454,7 @@ pub(crate) async fn acquire(
                     futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
                 match in_session(&mut session, generation, async { any_gone.await.map(drop) }).await {
                     Ok(()) => {
-                        woken(core, kind);
+                        woken(core, label);
                         waited = true;
                     }
                     Err(e) if transient(&e) => {
@@ -485,7 +469,7 @@ pub(crate) async fn acquire(
                 let next = matches!(position_kind, PositionKind::Next);
                 match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
                     Ok(()) => {
-                        woken(core, kind);
+                        woken(core, label);
                         waited = true;
                         if next && mutants::active(Mutant::OwnEntryUnchecked) {
                             known = Some(Position::First { seen_at: own.seen_at });
@@ -517,8 +501,8 @@ pub(crate) async fn acquire(
     } else {
         granted(&contender.turn, generation);
     }
-    if wait && !kind.never_waits() {
-        metrics::granted(backend.kind(), kind, started.elapsed(), waited);
+    if wait && queue_waits {
+        metrics::granted(backend.kind(), label, started.elapsed(), waited);
     }
     let fence = Fence::new(own.path.clone(), own.token);
     Ok(Some(Grant {
@@ -536,16 +520,17 @@ enum PositionKind {
 
 /// Counts a waiting contender's wake-up ([`Stats::wakeups`](crate::Stats::wakeups), and
 /// the metrics).
-fn woken(core: &ClientCore, kind: QueueKind) {
+fn woken(core: &ClientCore, label: &'static str) {
     core.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    metrics::wakeup(core.backend.kind(), kind);
+    metrics::wakeup(core.backend.kind(), label);
 }
 
-/// The first of this client's slots at `name` that no reader holds, and its turn.
-fn free_slot(reads: &LocalQueue, name: &str, session: &watch::Receiver<SessionStatus>) -> (Turn, Slot) {
+/// The first of this client's slots at `key` that none of its contenders holds, and its
+/// turn.
+fn free_slot(local: &LocalQueue, key: &str, session: &watch::Receiver<SessionStatus>) -> (Turn, Slot) {
     let mut slot: Slot = 0;
     loop {
-        if let Some(turn) = reads.try_turn(&format!("{name}\0{slot}"), session) {
+        if let Some(turn) = local.try_turn(&format!("{key}\0{slot}"), session) {
             return (turn, slot);
         }
         slot += 1;

@@ -11,7 +11,7 @@ use crate::double_barrier::{DoubleBarrier, Entered};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::validate_segment_name;
 use crate::raw::mutants::{self, Mutant};
-use crate::raw::{EntriesEvent, Member, QueueId, QueueKind};
+use crate::raw::{Admission, EntriesEvent, EntryClass, Member, QueueSpec};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
 
@@ -36,9 +36,23 @@ fn ids<'a>(members: impl Iterator<Item = &'a Member>) -> String {
     }
 }
 
+/// A double barrier's members (`member-`), each holding `<state>:<id>`.
+const MEMBERS: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["member-"],
+    kazoo_marker: None,
+}];
+
 impl DoubleBarrier {
-    fn queue(&self) -> QueueId {
-        QueueId::new(QueueKind::Member, self.name.clone())
+    /// Its members' queue: `barriers/<name>`; a member never waits, each watches them
+    /// all.
+    fn queue(&self) -> QueueSpec {
+        QueueSpec::new(
+            "barrier_member",
+            format!("barriers/{}", self.name),
+            MEMBERS,
+            Admission::Immediate,
+        )
     }
 
     /// Arrives as member `id` and waits, at most `deadline`, until the barrier is full:

@@ -12,9 +12,27 @@ use crate::election::{Election, LeaderEvent, LeaderInfo, Leadership};
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::name::{validate_name, validate_value};
-use crate::raw::{HeadEvent, QueueId, QueueKind};
+use crate::raw::{Admission, EntryClass, HeadEvent, QueueSpec};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
+
+/// An election's candidates: Curator's `LeaderLatch` (`latch-`).
+const CANDIDATES: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["latch-"],
+    kazoo_marker: None,
+}];
+
+/// The queue of election `name`: `elections/<name>` (Go's `concurrency.Election`
+/// prefix).
+pub(crate) fn queue(name: &str) -> QueueSpec {
+    QueueSpec::new(
+        "election",
+        format!("elections/{name}"),
+        CANDIDATES,
+        Admission::Exclusive,
+    )
+}
 
 #[async_trait]
 impl Election for Client {
@@ -27,7 +45,7 @@ impl Election for Client {
         validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
         validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
         let span = tracing::debug_span!("coord.campaign", backend = self.kind(), name);
-        let grant = acquire(self, QueueId::new(QueueKind::Election, name), value.clone(), true)
+        let grant = acquire(self, queue(name), value.clone(), true)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("campaign"))?
@@ -39,7 +57,7 @@ impl Election for Client {
         validate_name("election name", name).map_err(|e| e.with_operation("leader"))?;
         let span = tracing::debug_span!("coord.leader", backend = self.kind(), name);
         self.backend()
-            .head(&QueueId::new(QueueKind::Election, name))
+            .head(&queue(name))
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("leader"))
@@ -50,7 +68,7 @@ impl Election for Client {
         let span = tracing::debug_span!("coord.observe", backend = self.kind(), name);
         let heads = self
             .backend()
-            .watch_head(&QueueId::new(QueueKind::Election, name))
+            .watch_head(&queue(name))
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("observe"))?;

@@ -8,8 +8,22 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::{Lock, LockGuard, LockHolder};
 use crate::name::{validate_name, validate_value};
-use crate::raw::{QueueId, QueueKind};
+use crate::raw::{Admission, EntryClass, QueueSpec};
 use crate::recipes::contender::acquire;
+
+/// A lock's contenders: Curator's `InterProcessMutex` (`lock-`) and kazoo's `Lock`
+/// (`__lock__`); a kazoo reader on the same path (`__rlock__`) is waited for like any
+/// contender, as kazoo's `Lock` does.
+const CONTENDERS: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["lock-", "__lock__", "__rlock__"],
+    kazoo_marker: Some("__lock__"),
+}];
+
+/// The queue of lock `name`: `locks/<name>` (Go's `concurrency.Mutex` prefix).
+pub(crate) fn queue(name: &str) -> QueueSpec {
+    QueueSpec::new("lock", format!("locks/{name}"), CONTENDERS, Admission::Exclusive)
+}
 
 #[async_trait]
 impl Lock for Client {
@@ -30,7 +44,7 @@ impl Lock for Client {
         validate_name("lock name", name).map_err(|e| e.with_operation("lock"))?;
         validate_value("lock holder", &holder).map_err(|e| e.with_operation("lock"))?;
         let span = tracing::debug_span!("coord.lock", backend = self.kind(), name);
-        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), holder, true)
+        let grant = acquire(self, queue(name), holder, true)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("lock"))?
@@ -47,7 +61,7 @@ impl Lock for Client {
         validate_name("lock name", name).map_err(|e| e.with_operation("try_lock"))?;
         validate_value("lock holder", &holder).map_err(|e| e.with_operation("try_lock"))?;
         let span = tracing::debug_span!("coord.try_lock", backend = self.kind(), name);
-        let grant = acquire(self, QueueId::new(QueueKind::Lock, name), holder, false)
+        let grant = acquire(self, queue(name), holder, false)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("try_lock"))?;
@@ -59,7 +73,7 @@ impl Lock for Client {
         let span = tracing::debug_span!("coord.lock_holder", backend = self.kind(), name);
         let head = self
             .backend()
-            .head(&QueueId::new(QueueKind::Lock, name))
+            .head(&queue(name))
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("holder"))?;

@@ -7,10 +7,52 @@ use tracing::Instrument;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::LockGuard;
-use crate::raw::{QueueId, QueueKind};
+use crate::raw::{Admission, EntryClass, QueueSpec};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
 use crate::semaphore::Semaphore;
+
+/// The acquirers of a semaphore's internal lock: Curator's `InterProcessSemaphoreV2`
+/// `locks` mutex (`lock-`).
+const ACQUIRERS: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["lock-"],
+    kazoo_marker: None,
+}];
+
+/// A semaphore's leases: Curator's `InterProcessSemaphoreV2` `leases` (`lease-`).
+const LEASES: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["lease-"],
+    kazoo_marker: None,
+}];
+
+/// Semaphore `name`'s directory: `semaphores/<name>`, Curator's layout.
+pub(crate) fn dir(name: &str) -> String {
+    format!("semaphores/{name}")
+}
+
+/// The internal lock of semaphore `name`: `semaphores/<name>/locks`, held only while
+/// acquiring a lease, so that one acquirer at a time watches the leases.
+pub(crate) fn gate_queue(name: &str) -> QueueSpec {
+    QueueSpec::new(
+        "semaphore_lock",
+        format!("{}/locks", dir(name)),
+        ACQUIRERS,
+        Admission::Exclusive,
+    )
+}
+
+/// The leases of semaphore `name`: `semaphores/<name>/leases`, held while fewer than
+/// `permits` are ahead.
+pub(crate) fn lease_queue(name: &str, permits: u32) -> QueueSpec {
+    QueueSpec::new(
+        "semaphore",
+        format!("{}/leases", dir(name)),
+        LEASES,
+        Admission::Permits(permits),
+    )
+}
 
 impl Semaphore {
     /// Waits until this client holds a lease: fewer than `permits` others are held.
@@ -64,13 +106,8 @@ impl Semaphore {
     }
 
     async fn take_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
-        let gate = QueueId::new(QueueKind::SemaphoreLock, self.name.clone());
-        let leases = QueueId::new(
-            QueueKind::Lease {
-                permits: self.permits,
-            },
-            self.name.clone(),
-        );
+        let gate = gate_queue(&self.name);
+        let leases = lease_queue(&self.name, self.permits);
         let Some(gate) = acquire(&self.client, gate, Vec::new(), wait).await? else {
             return Ok(None);
         };

@@ -14,7 +14,7 @@ use crate::fencing::Fence;
 use crate::lock::LockGuard;
 use crate::name::validate_segment_name;
 use crate::raw::mutants::{self, Mutant};
-use crate::raw::{Backoff, EntriesEvent, QueueId, QueueKind};
+use crate::raw::{Admission, Backoff, EntriesEvent, EntryClass, QueueSpec};
 use crate::recipes::contender::{acquire, unless_suspended};
 use crate::recipes::lock::no_grant;
 use crate::two_phase::{Decision, Transaction, validate_participants};
@@ -23,6 +23,41 @@ use crate::txn::Txn;
 /// How many times a decision is sent before its error is returned (about 30 s of
 /// connection trouble).
 const DECIDE_ATTEMPTS: u32 = 30;
+
+/// The coordinators of a transaction (`lock-`): one at a time.
+const COORDINATORS: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["lock-"],
+    kazoo_marker: None,
+}];
+
+/// The participants' votes (`vote-`), each a session-bound entry holding its decision.
+const VOTES: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["vote-"],
+    kazoo_marker: None,
+}];
+
+/// The coordinator lock of transaction `name`: `transactions/<name>/coordinator`.
+fn coordinator_queue(name: &str) -> QueueSpec {
+    QueueSpec::new(
+        "transaction_coordinator",
+        format!("transactions/{name}/coordinator"),
+        COORDINATORS,
+        Admission::Exclusive,
+    )
+}
+
+/// The votes of transaction `name`: `transactions/<name>/votes`; a vote never waits, the
+/// coordinator watches them all.
+fn votes_queue(name: &str) -> QueueSpec {
+    QueueSpec::new(
+        "transaction_vote",
+        format!("transactions/{name}/votes"),
+        VOTES,
+        Admission::Immediate,
+    )
+}
 
 impl Transaction {
     fn plan_key(&self) -> String {
@@ -107,7 +142,7 @@ impl Transaction {
         {
             return Ok(decided);
         }
-        let lock = QueueId::new(QueueKind::Coordinator, self.name.clone());
+        let lock = coordinator_queue(&self.name);
         let gate = acquire(&self.client, lock, Vec::new(), false)
             .await?
             .map(|g| LockGuard::new(self.name.clone(), g))
@@ -141,7 +176,7 @@ impl Transaction {
     /// Watches the votes until every participant voted commit (`Commit`) or one voted
     /// abort (`Abort`).
     async fn votes(&self, participants: &[&str]) -> Result<Decision> {
-        let queue = QueueId::new(QueueKind::Vote, self.name.clone());
+        let queue = votes_queue(&self.name);
         let mut entries = self.client.backend().watch_entries(&queue).await?;
         while let Some(event) = entries.next().await {
             let EntriesEvent::Entries(now) = event? else {
@@ -253,7 +288,7 @@ impl Transaction {
             return Ok(decided);
         }
         let vote = if commit { Decision::Commit } else { Decision::Abort };
-        let queue = QueueId::new(QueueKind::Vote, self.name.clone());
+        let queue = votes_queue(&self.name);
         let ballot = acquire(
             &self.client,
             queue,

@@ -13,11 +13,29 @@ use crate::hold::HoldState;
 use crate::lock::LockGuard;
 use crate::name::validate_value;
 use crate::raw::mutants::{self, Mutant};
-use crate::raw::{Backoff, QueueId, QueueKind};
+use crate::raw::{Admission, Backoff, EntryClass, QueueSpec};
 use crate::recipes::contender::acquire;
 use crate::recipes::lock::no_grant;
 use crate::txn::Txn;
 use crate::work_queue::DistributedQueue;
+
+/// The consumers of a queue, taking items one at a time in arrival order (`lock-`).
+const TAKERS: &[EntryClass] = &[EntryClass {
+    subdir: "",
+    markers: &["lock-"],
+    kazoo_marker: None,
+}];
+
+/// The taker lock of queue `name`: `queues/<name>/takers`; only its holder watches for
+/// items.
+fn takers_queue(name: &str) -> QueueSpec {
+    QueueSpec::new(
+        "queue_taker",
+        format!("queues/{name}/takers"),
+        TAKERS,
+        Admission::Exclusive,
+    )
+}
 
 impl DistributedQueue {
     fn tail_key(&self) -> String {
@@ -166,7 +184,7 @@ impl DistributedQueue {
             if let Some(item) = self.untaken() {
                 return Ok(Some(item));
             }
-            let takers = QueueId::new(QueueKind::Takers, self.name.clone());
+            let takers = takers_queue(&self.name);
             let Some(grant) = acquire(&self.client, takers, Vec::new(), wait).await? else {
                 return Ok(None);
             };

@@ -8,8 +8,6 @@ use anyhow::{Context as _, ensure};
 use coord_conformance::{CaseResult, Ctx};
 use etcd_client as etcd;
 
-use super::etcd_of;
-
 const QUICK: Duration = Duration::from_secs(10);
 
 /// A plain etcd client on one member that answers now (a member may be down while the
@@ -86,7 +84,7 @@ pub async fn go_rwmutex_keys_exclude(ctx: Ctx) -> CaseResult {
         .map(|a| format!("http://{a}"))
         .collect();
     let client = ctx.client().await?;
-    let prefix = etcd_of(&client)?.rw_lock_prefix("shared");
+    let prefix = client.rw_lock_path("shared")?;
     let rw = client.rw_lock("shared")?;
     let eps = &endpoints;
     let lease = on_live_member(eps, |mut c| async move { c.lease_grant(30, None).await })

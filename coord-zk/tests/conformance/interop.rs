@@ -10,7 +10,7 @@ use coord_core::{Client, Lock};
 use coord_zk::{ZkClient, ZkOptions};
 use zookeeper_client as zkc;
 
-use super::{SESSION_TIMEOUT, zk};
+use super::SESSION_TIMEOUT;
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -87,7 +87,7 @@ fn curator_holds(children: &[String], own: &str) -> bool {
 /// hold.
 pub async fn curator_rw_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
     let client = ctx.client().await?;
-    let dir = zk(&client)?.rw_lock_path("shared");
+    let dir = client.rw_lock_path("shared")?;
     let (raw, opts) = raw(&dir).await?;
     let rw = client.rw_lock("shared")?;
     let curator = |marker: &str| format!("{dir}/_c_6b1c1f0e-5a4f-4c1e-9a9e-1d2a3b4c5d6e-{marker}");
@@ -152,7 +152,7 @@ pub async fn curator_rw_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
 pub async fn kazoo_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
     let curator_layout = ctx.client().await?;
     let kazoo_layout = kazoo_layout_client(&ctx).await?;
-    let dir = zk(&curator_layout)?.lock_path("shared");
+    let dir = curator_layout.lock_path("shared")?;
     let (raw, opts) = raw(&dir).await?;
     let kazoo = format!("{dir}/9f8e7d6c5b4a39281706f5e4d3c2b1a0__lock__");
 
@@ -205,7 +205,7 @@ pub async fn kazoo_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
 /// and coord's read/write lock (`lock_layout=kazoo`) exclude each other both ways.
 pub async fn kazoo_rw_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
     let client = kazoo_layout_client(&ctx).await?;
-    let dir = zk(&client)?.rw_lock_path("shared");
+    let dir = client.rw_lock_path("shared")?;
     let (raw, opts) = raw(&dir).await?;
     let rw = client.rw_lock("shared")?;
     let kazoo = |marker: &str| format!("{dir}/00112233445566778899aabbccddeeff{marker}");
@@ -253,7 +253,7 @@ pub async fn kazoo_rw_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
 /// acquirer waits while coord holds every permit.
 pub async fn curator_semaphore_nodes_share_leases(ctx: Ctx) -> CaseResult {
     let client = ctx.client().await?;
-    let path = zk(&client)?.semaphore_path("pool");
+    let path = client.semaphore_path("pool")?;
     let (leases, locks) = (format!("{path}/leases"), format!("{path}/locks"));
     let (raw, opts) = raw(&leases).await?;
     raw.mkdir(
