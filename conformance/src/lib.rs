@@ -33,6 +33,7 @@ pub mod cases;
 pub mod factory;
 pub mod harness;
 pub mod log_capture;
+pub mod outside_recipe;
 pub mod real_server;
 pub mod util;
 

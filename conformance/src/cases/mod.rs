@@ -14,6 +14,7 @@ pub mod election;
 pub mod fencing;
 pub mod input;
 pub mod lock;
+pub mod outside_recipe;
 pub mod queue;
 pub mod registry;
 pub mod rw_lock;
@@ -211,6 +212,7 @@ pub fn all() -> Vec<Case> {
         case!(rw_lock::reader_watches_only_the_nearest_writer),
         case!(rw_lock::independent_of_the_plain_lock),
         case!(rw_lock::waiter_session_lost_fails_and_leaves_nothing, KILL),
+        case!(outside_recipe::turnstile_admits_permits_in_order),
         case!(semaphore::at_most_permits_hold),
         case!(semaphore::one_client_holds_several),
         case!(semaphore::never_more_than_permits_under_contention),
