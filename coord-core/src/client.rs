@@ -11,7 +11,8 @@ use crate::capabilities::Capabilities;
 use crate::config::{ConfigEvent, ConfigStore, Entry};
 use crate::error::Result;
 use crate::local_queue::LocalQueue;
-use crate::raw::Backend;
+use crate::name::{validate_name, validate_prefix};
+use crate::raw::{Backend, KvStore};
 use crate::registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 use crate::session::{SessionState, SessionStatus};
 use crate::stats::Stats;
@@ -268,21 +269,43 @@ impl Registry for Client {
     }
 }
 
+// The user's config store: validates, opens the span and names the operation in
+// errors, once for every backend's raw key-value store.
 #[async_trait]
 impl ConfigStore for Client {
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
-        self.core.backend.get(key).await
+        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
+        let span = tracing::debug_span!("coord.get", backend = self.kind(), key);
+        KvStore::get(&*self.core.backend, key)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("get"))
     }
+
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
-        self.core.backend.list(prefix).await
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
+        let span = tracing::debug_span!("coord.list", backend = self.kind(), prefix);
+        KvStore::list(&*self.core.backend, prefix)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("list"))
     }
+
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
-        self.core.backend.commit(txn).await
+        txn.validate().map_err(|e| e.with_operation("commit"))?;
+        let span = tracing::debug_span!("coord.commit", backend = self.kind(), ops = txn.ops().len());
+        KvStore::commit(&*self.core.backend, txn)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("commit"))
     }
+
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
-        ConfigStore::watch(&*self.core.backend, prefix).await
-    }
-    async fn delete(&self, key: &str) -> Result<bool> {
-        self.core.backend.delete(key).await
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
+        let span = tracing::debug_span!("coord.config.watch", backend = self.kind(), prefix);
+        KvStore::watch(&*self.core.backend, prefix)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("watch"))
     }
 }

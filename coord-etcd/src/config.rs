@@ -4,10 +4,9 @@
 //! failure is told apart as `Fenced` or `VersionMismatch` in the same round trip.
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, key_matches_prefix, validate_prefix};
+use coord_core::raw::{Counter, KvStore, key_matches_prefix};
 use coord_core::{
-    Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
-    validate_name,
+    Check, ConfigEvent, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
 };
 use etcd_client as etcd;
 use futures::stream::BoxStream;
@@ -34,11 +33,11 @@ fn entry(root: &str, prefix: &str, kv: Kv) -> Option<Entry> {
     })
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl ConfigStore for EtcdClient {
-    #[tracing::instrument(level = "debug", name = "coord.get", skip(self), fields(backend = "etcd"))]
+impl KvStore for EtcdClient {
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
-        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
         let k = format!("{}{key}", self.config_root());
         let resp = self
             .inner
@@ -53,9 +52,7 @@ impl ConfigStore for EtcdClient {
             .map(|kv| Versioned::new(kv.value().to_vec(), version(kv.mod_revision()))))
     }
 
-    #[tracing::instrument(level = "debug", name = "coord.list", skip(self), fields(backend = "etcd"))]
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
-        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
         let root = self.config_root();
         let (_, kvs) = watch::range(&self.inner, &format!("{root}{prefix}")).await?;
         Ok(kvs
@@ -64,9 +61,7 @@ impl ConfigStore for EtcdClient {
             .collect())
     }
 
-    #[tracing::instrument(level = "debug", name = "coord.commit", skip_all, fields(backend = "etcd", ops = txn.ops().len()))]
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
-        txn.validate().map_err(|e| e.with_operation("commit"))?;
         let root = self.config_root();
         let full = |k: &str| format!("{root}{k}");
         let mut compares = Vec::new();
@@ -178,14 +173,7 @@ impl ConfigStore for EtcdClient {
             .collect())
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.config.watch",
-        skip(self),
-        fields(backend = "etcd")
-    )]
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
-        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
         let root = self.config_root();
         let scan = format!("{root}{prefix}");
         let prefix = prefix.to_owned();

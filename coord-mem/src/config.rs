@@ -3,13 +3,11 @@
 
 use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
-use coord_core::raw::{Counter, key_matches_prefix, validate_prefix};
+use coord_core::raw::{Counter, KvStore, key_matches_prefix};
 use coord_core::{
-    Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
-    validate_name,
+    Check, ConfigEvent, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
 };
 use futures::stream::BoxStream;
-use tracing::Instrument;
 
 use crate::client::MemClient;
 use crate::cluster::KeyData;
@@ -30,11 +28,11 @@ impl MemClient {
     }
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl ConfigStore for MemClient {
-    #[tracing::instrument(level = "debug", name = "coord.get", skip(self), fields(backend = "mem"))]
+impl KvStore for MemClient {
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
-        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
         let full = format!("{}/{key}", self.config_root());
         self.inner
             .call(Counter::Read, |s| {
@@ -44,9 +42,7 @@ impl ConfigStore for MemClient {
             .map_err(|e| e.with_operation("get"))
     }
 
-    #[tracing::instrument(level = "debug", name = "coord.list", skip(self), fields(backend = "mem"))]
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
-        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
         let root = self.config_root();
         let scan = format!("{root}/{prefix}");
         self.inner
@@ -67,8 +63,6 @@ impl ConfigStore for MemClient {
     }
 
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
-        txn.validate().map_err(|e| e.with_operation("commit"))?;
-        let span = tracing::debug_span!("coord.commit", backend = "mem", ops = txn.ops().len());
         let root = self.config_root();
         let full = |k: &str| format!("{root}/{k}");
         self.inner
@@ -129,20 +123,12 @@ impl ConfigStore for MemClient {
                     })
                     .collect())
             })
-            .instrument(span)
             .await
             .and_then(|r| r)
             .map_err(|e| e.with_operation("commit"))
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.config.watch",
-        skip(self),
-        fields(backend = "mem")
-    )]
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
-        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
         let root = self.config_root();
         let scan = format!("{root}/{prefix}");
         let prefix = prefix.to_owned();

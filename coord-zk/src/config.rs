@@ -11,10 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use async_trait::async_trait;
-use coord_core::raw::{Backoff, Counter, key_matches_prefix, validate_prefix};
+use coord_core::raw::{Backoff, Counter, KvStore, key_matches_prefix};
 use coord_core::{
-    Check, ConfigEvent, ConfigStore, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
-    validate_name,
+    Check, ConfigEvent, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
 };
 use futures::stream::BoxStream;
 use std::time::Duration;
@@ -403,11 +402,11 @@ fn mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Er
     )
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl ConfigStore for ZkClient {
-    #[tracing::instrument(level = "debug", name = "coord.get", skip(self), fields(backend = "zk"))]
+impl KvStore for ZkClient {
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
-        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
         let path = node_path(&self.inner, key);
         match self
             .inner
@@ -422,15 +421,11 @@ impl ConfigStore for ZkClient {
         }
     }
 
-    #[tracing::instrument(level = "debug", name = "coord.list", skip(self), fields(backend = "zk"))]
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
-        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
         read_entries(&self.inner, prefix).await
     }
 
-    #[tracing::instrument(level = "debug", name = "coord.commit", skip_all, fields(backend = "zk", ops = txn.ops().len()))]
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
-        txn.validate().map_err(|e| e.with_operation("commit"))?;
         // Contention backs off (with jitter) between attempts, so racing writers spread
         // out instead of colliding again at once.
         let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
@@ -452,14 +447,7 @@ impl ConfigStore for ZkClient {
         .with_operation("commit"))
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.config.watch",
-        skip(self),
-        fields(backend = "zk")
-    )]
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
-        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
         let inner = self.inner.clone();
         let dir = config_dir(&inner);
         // Arm the watch before the snapshot so no change after the snapshot is missed.

@@ -24,6 +24,7 @@
 
 mod backend;
 mod backoff;
+mod kv;
 pub mod mutants;
 mod queue;
 #[cfg(feature = "tls-probe")]
@@ -39,6 +40,7 @@ pub use crate::stats::{Counter, StatsRecorder};
 pub use crate::trackers::{InstanceTracker, LeaderTracker};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
+pub use kv::KvStore;
 pub use queue::{
     Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
     Slot, Ticket,

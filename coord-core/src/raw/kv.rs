@@ -1,0 +1,69 @@
+//! The key-value store a backend implements for the config store and the recipes over
+//! it (counters, the distributed queue's items, two-phase commit's plan and decision).
+//!
+//! [`Client`](crate::Client) validates every key, prefix and transaction first, opens
+//! the operation's `tracing` span and names the operation in errors; a backend only
+//! speaks to its server. Keys are relative to the namespace's config root
+//! (`<namespace>/config/` in every layout).
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::config::{ConfigEvent, Entry};
+use crate::error::Result;
+use crate::txn::{OpResult, Txn};
+use crate::version::Versioned;
+
+/// A backend's key-value operations: reads, one atomic guarded transaction, and prefix
+/// watches. Inputs arrive validated.
+#[async_trait]
+pub trait KvStore: Send + Sync {
+    /// Reads `key`.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>>;
+
+    /// Every key equal to `prefix` or below it (segment-wise,
+    /// [`key_matches_prefix`](crate::raw::key_matches_prefix)), sorted by key.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn list(&self, prefix: &str) -> Result<Vec<Entry>>;
+
+    /// Applies `txn` atomically: every check holds (fences first: `Fenced`; then
+    /// versions: `VersionMismatch`) and every operation is applied, or nothing is.
+    ///
+    /// # Errors
+    ///
+    /// `Fenced`, `VersionMismatch` (nothing changed); `Unavailable`/`Timeout` with
+    /// [`outcome_unknown`](crate::Error::outcome_unknown) when it may have been applied.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the commit may or may not have been applied.
+    async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>>;
+
+    /// A snapshot of `prefix`, then every change in order; a gap as
+    /// [`ConfigEvent::Resync`] and a new snapshot. The stream ends after an error item
+    /// (`Closed` when the client is closed).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `Closed`, for the first read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the stream stops watching.
+    async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>>;
+}
