@@ -56,6 +56,9 @@ pub(crate) struct ClientCore {
     /// take turns at its key, one on the server at a time; a shared queue's each hold a
     /// slot of their own (`<key>\0<slot>`).
     pub(crate) contenders: LocalQueue,
+    /// Whether this client's registrations are re-created on every new session (started
+    /// by the first registration).
+    pub(crate) registrations_followed: std::sync::OnceLock<()>,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
     /// Items this client removed from a queue for a `take` that was dropped before it
@@ -101,6 +104,7 @@ impl Client {
             core: Arc::new(ClientCore {
                 backend,
                 contenders: LocalQueue::default(),
+                registrations_followed: std::sync::OnceLock::new(),
                 wakeups: Default::default(),
                 untaken: Default::default(),
                 settling: Default::default(),
@@ -256,16 +260,46 @@ impl std::fmt::Debug for Client {
     }
 }
 
+impl Client {
+    /// The backend directory of `service`'s instances.
+    fn service_dir(&self, service: &str) -> String {
+        self.core.backend.path(&format!("services/{service}"))
+    }
+}
+
+// The user's registry: validates, opens the span, names the operation in errors and
+// runs the registration lifecycle, once for every backend's raw instance store.
 #[async_trait]
 impl Registry for Client {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        self.core.backend.register(service, instance).await
+        validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
+        let store = self.core.backend.instance_store();
+        self.core
+            .registrations_followed
+            .get_or_init(|| crate::recipes::registration::follow_sessions(store.clone()));
+        crate::recipes::registration::register(&store, service, instance, &self.service_dir(service)).await
     }
+
     async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
-        self.core.backend.instances(service).await
+        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
+        let span = tracing::debug_span!("coord.instances", backend = self.kind(), service);
+        self.core
+            .backend
+            .instances(&self.service_dir(service))
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("instances"))
     }
+
     async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
-        Registry::watch(&*self.core.backend, service).await
+        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
+        let span = tracing::debug_span!("coord.registry.watch", backend = self.kind(), service);
+        self.core
+            .backend
+            .watch_instances(&self.service_dir(service))
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("watch"))
     }
 }
 

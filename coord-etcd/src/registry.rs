@@ -3,12 +3,11 @@
 //! watch from R+1.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker};
-use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
-};
+use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, RegistryStore};
+use coord_core::{Error, ErrorKind, RegistryEvent, Result, ServiceInstance};
 use etcd_client as etcd;
 use futures::stream::BoxStream;
 
@@ -140,12 +139,6 @@ impl InstanceStore for Inner {
     }
 }
 
-impl EtcdClient {
-    fn service_dir(&self, service: &str) -> String {
-        self.inner.key(&format!("services/{service}"))
-    }
-}
-
 /// Instances among `kvs` that sit directly under `dir/`, by id.
 fn decode(dir: &str, kvs: impl IntoIterator<Item = Kv>) -> BTreeMap<String, ServiceInstance> {
     let prefix = format!("{dir}/");
@@ -166,34 +159,22 @@ fn decode(dir: &str, kvs: impl IntoIterator<Item = Kv>) -> BTreeMap<String, Serv
         .collect()
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl Registry for EtcdClient {
-    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        coord_core::raw::register(&self.inner, service, instance, &self.service_dir(service)).await
+impl RegistryStore for EtcdClient {
+    fn instance_store(&self) -> Arc<dyn InstanceStore> {
+        self.inner.clone()
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.instances",
-        skip(self),
-        fields(backend = "etcd")
-    )]
-    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
-        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
-        let dir = self.service_dir(service);
+    async fn instances(&self, dir: &str) -> Result<Vec<ServiceInstance>> {
+        let dir = dir.to_owned();
         let (_, kvs) = watch::range(&self.inner, &format!("{dir}/")).await?;
         Ok(decode(&dir, kvs).into_values().collect())
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.registry.watch",
-        skip(self),
-        fields(backend = "etcd")
-    )]
-    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
-        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
-        let dir = self.service_dir(service);
+    async fn watch_instances(&self, dir: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        let dir = dir.to_owned();
         let mut known = InstanceTracker::default();
         let d = dir.clone();
         watch::open(self.inner.clone(), format!("{dir}/"), move |raw| match raw {

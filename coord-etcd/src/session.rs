@@ -606,7 +606,6 @@ impl Inner {
                 .await;
             return None;
         }
-        coord_core::raw::reregister_all(self, generation);
         Some(granted)
     }
 }

@@ -3,9 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, RegistrationEntry};
-use coord_core::{Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name};
+use coord_core::raw::{
+    ClientState, Counter, InstanceStore, InstanceTracker, RegistrationEntry, RegistryStore,
+};
+use coord_core::{RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
 
 use crate::client::{Inner, MemClient};
@@ -55,12 +59,6 @@ impl InstanceStore for Inner {
     }
 }
 
-impl MemClient {
-    fn service_dir(&self, service: &str) -> String {
-        self.inner.key(&format!("services/{service}"))
-    }
-}
-
 fn decode_children(
     dir: &str,
     entries: impl Iterator<Item = (String, Vec<u8>)>,
@@ -78,21 +76,16 @@ fn decode_children(
         .collect()
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl Registry for MemClient {
-    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        coord_core::raw::register(&self.inner, service, instance, &self.service_dir(service)).await
+impl RegistryStore for MemClient {
+    fn instance_store(&self) -> Arc<dyn InstanceStore> {
+        self.inner.clone()
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.instances",
-        skip(self),
-        fields(backend = "mem")
-    )]
-    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
-        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
-        let dir = self.service_dir(service);
+    async fn instances(&self, dir: &str) -> Result<Vec<ServiceInstance>> {
+        let dir = dir.to_owned();
         let prefix = format!("{dir}/");
         let entries = self
             .inner
@@ -106,15 +99,8 @@ impl Registry for MemClient {
         Ok(decode_children(&dir, entries.into_iter()).into_values().collect())
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.registry.watch",
-        skip(self),
-        fields(backend = "mem")
-    )]
-    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
-        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
-        let dir = self.service_dir(service);
+    async fn watch_instances(&self, dir: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        let dir = dir.to_owned();
         let prefix = format!("{dir}/");
         let mut known = InstanceTracker::default();
         watch::spawn(self.inner.clone(), prefix, move |raw| match raw {

@@ -52,7 +52,6 @@ impl Inner {
             slot.generation
         };
         self.session.set(SessionState::Connected, generation, &self.stats);
-        coord_core::raw::reregister_all(self, generation);
         expired
     }
 

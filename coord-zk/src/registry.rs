@@ -2,12 +2,11 @@
 //! JSON; re-created after session loss; watched with a persistent recursive watch.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker};
-use coord_core::{
-    Error, ErrorKind, Registration, Registry, RegistryEvent, Result, ServiceInstance, validate_name,
-};
+use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, RegistryStore};
+use coord_core::{Error, ErrorKind, RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -150,12 +149,6 @@ impl InstanceStore for Inner {
     }
 }
 
-impl ZkClient {
-    fn service_dir(&self, service: &str) -> String {
-        self.inner.path(&format!("services/{service}"))
-    }
-}
-
 /// Reads every instance under `dir` (ids are the child names).
 async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, ServiceInstance>> {
     let children = crate::reads::children(inner, dir, "instances").await?;
@@ -177,30 +170,20 @@ async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, Ser
     Ok(out)
 }
 
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
-impl Registry for ZkClient {
-    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
-        coord_core::raw::register(&self.inner, service, instance, &self.service_dir(service)).await
+impl RegistryStore for ZkClient {
+    fn instance_store(&self) -> Arc<dyn InstanceStore> {
+        self.inner.clone()
     }
 
-    #[tracing::instrument(level = "debug", name = "coord.instances", skip(self), fields(backend = "zk"))]
-    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
-        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
-        Ok(read_instances(&self.inner, &self.service_dir(service))
-            .await?
-            .into_values()
-            .collect())
+    async fn instances(&self, dir: &str) -> Result<Vec<ServiceInstance>> {
+        Ok(read_instances(&self.inner, dir).await?.into_values().collect())
     }
 
-    #[tracing::instrument(
-        level = "debug",
-        name = "coord.registry.watch",
-        skip(self),
-        fields(backend = "zk")
-    )]
-    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
-        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
-        let dir = self.service_dir(service);
+    async fn watch_instances(&self, dir: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        let dir = dir.to_owned();
         let inner = self.inner.clone();
         // Arm the watch before the snapshot so no change after the snapshot is missed.
         let watcher = dir_watch::arm(&inner, &dir).await?;

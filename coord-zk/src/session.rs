@@ -495,7 +495,6 @@ impl Inner {
         }
         self.note_acked(generation, Instant::now());
         self.session.set(SessionState::Connected, generation, &self.stats);
-        coord_core::raw::reregister_all(self, generation);
         true
     }
 }

@@ -12,9 +12,9 @@ use tokio::sync::watch;
 use crate::capabilities::Capabilities;
 use crate::client::Client;
 use crate::error::Result;
+use crate::raw::instances::RegistryStore;
 use crate::raw::kv::KvStore;
 use crate::raw::queue::Queue;
-use crate::registry::Registry;
 use crate::session::SessionStatus;
 use crate::stats::Stats;
 
@@ -23,7 +23,7 @@ use crate::stats::Stats;
 /// Implemented by `coord-mem`, `coord-zk` and `coord-etcd`; users hold a [`Client`],
 /// made with [`into_client`].
 #[async_trait]
-pub trait Backend: Queue + KvStore + Registry + Send + Sync + 'static {
+pub trait Backend: Queue + KvStore + RegistryStore + Send + Sync + 'static {
     /// The backend's scheme name: `mem`, `zk`, `etcd`.
     fn kind(&self) -> &'static str;
 

@@ -24,6 +24,7 @@
 
 mod backend;
 mod backoff;
+mod instances;
 mod kv;
 pub mod mutants;
 mod queue;
@@ -33,13 +34,13 @@ pub mod tls_probe;
 pub use crate::client_state::ClientState;
 pub use crate::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
 pub use crate::name::{key_matches_prefix, validate_prefix, validate_segment_name, validate_value};
-pub use crate::recipes::registration::{InstanceStore, register, reregister_all};
 pub use crate::registrations::{RegistrationBook, RegistrationEntry, Reregistered};
 pub use crate::session_signal::SessionSignal;
 pub use crate::stats::{Counter, StatsRecorder};
 pub use crate::trackers::{InstanceTracker, LeaderTracker};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
+pub use instances::{InstanceStore, RegistryStore};
 pub use kv::KvStore;
 pub use queue::{
     Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,

@@ -8,79 +8,30 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::client_state::ClientState;
 use crate::error::{Error, Result};
 use crate::name::validate_name;
+use crate::raw::InstanceStore;
 use crate::recipes::removal;
 use crate::registrations::{RegistrationEntry, Reregistered};
 use crate::registry::{Registration, RegistrationState, ServiceInstance};
-use crate::session::SessionStatus;
-
-/// How a backend keeps one instance's session-bound node or key, always on its current
-/// session. Each backend implements it once; everything else about registrations is
-/// written once in `coord-core` ([`register`], [`reregister_all`]).
-#[async_trait]
-pub trait InstanceStore: Send + Sync + 'static {
-    /// The state every backend keeps (its registration book and session signal).
-    fn client_state(&self) -> &ClientState;
-
-    /// Creates the node at `path` holding `data`, bound to the current session.
-    ///
-    /// # Errors
-    ///
-    /// `AlreadyExists` while another client's node holds `path`; `Unavailable` (retried)
-    /// while a node of one of this client's earlier sessions still does; `SessionLost`,
-    /// `Unavailable`, `Timeout` (with [`outcome_unknown`](crate::Error::outcome_unknown)
-    /// when the create may have landed); `PermissionDenied`, `InvalidArgument`.
-    ///
-    /// # Cancel safety
-    ///
-    /// If dropped after sending, the node may exist; the callers in `coord-core` remove
-    /// it in that case.
-    async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()>;
-
-    /// Replaces the data at `path` if the current session owns it; nothing otherwise
-    /// (re-registration writes the new data later).
-    ///
-    /// # Errors
-    ///
-    /// `Unavailable`, `Timeout` (outcome unknown), `PermissionDenied`.
-    ///
-    /// # Cancel safety
-    ///
-    /// If dropped, the data may or may not have been written.
-    async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()>;
-
-    /// One attempt to delete `path` if the current session owns it: `Ok` once it is not
-    /// the current session's any more (including when it never was).
-    ///
-    /// # Errors
-    ///
-    /// `Unavailable`, `Timeout`, `SessionLost` (the callers retry until the session
-    /// ends); `PermissionDenied`.
-    ///
-    /// # Cancel safety
-    ///
-    /// If dropped, the delete may or may not have happened.
-    async fn delete_instance(&self, path: &str) -> Result<()>;
-}
+use crate::session::{SessionState, SessionStatus};
 
 /// Deletes `path` through `store` until gone or session `generation` has ended.
-async fn delete_until_gone<S: InstanceStore>(store: &S, path: &str, generation: u64) -> Result<()> {
+async fn delete_until_gone(store: &dyn InstanceStore, path: &str, generation: u64) -> Result<()> {
     let session = store.client_state().session.subscribe();
     removal::until_gone(session, generation, path, || store.delete_instance(path)).await
 }
 
 /// A node that may exist and must not outlive its create: deleted in the background on
 /// drop unless disarmed.
-struct Pending<S: InstanceStore> {
-    store: Arc<S>,
+struct Pending {
+    store: Arc<dyn InstanceStore>,
     path: String,
     generation: u64,
     armed: bool,
 }
 
-impl<S: InstanceStore> Drop for Pending<S> {
+impl Drop for Pending {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -105,8 +56,8 @@ impl<S: InstanceStore> Drop for Pending<S> {
     }
 }
 
-/// `Registry::register` for a backend: validates `service` and the instance, creates
-/// `<dir>/<id>` on the current session, and records it for re-registration.
+/// `Registry::register`, for every backend: validates `service` and the instance,
+/// creates `<dir>/<id>` on the current session, and records it for re-registration.
 ///
 /// # Errors
 ///
@@ -117,8 +68,8 @@ impl<S: InstanceStore> Drop for Pending<S> {
 ///
 /// Cancel-safe: if dropped after the create was sent — or when the create failed with
 /// an unknown outcome — the node is removed in the background.
-pub async fn register<S: InstanceStore>(
-    store: &Arc<S>,
+pub(crate) async fn register(
+    store: &Arc<dyn InstanceStore>,
     service: &str,
     instance: ServiceInstance,
     dir: &str,
@@ -189,13 +140,33 @@ fn definitely_not_made(e: &Error) -> bool {
 /// one task each (an instance may have to wait for a node of an earlier session to
 /// expire), with [`RegistrationBook::reregister`](crate::raw::RegistrationBook::reregister)'s
 /// retries. A task stops when that session ends; the next session starts its own.
-pub fn reregister_all<S: InstanceStore>(store: &Arc<S>, generation: u64) {
+pub(crate) fn reregister_all(store: &Arc<dyn InstanceStore>, generation: u64) {
     for (id, _) in store.client_state().registrations.all() {
         reregister(store.clone(), id, generation);
     }
 }
 
-fn reregister<S: InstanceStore>(store: Arc<S>, id: u64, generation: u64) {
+/// Re-creates `store`'s registrations on every new session from now on, until the
+/// client is closed: the registration lifecycle, run once per client for every backend.
+pub(crate) fn follow_sessions(store: Arc<dyn InstanceStore>) {
+    let mut session = store.client_state().session.subscribe();
+    let mut seen = session.borrow().generation;
+    tokio::spawn(async move {
+        while session.changed().await.is_ok() {
+            let now = *session.borrow_and_update();
+            match now.state {
+                SessionState::Closed => return,
+                SessionState::Connected if now.generation > seen => {
+                    seen = now.generation;
+                    reregister_all(&store, now.generation);
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
+fn reregister(store: Arc<dyn InstanceStore>, id: u64, generation: u64) {
     tokio::spawn(async move {
         let state = store.client_state();
         let still_current = || !removal::over(state.session.current(), generation);
@@ -230,14 +201,14 @@ pub(crate) trait RegistrationHandle: Send + Sync + 'static {
     fn session(&self) -> watch::Receiver<SessionStatus>;
 }
 
-struct StoreRegistration<S: InstanceStore> {
-    store: Arc<S>,
+struct StoreRegistration {
+    store: Arc<dyn InstanceStore>,
     id: u64,
     path: String,
 }
 
 #[async_trait]
-impl<S: InstanceStore> RegistrationHandle for StoreRegistration<S> {
+impl RegistrationHandle for StoreRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
         self.store
             .client_state()
@@ -265,8 +236,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::client_state::ClientState;
     use crate::error::ErrorKind;
-    use crate::session::SessionState;
 
     /// A store whose creates land while it reports them as failed, the way a backend
     /// that lost track of an ambiguous create (or met a session switch) does.
@@ -328,10 +299,16 @@ mod tests {
     async fn a_failed_create_that_is_not_a_refusal_is_cleaned_up() {
         for kind in [ErrorKind::Unavailable, ErrorKind::Timeout, ErrorKind::SessionLost] {
             let store = ghostly(kind);
-            let err = register(&store, "api", ServiceInstance::new("n1", "h:1"), "services/api")
-                .await
-                .err()
-                .map(|e| e.kind());
+            let dyn_store: Arc<dyn InstanceStore> = store.clone();
+            let err = register(
+                &dyn_store,
+                "api",
+                ServiceInstance::new("n1", "h:1"),
+                "services/api",
+            )
+            .await
+            .err()
+            .map(|e| e.kind());
             assert_eq!(err, Some(kind));
             assert!(
                 nodes_after_cleanup(&store).await.is_empty(),
@@ -345,7 +322,14 @@ mod tests {
         // Another client's node at the id: nothing of ours to delete (the delete would
         // check the owner anyway).
         let store = ghostly(ErrorKind::AlreadyExists);
-        let err = register(&store, "api", ServiceInstance::new("n1", "h:1"), "services/api").await;
+        let dyn_store: Arc<dyn InstanceStore> = store.clone();
+        let err = register(
+            &dyn_store,
+            "api",
+            ServiceInstance::new("n1", "h:1"),
+            "services/api",
+        )
+        .await;
         assert!(err.is_err());
         assert_eq!(nodes_after_cleanup(&store).await, ["services/api/n1"]);
     }
