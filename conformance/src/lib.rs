@@ -1,4 +1,4 @@
-//! The coord conformance suite (DESIGN §9): cases written once as plain `async fn`s over
+//! The coord conformance suite: cases written once as plain `async fn`s over
 //! a backend [`Factory`], run against every backend.
 //!
 //! # Running it for a backend

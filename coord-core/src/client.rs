@@ -8,12 +8,12 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::capabilities::Capabilities;
-use crate::config::{ConfigEvent, ConfigStore, Entry};
+use crate::engine::local_queue::LocalQueue;
 use crate::error::Result;
-use crate::local_queue::LocalQueue;
 use crate::name::{validate_name, validate_prefix};
+use crate::primitives::config::{ConfigEvent, ConfigStore, Entry};
+use crate::primitives::registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 use crate::raw::{Backend, KvStore};
-use crate::registry::{Registration, Registry, RegistryEvent, ServiceInstance};
 use crate::session::{SessionState, SessionStatus};
 use crate::stats::Stats;
 use crate::txn::{OpResult, Txn};
@@ -155,7 +155,7 @@ impl Client {
     /// `InvalidArgument` for a bad name.
     pub fn lock_path(&self, name: &str) -> Result<String> {
         crate::name::validate_name("lock name", name)?;
-        Ok(self.core.backend.path(&crate::recipes::lock::queue(name).dir))
+        Ok(self.core.backend.path(&crate::primitives::lock::queue(name).dir))
     }
 
     /// Where election `name`'s candidates live: Curator's `LeaderLatch` path, the prefix
@@ -166,7 +166,10 @@ impl Client {
     /// `InvalidArgument` for a bad name.
     pub fn election_path(&self, name: &str) -> Result<String> {
         crate::name::validate_name("election name", name)?;
-        Ok(self.core.backend.path(&crate::recipes::election::queue(name).dir))
+        Ok(self
+            .core
+            .backend
+            .path(&crate::primitives::election::queue(name).dir))
     }
 
     /// Where read/write lock `name`'s contenders live: Curator's
@@ -181,7 +184,7 @@ impl Client {
         Ok(self
             .core
             .backend
-            .path(&crate::recipes::rw_lock::queue(name, false).dir))
+            .path(&crate::primitives::rw_lock::queue(name, false).dir))
     }
 
     /// Where semaphore `name` lives: Curator's `InterProcessSemaphoreV2` path (its
@@ -192,7 +195,7 @@ impl Client {
     /// `InvalidArgument` for a bad name.
     pub fn semaphore_path(&self, name: &str) -> Result<String> {
         crate::name::validate_name("semaphore name", name)?;
-        Ok(self.core.backend.path(&crate::recipes::semaphore::dir(name)))
+        Ok(self.core.backend.path(&crate::primitives::semaphore::dir(name)))
     }
 
     /// The server's id of the current session.
@@ -276,8 +279,8 @@ impl Registry for Client {
         let store = self.core.backend.instance_store();
         self.core
             .registrations_followed
-            .get_or_init(|| crate::recipes::registration::follow_sessions(store.clone()));
-        crate::recipes::registration::register(&store, service, instance, &self.service_dir(service)).await
+            .get_or_init(|| crate::engine::registration::follow_sessions(store.clone()));
+        crate::engine::registration::register(&store, service, instance, &self.service_dir(service)).await
     }
 
     async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {

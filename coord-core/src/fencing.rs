@@ -1,4 +1,4 @@
-//! Fencing tokens (DESIGN §4): the number that makes a lock safe to use.
+//! Fencing tokens: the number that makes a lock safe to use.
 //!
 //! # Why fencing tokens?
 //!

@@ -13,9 +13,12 @@
 //! ([`ConfigCache`], [`ServiceCache`]) keep a map of a config prefix or a service's
 //! instances up to date from a watch, with whether it is in sync.
 //!
-//! Three layers: this crate root is the user API; the lock, the election and every
-//! recipe are written once here over the backend contract in [`raw`], which each backend
-//! implements in its native layout. Applications never need [`raw`].
+//! Three layers, each in its own place: the user API ([`Client`] and the primitives,
+//! one file each under `src/primitives/`); the engine every primitive shares, written
+//! once (`src/engine/`: the contender queue's wait loop, guaranteed removal, the
+//! registration lifecycle); and the backend contract in [`raw`], which each backend
+//! implements in its native layout knowing no primitive. Applications never need
+//! [`raw`].
 //!
 //! # Sessions
 //!
@@ -46,62 +49,44 @@
 //! at most [`MAX_VALUE_LEN`] bytes — the same on every backend, checked before any
 //! network call.
 
-mod barrier;
-mod cache;
 mod capabilities;
 mod client;
-mod client_state;
-mod config;
-mod connstr;
-mod counter;
-mod double_barrier;
-mod election;
+mod engine;
 mod error;
 mod fencing;
 mod hold;
-mod leader_selector;
-mod local_queue;
-mod lock;
 pub mod metrics;
 mod name;
+mod primitives;
 pub mod raw;
-mod recipes;
-mod registrations;
-mod registry;
-mod rw_lock;
-mod semaphore;
 mod session;
-mod session_signal;
 mod stats;
-mod trackers;
-mod two_phase;
 mod txn;
 mod version;
-mod work_queue;
 
-pub use barrier::Barrier;
-pub use cache::{CacheView, ConfigCache, ServiceCache};
 pub use capabilities::Capabilities;
 pub use client::Client;
-pub use config::{ConfigEvent, ConfigStore, Entry};
-pub use counter::SharedCounter;
-pub use double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};
-pub use election::{Election, LeaderEvent, LeaderInfo, Leadership};
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};
 pub use hold::{HoldState, HoldWatch};
-pub use leader_selector::{LeaderSelector, Leading, SelectorState};
-pub use lock::{Lock, LockGuard, LockHolder};
 pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
-pub use registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
-pub use rw_lock::RwLock;
-pub use semaphore::{MAX_PERMITS, Semaphore};
+pub use primitives::barrier::Barrier;
+pub use primitives::cache::{CacheView, ConfigCache, ServiceCache};
+pub use primitives::config::{ConfigEvent, ConfigStore, Entry};
+pub use primitives::counter::SharedCounter;
+pub use primitives::double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};
+pub use primitives::election::{Election, LeaderEvent, LeaderInfo, Leadership};
+pub use primitives::leader_selector::{LeaderSelector, Leading, SelectorState};
+pub use primitives::lock::{Lock, LockGuard, LockHolder};
+pub use primitives::registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
+pub use primitives::rw_lock::RwLock;
+pub use primitives::semaphore::{MAX_PERMITS, Semaphore};
+pub use primitives::two_phase::{Decision, MAX_PARTICIPANTS, Transaction};
+pub use primitives::work_queue::{DistributedQueue, MAX_QUEUE_ITEMS};
 pub use session::{SessionState, SessionStatus};
 pub use stats::Stats;
-pub use two_phase::{Decision, MAX_PARTICIPANTS, Transaction};
 pub use txn::{Check, MAX_TXN_BYTES, MAX_TXN_OPS, Op, OpResult, Txn};
 pub use version::{Version, Versioned};
-pub use work_queue::{DistributedQueue, MAX_QUEUE_ITEMS};
 
 /// The traits, for `use coord_core::prelude::*`.
 pub mod prelude {

@@ -186,7 +186,10 @@ mod tests {
         assert_eq!(request_kind(Counter::WatchSet), Some("watch_set"));
         assert_eq!(request_kind(Counter::SessionRequest), Some("session"));
         assert_eq!(request_kind(Counter::WatchEvent), None);
-        assert_eq!(crate::recipes::semaphore::lease_queue("s", 3).label, "semaphore");
+        assert_eq!(
+            crate::primitives::semaphore::lease_queue("s", 3).label,
+            "semaphore"
+        );
         for s in [
             SessionState::Connected,
             SessionState::Suspended,

@@ -1,4 +1,4 @@
-//! Name and value rules (DESIGN §3), the same on every backend so that switching
+//! Name and value rules, the same on every backend so that switching
 //! backends never changes which inputs are valid.
 
 use crate::error::{Error, Result};

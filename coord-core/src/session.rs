@@ -1,4 +1,4 @@
-//! Session states (DESIGN §2): what a client knows about the session its ephemerals are
+//! Session states: what a client knows about the session its ephemerals are
 //! bound to.
 
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Cheap per-client counters (DESIGN §10): requests by kind, watch notifications,
+//! Cheap per-client counters: requests by kind, watch notifications,
 //! session transitions.
 
 use std::sync::atomic::{AtomicU64, Ordering};

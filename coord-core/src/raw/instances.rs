@@ -10,9 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::client_state::ClientState;
 use crate::error::Result;
-use crate::registry::{RegistryEvent, ServiceInstance};
+use crate::primitives::registry::{RegistryEvent, ServiceInstance};
+use crate::raw::client_state::ClientState;
 
 /// How a backend keeps one instance's session-bound node or key, always on its current
 /// session. Each backend implements it once; everything else about registrations —

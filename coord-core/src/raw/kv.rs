@@ -9,8 +9,8 @@
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::config::{ConfigEvent, Entry};
 use crate::error::Result;
+use crate::primitives::config::{ConfigEvent, Entry};
 use crate::txn::{OpResult, Txn};
 use crate::version::Versioned;
 

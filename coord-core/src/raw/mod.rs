@@ -1,43 +1,52 @@
-//! The backend contract: what a backend implements and the helpers every backend shares.
-//! Applications never need this module (the `coord` facade does not re-export it).
+//! The backend contract: everything a backend sees, and nothing else. Applications
+//! never need this module (the `coord` facade does not re-export it).
 //!
-//! coord is built in three layers:
+//! coord is built in three layers, each in its own place:
 //!
-//! 1. **The user API** (the crate root): [`Client`](crate::Client), the primitives'
-//!    traits and guards, errors, tokens.
-//! 2. **Recipes, written once** over this contract (`coord-core`'s `recipes` module):
-//!    the lock and the election — the contender queue's wait loop, local queueing, hold
-//!    state, guaranteed removal, leader observation.
-//! 3. **This contract**, implemented once per backend in its native layout:
-//!    - the session: [`Backend`] (state signal, id, close), kept with [`ClientState`];
-//!    - key-value operations with guarded transactions and prefix watches: the backend's
-//!      [`ConfigStore`](crate::ConfigStore);
-//!    - session-bound registrations: an [`InstanceStore`] (create, update, delete one
-//!      instance on the current session); [`register`] and [`reregister_all`] do the
-//!      rest, with the [`RegistrationBook`];
+//! 1. **The user API**: [`Client`](crate::Client) and the primitives
+//!    (`coord-core/src/primitives/`, one file each: the type, its whole API and docs,
+//!    its algorithm). `Client` validates input, opens `tracing` spans and names the
+//!    operation in errors, once for every backend.
+//! 2. **The engine** (`coord-core/src/engine/`, crate-private): the contender queue's
+//!    wait loop, local turns, hold states, guaranteed removal, and the registration
+//!    lifecycle (re-created on every new session), written once.
+//! 3. **This contract**, implemented once per backend in its native layout, knowing no
+//!    primitive:
+//!    - the session: [`Backend`] (state signal, id, close, where a path lives), kept
+//!      with [`ClientState`];
+//!    - a raw key-value store with guarded transactions and prefix watches:
+//!      [`KvStore`];
+//!    - session-bound instances: [`InstanceStore`] (create, update, delete one instance
+//!      on the current session) and [`RegistryStore`] (read and watch a service);
 //!    - the contender [`Queue`]: join with a value (entry and fencing token), read the
-//!      entry ahead, wait until an entry is gone, update or remove one's own entry.
+//!      entry's position, wait until an entry is gone, update or remove one's own entry
+//!      — for any queue a recipe declares in a [`QueueSpec`] (its directory, entry
+//!      classes and [`Admission`] rule).
 //!
-//! A backend's queue file (`coord-mem/src/queue.rs`, `coord-zk/src/queue.rs`,
-//! `coord-etcd/src/queue.rs`) can be read side by side with another's: the same methods
-//! in the same order, each speaking to its own server.
+//! The backends have the same file set (`lib options session error config registry
+//! queue watch`): a file of one can be read side by side with another's.
 
 mod backend;
 mod backoff;
+pub(crate) mod client_state;
+pub(crate) mod connstr;
 mod instances;
 mod kv;
 pub mod mutants;
 mod queue;
+pub(crate) mod registrations;
+pub(crate) mod session_signal;
 #[cfg(feature = "tls-probe")]
 pub mod tls_probe;
+pub(crate) mod trackers;
 
-pub use crate::client_state::ClientState;
-pub use crate::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
 pub use crate::name::{key_matches_prefix, validate_prefix, validate_segment_name, validate_value};
-pub use crate::registrations::{RegistrationBook, RegistrationEntry, Reregistered};
-pub use crate::session_signal::SessionSignal;
+pub use crate::raw::client_state::ClientState;
+pub use crate::raw::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
+pub use crate::raw::registrations::{RegistrationBook, RegistrationEntry, Reregistered};
+pub use crate::raw::session_signal::SessionSignal;
+pub use crate::raw::trackers::{InstanceTracker, LeaderTracker};
 pub use crate::stats::{Counter, StatsRecorder};
-pub use crate::trackers::{InstanceTracker, LeaderTracker};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
 pub use instances::{InstanceStore, RegistryStore};

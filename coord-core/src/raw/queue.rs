@@ -24,9 +24,9 @@
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::election::LeaderInfo;
 use crate::error::Result;
 use crate::fencing::FencingToken;
+use crate::primitives::election::LeaderInfo;
 
 /// One class of entries in a queue, as the backends' native layouts mark it. Most queues
 /// have one class; a read/write lock has two (readers and writers), so that a reader can

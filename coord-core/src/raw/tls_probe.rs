@@ -18,8 +18,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{AlertDescription, CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio::io::AsyncReadExt;
 
-use crate::connstr::{HostPort, TlsFiles};
 use crate::error::{Error, ErrorKind, Result};
+use crate::raw::connstr::{HostPort, TlsFiles};
 
 /// How the client is configured to connect.
 #[derive(Debug, Clone)]

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::client::{Client, ClientCore};
+use crate::engine::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
+use crate::engine::removal::{self, Detached, ended, over};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::hold::{EntryGone, HoldState, HoldWatch};
-use crate::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
 use crate::metrics;
 use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, Backend, Backoff, Joined, Position, QueueEntry, QueueSpec, Slot, Ticket};
-use crate::recipes::removal::{self, Detached, ended, over};
 use crate::session::{SessionState, SessionStatus};
 
 /// A granted turn: the contender, its fence and its hold state.

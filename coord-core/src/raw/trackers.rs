@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::election::LeaderInfo;
 use crate::fencing::FencingToken;
-use crate::registry::{RegistryEvent, ServiceInstance};
+use crate::primitives::election::LeaderInfo;
+use crate::primitives::registry::{RegistryEvent, ServiceInstance};
 
 /// An observer's view of an election's candidates (by key): the leader is the one with
 /// the lowest token.

@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::engine::removal;
 use crate::error::{Error, Result};
 use crate::name::validate_name;
+use crate::primitives::registry::{Registration, RegistrationState, ServiceInstance};
 use crate::raw::InstanceStore;
-use crate::recipes::removal;
-use crate::registrations::{RegistrationEntry, Reregistered};
-use crate::registry::{Registration, RegistrationState, ServiceInstance};
+use crate::raw::registrations::{RegistrationEntry, Reregistered};
 use crate::session::{SessionState, SessionStatus};
 
 /// Deletes `path` through `store` until gone or session `generation` has ended.
@@ -236,8 +236,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::client_state::ClientState;
     use crate::error::ErrorKind;
+    use crate::raw::client_state::ClientState;
 
     /// A store whose creates land while it reports them as failed, the way a backend
     /// that lost track of an ambiguous create (or met a session switch) does.

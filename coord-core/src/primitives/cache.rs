@@ -6,8 +6,7 @@
 //! channel. [`ConfigCache`] follows [`ConfigStore::watch`] on a prefix,
 //! [`ServiceCache`] follows [`Registry::watch`] on a service.
 
-use std::collections::BTreeMap;
-use std::collections::btree_map;
+use std::collections::{BTreeMap, btree_map};
 use std::sync::{Arc, OnceLock};
 
 use futures::StreamExt;
@@ -16,9 +15,9 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::config::{ConfigEvent, ConfigStore, Entry};
 use crate::error::{Error, ErrorKind, Result};
-use crate::registry::{Registry, RegistryEvent, ServiceInstance};
+use crate::primitives::config::{ConfigEvent, ConfigStore, Entry};
+use crate::primitives::registry::{Registry, RegistryEvent, ServiceInstance};
 
 /// What a cache holds at one moment: its map and whether the map is known to match the
 /// server. Cheap to clone (the map is shared).

@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::engine::registration::RegistrationHandle;
+use crate::engine::removal;
 use crate::error::{Error, Result};
 use crate::name::{validate_segment_name, validate_value};
-use crate::recipes::registration::RegistrationHandle;
-use crate::recipes::removal;
 
 /// One instance of a service: a unique id within the service, an address, and free-form
 /// metadata. Stored on the server as JSON.

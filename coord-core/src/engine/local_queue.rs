@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
 
-use crate::recipes::removal::{ended, over};
+use crate::engine::removal::{ended, over};
 use crate::session::SessionStatus;
 
 /// A map of FIFO async mutexes keyed by name; entries are dropped when unused.
