@@ -93,7 +93,6 @@
 
 mod config;
 mod error;
-mod members;
 mod options;
 mod queue;
 mod registry;

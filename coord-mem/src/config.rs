@@ -4,13 +4,12 @@
 use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{Counter, KvStore, key_matches_prefix};
-use coord_core::{
-    Check, ConfigEvent, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
-};
+use coord_core::{Check, ConfigEvent, Entry, Op, OpResult, Result, Txn, Version, Versioned};
 use futures::stream::BoxStream;
 
-use crate::client::MemClient;
+use crate::MemClient;
 use crate::cluster::KeyData;
+use crate::error;
 use crate::watch::{self, Raw};
 
 fn version(d: &KeyData) -> Version {
@@ -76,13 +75,7 @@ impl KvStore for MemClient {
                             .get(fence.resource())
                             .is_some_and(|d| d.create_rev == fence.token().get());
                         if !held {
-                            return Err(Error::new(
-                                ErrorKind::Fenced,
-                                format!(
-                                    "the guard with token {} is no longer held; nothing was written",
-                                    fence.token()
-                                ),
-                            ));
+                            return Err(error::fenced(fence.token()));
                         }
                     }
                 }
@@ -95,20 +88,7 @@ impl KvStore for MemClient {
                         let actual = s.get(&full(key)).map(version);
                         if actual != *expected {
                             tracing::debug!(key, ?expected, ?actual, "coord.mem.version_mismatch");
-                            return Err(Error::new(
-                                ErrorKind::VersionMismatch,
-                                match (expected, actual) {
-                                    (None, Some(a)) => {
-                                        format!("config key {key:?} exists (version {a}); expected it absent")
-                                    }
-                                    (Some(e), None) => {
-                                        format!("config key {key:?} does not exist; expected version {e}")
-                                    }
-                                    (e, a) => {
-                                        format!("config key {key:?} is at version {a:?}, expected {e:?}")
-                                    }
-                                },
-                            ));
+                            return Err(error::version_mismatch(key, *expected, actual));
                         }
                     }
                 }

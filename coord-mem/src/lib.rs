@@ -49,16 +49,27 @@
 //! # Ok(()) }
 //! ```
 
-mod client;
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use coord_core::raw::{Backend, ClientState, Counter};
+use coord_core::{Capabilities, Client, Error, Result, SessionState, SessionStatus, Stats};
+use tokio::time::Instant;
+
+use crate::cluster::State;
+use crate::session::{Link, SessionSlot};
+
 mod cluster;
 mod config;
+mod error;
 mod options;
 mod queue;
 mod registry;
 mod session;
 mod watch;
 
-pub use client::MemClient;
 pub use cluster::MemCluster;
 pub use options::{KNOWN_OPTIONS, MemOptions};
 
@@ -69,4 +80,374 @@ pub use options::{KNOWN_OPTIONS, MemOptions};
 /// `ConfigInvalid` for a malformed string or unknown option.
 pub fn connect(url: &str) -> coord_core::Result<coord_core::Client> {
     MemClient::connect_url(url)
+}
+
+// ---- client ----
+// The in-memory client: one node with one session on a [`MemCluster`].
+
+/// Shared state of one in-memory client.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub cluster: MemCluster,
+    pub options: MemOptions,
+    pub link: tokio::sync::watch::Sender<Link>,
+    slot: Mutex<SessionSlot>,
+    /// Injected faults on replies.
+    faults: Mutex<ReplyFaults>,
+    /// When the cluster last heard from this client (a request or a keep-alive).
+    heard: Mutex<Option<Instant>>,
+    /// Session status, counters, registrations, closed flag.
+    state: ClientState,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = ClientState;
+
+    fn deref(&self) -> &ClientState {
+        &self.state
+    }
+}
+
+impl Inner {
+    /// The state every backend keeps (for its methods that this type shadows).
+    pub(crate) fn state(&self) -> &ClientState {
+        &self.state
+    }
+
+    pub(crate) fn slot(&self) -> MutexGuard<'_, SessionSlot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The full key for `rest` under the namespace.
+    pub(crate) fn key(&self, rest: &str) -> String {
+        if self.options.namespace.is_empty() {
+            rest.to_owned()
+        } else {
+            format!("{}/{rest}", self.options.namespace)
+        }
+    }
+
+    /// Fails unless the link is up.
+    pub(crate) fn check_link(&self) -> Result<()> {
+        match *self.link.borrow() {
+            Link::Up => Ok(()),
+            Link::Down { .. } => Err(error::cut_off()),
+            Link::Closed | Link::Crashed => Err(Error::closed()),
+        }
+    }
+
+    /// One request to the cluster: checks the link, counts it, expires overdue sessions.
+    pub(crate) fn request<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        self.check_link()?;
+        self.heard_now();
+        self.stats.incr(counter);
+        Ok(self.cluster.with(|s| {
+            s.sweep();
+            f(s)
+        }))
+    }
+
+    /// One request to the cluster as the real servers see it: applied at once (as by
+    /// [`Inner::request`]), then its reply travels back — a point where the caller's future
+    /// may be dropped after the cluster applied it, delayed by the injected latency, and
+    /// lost if the link went down meanwhile or a lost reply was injected (a write's
+    /// outcome is then unknown).
+    ///
+    /// Over a silent link (a blackhole) the request waits, unanswered, until the link is
+    /// back or its deadline (the session TTL) passes: then it fails with `Timeout`, its
+    /// outcome unknown for a write — and it was not applied (unlike a real server, which
+    /// may still apply it when the partition heals).
+    pub(crate) async fn call<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        let write = matches!(counter, Counter::Write | Counter::Txn);
+        self.through_silence(write).await?;
+        let out = self.request(counter, f)?;
+        self.reply(write).await?;
+        Ok(out)
+    }
+
+    /// Waits while the link is silent, for at most a request's deadline.
+    async fn through_silence(&self, write: bool) -> Result<()> {
+        let mut rx = self.link.subscribe();
+        let silent = |l: &Link| matches!(l, Link::Down { silent: true, .. });
+        if !silent(&rx.borrow()) {
+            return Ok(());
+        }
+        let deadline = self.options.session_ttl;
+        match tokio::time::timeout(deadline, rx.wait_for(|l| !silent(l))).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(error::no_answer(deadline, write)),
+        }
+    }
+
+    /// The reply of a request the cluster applied: see [`Inner::call`].
+    pub(crate) async fn reply(&self, write: bool) -> Result<()> {
+        tokio::task::yield_now().await;
+        self.through_silence(write).await?;
+        let latency = self.faults().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let lost = write && {
+            let mut faults = self.faults();
+            let lose = faults.lost_replies > 0;
+            faults.lost_replies = faults.lost_replies.saturating_sub(1);
+            lose
+        };
+        if lost || self.check_link().is_err() {
+            if matches!(*self.link.borrow(), Link::Closed | Link::Crashed) {
+                return Err(Error::closed());
+            }
+            return Err(error::reply_lost(write));
+        }
+        Ok(())
+    }
+
+    /// Notes that the cluster hears from this client now.
+    pub(crate) fn heard_now(&self) {
+        *self.heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    fn faults(&self) -> MutexGuard<'_, ReplyFaults> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current session unless it is lost: `(id, generation)`. A suspended session
+    /// (the link down) still counts, as on the real servers, whose sessions outlive a
+    /// short outage: requests on it fail (or wait) until the link is back.
+    pub(crate) fn live_session(&self) -> Result<(u64, u64)> {
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
+        let slot = *self.slot();
+        if slot.lost
+            || !matches!(
+                self.session.current().state,
+                SessionState::Connected | SessionState::Suspended
+            )
+        {
+            return Err(error::session_lost());
+        }
+        Ok((slot.id, slot.generation))
+    }
+
+    /// Waits until the link is up (or the client is closed).
+    pub(crate) async fn link_up(&self) -> Result<()> {
+        let mut rx = self.link.subscribe();
+        let link = *rx
+            .wait_for(|l| !matches!(l, Link::Down { .. }))
+            .await
+            .map_err(|_| Error::closed())?;
+        match link {
+            Link::Up => Ok(()),
+            _ => Err(Error::closed()),
+        }
+    }
+}
+
+/// Faults injected on a client's replies.
+#[derive(Debug, Default)]
+pub(crate) struct ReplyFaults {
+    /// How many of the next writes are applied with their reply lost.
+    lost_replies: usize,
+    /// How long each reply takes.
+    latency: Duration,
+}
+
+/// The in-memory backend of one client: one node with its own session on a
+/// [`MemCluster`].
+///
+/// [`MemClient::connect`] returns the backend-agnostic [`Client`]; reach this type with
+/// `client.backend_as::<MemClient>()` for its fault-injection hooks.
+#[derive(Debug, Clone)]
+pub struct MemClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl MemClient {
+    /// Opens a client on `cluster` with its own session. Must be called inside a tokio
+    /// runtime (the session keep-alive runs as a task). The session ends when the last
+    /// handle of the returned [`Client`] is dropped, or on `close`.
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid` for invalid options.
+    pub fn connect(cluster: &MemCluster, options: MemOptions) -> Result<Client> {
+        options.validate()?;
+        let state = ClientState::new(
+            "mem",
+            options.namespace.clone(),
+            SessionStatus::new(SessionState::Connected, 0),
+        );
+        let inner = Arc::new(Inner {
+            cluster: cluster.clone(),
+            options,
+            link: tokio::sync::watch::channel(Link::Up).0,
+            slot: Mutex::new(SessionSlot {
+                id: 0,
+                generation: 0,
+                lost: false,
+            }),
+            faults: Mutex::new(ReplyFaults::default()),
+            heard: Mutex::new(None),
+            state,
+        });
+        inner.stats.incr(Counter::SessionRequest);
+        let (id, expired) = cluster.with(|s| s.grant_session(inner.options.session_ttl));
+        *inner.slot() = SessionSlot {
+            id,
+            generation: 1,
+            lost: false,
+        };
+        inner.session.set(SessionState::Connected, 1, &inner.stats);
+        tokio::spawn(inner.clone().supervise(expired));
+        Ok(coord_core::raw::into_client(MemClient { inner }))
+    }
+
+    /// Opens a client from a `mem://namespace?session_ttl=…` connection string on the
+    /// process-wide [`MemCluster::global`].
+    ///
+    /// # Errors
+    ///
+    /// `ConfigInvalid` for a malformed string or unknown option.
+    pub fn connect_url(url: &str) -> Result<Client> {
+        MemClient::connect(&MemCluster::global(), MemOptions::from_url(url)?)
+    }
+
+    /// The cluster this client talks to.
+    pub fn cluster(&self) -> &MemCluster {
+        &self.inner.cluster
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &MemOptions {
+        &self.inner.options
+    }
+
+    /// Fault hook: cuts this client off from the cluster for `duration`, as a network
+    /// partition would. Requests fail with `Unavailable`, the session is `Suspended`,
+    /// keep-alives stop; past the TTL the session is `Lost` (and the server expires it).
+    pub fn suspend(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        self.inner.link.send_if_modified(|l| match l {
+            Link::Up | Link::Down { .. } => {
+                *l = Link::Down { until, silent: false };
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Fault hook: the next `n` writes (config writes and transactions, contender joins,
+    /// updates and removals, registrations) are applied by the cluster, and their replies
+    /// lost: the caller gets `Unavailable` with an unknown outcome, as after a connection
+    /// reset between a real server's commit and its answer.
+    pub fn lose_replies(&self, n: usize) {
+        self.inner.faults().lost_replies = n;
+    }
+
+    /// Fault hook: every reply takes `latency` from now on (zero: none), as a slow or
+    /// distant server's would; requests are still applied at once.
+    pub fn delay_replies(&self, latency: Duration) {
+        self.inner.faults().latency = latency;
+    }
+
+    /// Fault hook: silences this client's link for `duration` (a blackhole: nothing is
+    /// refused, nothing answers). Requests and replies wait until it ends or their
+    /// deadline (the session TTL) passes; keep-alives stop, so the session is `Suspended`
+    /// and, past the TTL, `Lost`; watches deliver nothing until the link is back.
+    pub fn blackhole(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        self.inner.link.send_if_modified(|l| match l {
+            Link::Up | Link::Down { .. } => {
+                *l = Link::Down { until, silent: true };
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// When the cluster last heard from this client (a request or a keep-alive): the
+    /// latest moment it can count from when it expires the session.
+    pub fn last_heard(&self) -> Option<Instant> {
+        *self.inner.heard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fault hook: ends a suspension early.
+    pub fn resume(&self) {
+        self.inner.link.send_if_modified(|l| match l {
+            Link::Down { .. } => {
+                *l = Link::Up;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Fault hook: the process dies. Nothing is cleaned up and nothing more is sent; the
+    /// cluster expires the session after its TTL, as it would for a crashed node.
+    pub fn crash(&self) {
+        self.inner.link.send_replace(Link::Crashed);
+    }
+
+    /// Fault hook: expires this client's session from the server side (like a
+    /// ZooKeeper session expiry or an etcd lease revoke).
+    pub fn expire_session(&self) -> bool {
+        let id = self.inner.slot().id;
+        self.inner.cluster.expire_session(id)
+    }
+}
+
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
+#[async_trait]
+impl Backend for MemClient {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    fn namespace(&self) -> &str {
+        &self.inner.options.namespace
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.inner.key(rel)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
+        self.inner.session.subscribe()
+    }
+
+    fn session_id(&self) -> u64 {
+        self.inner.slot().id
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.stats.snapshot()
+    }
+
+    async fn server_version(&self) -> Result<Option<String>> {
+        Ok(Some(format!("coord-mem {}", env!("CARGO_PKG_VERSION"))))
+    }
+
+    async fn close(&self) -> Result<()> {
+        if !self.inner.mark_closed() {
+            return Ok(());
+        }
+        // A crashed client says nothing more: its session expires on the server.
+        if self.inner.link.send_replace(Link::Closed) != Link::Crashed {
+            let id = self.inner.slot().id;
+            self.inner.stats.incr(Counter::SessionRequest);
+            self.inner.cluster.with(|s| s.end_session(id));
+        }
+        tracing::info!(namespace = %self.inner.options.namespace, "coord.mem.closed");
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }

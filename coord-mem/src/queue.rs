@@ -9,11 +9,12 @@ use coord_core::raw::{
     Admission, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
     QueueSpec, Slot, Ticket,
 };
-use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
+use coord_core::{FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
 
-use crate::client::MemClient;
+use crate::MemClient;
 use crate::cluster::{KeyData, State};
+use crate::error;
 use crate::watch::{self, Raw};
 
 impl MemClient {
@@ -52,13 +53,6 @@ fn position_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Posi
     }
 }
 
-fn entry_gone() -> Error {
-    Error::new(
-        ErrorKind::SessionLost,
-        "the contender's key is gone (its session ended, or it was deleted)",
-    )
-}
-
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
@@ -85,10 +79,7 @@ impl Queue for MemClient {
         self.inner
             .call(Counter::Txn, |s| {
                 if !s.session_alive(session) {
-                    return Err(Error::new(
-                        ErrorKind::SessionLost,
-                        "the session expired; retry on the new session",
-                    ));
+                    return Err(error::session_expired());
                 }
                 let own_rev = match s.get(&ticket.locator) {
                     Some(existing) => existing.create_rev,
@@ -114,7 +105,7 @@ impl Queue for MemClient {
                 Some(d) if d.create_rev == own.token.get() => {
                     Ok(position_in(s, &dir, &ticket.queue, d.create_rev))
                 }
-                _ => Err(entry_gone()),
+                _ => Err(error::entry_gone()),
             })
             .await?
     }
@@ -146,10 +137,7 @@ impl Queue for MemClient {
                     s.put(&own.path, value, None);
                     Ok(())
                 }
-                _ => Err(Error::new(
-                    ErrorKind::Fenced,
-                    "the grant was lost; its key is gone",
-                )),
+                _ => Err(error::grant_lost()),
             })
             .await?
     }

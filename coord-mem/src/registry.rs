@@ -12,8 +12,8 @@ use coord_core::raw::{
 use coord_core::{RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
 
-use crate::client::{Inner, MemClient};
 use crate::watch::{self, Raw};
+use crate::{Inner, MemClient};
 
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use coord_core::raw::{Counter, RegistrationEntry};
-use coord_core::{Error, ErrorKind, Result, SessionState};
+use coord_core::{Result, SessionState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::Inner;
 
 /// The client's link to the cluster, driven by fault hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,9 +176,6 @@ pub(crate) fn create_instance(inner: &Inner, id: u64, entry: &RegistrationEntry)
     if created {
         Ok(())
     } else {
-        Err(Error::new(
-            ErrorKind::AlreadyExists,
-            format!("instance {key:?} is registered by another live client"),
-        ))
+        Err(crate::error::instance_taken(&entry.path))
     }
 }

@@ -12,7 +12,7 @@ use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::client::Inner;
+use crate::Inner;
 use crate::cluster::{Event, KeyData};
 
 /// What the watch loop hands to a primitive's mapper.

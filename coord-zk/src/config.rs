@@ -22,10 +22,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
-use crate::acl::ZkAcl;
-use crate::dir_watch::{self, DirFollower};
 use crate::error::{map, map_at};
+use crate::options::ZkAcl;
 use crate::session::Inner;
+use crate::watch::{self, DirFollower};
 
 /// How many times a commit is retried when a key it did not check changed under it.
 const COMMIT_ATTEMPTS: usize = 16;
@@ -75,7 +75,7 @@ async fn stats(inner: &Inner, paths: &[String]) -> Result<Vec<Option<zk::Stat>>>
 /// Reads every key under `prefix` (segment-wise), sorted by key.
 async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
     let dir = config_dir(inner);
-    let mut keys: Vec<String> = crate::reads::children(inner, &dir, "list")
+    let mut keys: Vec<String> = crate::session::children(inner, &dir, "list")
         .await?
         .iter()
         .map(|c| key_of(c))
@@ -83,7 +83,7 @@ async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
         .collect();
     keys.sort();
     let paths: Vec<String> = keys.iter().map(|k| format!("{dir}/{}", node_name(k))).collect();
-    let data = crate::reads::data_of(inner, &paths, "list").await?;
+    let data = crate::session::data_of(inner, &paths, "list").await?;
     Ok(keys
         .into_iter()
         .zip(data)
@@ -451,7 +451,7 @@ impl KvStore for ZkClient {
         let inner = self.inner.clone();
         let dir = config_dir(&inner);
         // Arm the watch before the snapshot so no change after the snapshot is missed.
-        let watcher = dir_watch::arm(&inner, &dir).await?;
+        let watcher = watch::arm(&inner, &dir).await?;
         let entries = read_entries(&inner, prefix).await?;
         let follower = ConfigFollower {
             prefix: prefix.to_owned(),
@@ -459,7 +459,7 @@ impl KvStore for ZkClient {
             known: entries.iter().map(|e| (e.key.clone(), e.version)).collect(),
         };
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(dir_watch::follow(
+        tokio::spawn(watch::follow(
             inner,
             dir,
             watcher,

@@ -121,16 +121,13 @@
 //! # Ok(()) }
 //! ```
 
-mod acl;
 mod config;
-mod dir_watch;
 mod error;
 mod options;
 mod queue;
-mod reads;
 mod registry;
-mod server_info;
 mod session;
+mod watch;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -138,10 +135,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use coord_core::raw::Backend;
 use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
-use tokio::sync::watch;
 use tracing::Instrument;
 
-pub use acl::ZkAcl;
+pub use options::ZkAcl;
 pub use options::{DEFAULT_PORT, KNOWN_OPTIONS, LockLayout, ZkOptions};
 
 use session::Inner;
@@ -241,7 +237,7 @@ impl Backend for ZkClient {
         }
     }
 
-    fn session(&self) -> watch::Receiver<SessionStatus> {
+    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
         self.inner.session.subscribe()
     }
 
@@ -254,7 +250,7 @@ impl Backend for ZkClient {
     }
 
     async fn server_version(&self) -> Result<Option<String>> {
-        server_info::server_version(&self.inner.options).await
+        session::server_version(&self.inner.options).await
     }
 
     async fn close(&self) -> Result<()> {

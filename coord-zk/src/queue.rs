@@ -88,7 +88,7 @@ async fn find_own(inner: &Inner, ticket: &Ticket) -> Result<Option<QueueEntry>> 
             }
         })
         .await?;
-    let Some(name) = crate::reads::children(inner, dir, "find own contender")
+    let Some(name) = crate::session::children(inner, dir, "find own contender")
         .await?
         .into_iter()
         .find(|c| c.starts_with(mine))
@@ -282,7 +282,7 @@ impl Queue for ZkClient {
         let dir = self.queue_dir(&ticket.queue);
         let spec = &ticket.queue;
         let queue = in_order(
-            crate::reads::children(&self.inner, &dir, "list contenders").await?,
+            crate::session::children(&self.inner, &dir, "list contenders").await?,
             spec,
         );
         let name = own.path.rsplit('/').next().unwrap_or_default();

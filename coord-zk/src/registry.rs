@@ -13,9 +13,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
-use crate::dir_watch::{self, DirFollower};
 use crate::error::{map, map_at};
 use crate::session::Inner;
+use crate::watch::{self, DirFollower};
 
 /// Creates the instance node on the current session. Ok if it exists and is ours;
 /// `Unavailable` (retryable) if a node of one of our earlier sessions still holds it;
@@ -151,9 +151,9 @@ impl InstanceStore for Inner {
 
 /// Reads every instance under `dir` (ids are the child names).
 async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, ServiceInstance>> {
-    let children = crate::reads::children(inner, dir, "instances").await?;
+    let children = crate::session::children(inner, dir, "instances").await?;
     let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
-    let data = crate::reads::data_of(inner, &paths, "instances").await?;
+    let data = crate::session::data_of(inner, &paths, "instances").await?;
     let mut out = BTreeMap::new();
     for (id, d) in children.into_iter().zip(data) {
         let Some((bytes, stat)) = d else { continue };
@@ -186,7 +186,7 @@ impl RegistryStore for ZkClient {
         let dir = dir.to_owned();
         let inner = self.inner.clone();
         // Arm the watch before the snapshot so no change after the snapshot is missed.
-        let watcher = dir_watch::arm(&inner, &dir).await?;
+        let watcher = watch::arm(&inner, &dir).await?;
         let mut known = InstanceTracker::default();
         let first = known.snapshot(read_instances(&inner, &dir).await?);
         let follower = RegistryFollower {
@@ -194,7 +194,7 @@ impl RegistryStore for ZkClient {
             known,
         };
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(dir_watch::follow(inner, dir, watcher, first, follower, tx));
+        tokio::spawn(watch::follow(inner, dir, watcher, first, follower, tx));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }

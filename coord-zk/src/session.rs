@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use coord_core::raw::{Backoff, ClientState, Counter};
 use coord_core::{Error, ErrorKind, Result, SessionState, SessionStatus};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::acl::ZkAcl;
 use crate::error::{map, map_at};
-use crate::options::ZkOptions;
+use crate::options::{ZkAcl, ZkOptions};
 
 /// The live ZooKeeper client and which of our sessions it carries.
 #[derive(Clone)]
@@ -499,6 +499,112 @@ impl Inner {
     }
 }
 
+// ---- reads ----
+// Reads shared by the config store and the registry: a directory's children, and the
+// data of many nodes in chunked `multi` reads (one request per chunk, each well under
+// ZooKeeper's packet limit).
+
+/// How many nodes one `multi` read fetches.
+const CHUNK: usize = 64;
+
+/// The children of `dir`; none if `dir` does not exist.
+pub(crate) async fn children(inner: &Inner, dir: &str, op: &'static str) -> Result<Vec<String>> {
+    let d = dir.to_owned();
+    match inner
+        .call(Counter::Read, op, false, |zk| async move {
+            zk.list_children(&d).await
+        })
+        .await?
+    {
+        Ok(c) => Ok(c),
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(map_at(e, op, false, dir)),
+    }
+}
+
+/// The data and stat of each path, in order; `None` for a node that is gone.
+///
+/// # Errors
+///
+/// A node that exists but cannot be read (its ACL refuses these credentials) fails the
+/// whole read with `PermissionDenied` naming it: it is never reported as absent.
+pub(crate) async fn data_of(
+    inner: &Inner,
+    paths: &[String],
+    op: &'static str,
+) -> Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
+    let mut out = Vec::with_capacity(paths.len());
+    for chunk_paths in paths.chunks(CHUNK) {
+        let chunk = chunk_paths.to_vec();
+        let results = inner
+            .call_mapped(Counter::Txn, op, false, |zk| async move {
+                let mut reader = zk.new_multi_reader();
+                for p in &chunk {
+                    reader.add_get_data(p)?;
+                }
+                reader.commit().await
+            })
+            .await?;
+        for (result, path) in results.into_iter().zip(chunk_paths) {
+            out.push(match result {
+                zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => None,
+                zk::MultiReadResult::Error { err } => return Err(map_at(err, op, false, path)),
+                _ => None,
+            });
+        }
+    }
+    Ok(out)
+}
+
+// ---- server info ----
+// The server's own version, asked with the `srvr` four-letter command (the one command
+// ZooKeeper 3.5 and later allow by default) on the plaintext client port.
+
+/// How long one server may take to answer `srvr`.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The version of the first server in `options` that answers `srvr`; `None` for TLS
+/// connections (the secure port does not take four-letter commands in plaintext).
+pub(crate) async fn server_version(options: &ZkOptions) -> Result<Option<String>> {
+    if options.tls.is_some() {
+        return Ok(None);
+    }
+    let mut last = String::from("no hosts");
+    for host in &options.hosts {
+        let addr = (host.host.as_str(), host.port);
+        match tokio::time::timeout(ANSWER_TIMEOUT, ask_srvr(addr)).await {
+            Ok(Ok(answer)) => return Ok(parse_version(&answer)),
+            Ok(Err(e)) => last = format!("{}:{}: {e}", host.host, host.port),
+            Err(_) => last = format!("{}:{}: no answer within {ANSWER_TIMEOUT:?}", host.host, host.port),
+        }
+    }
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        format!("no ZooKeeper server answered `srvr` ({last}); is `srvr` in 4lw.commands.whitelist?"),
+    )
+    .with_operation("server_version"))
+}
+
+async fn ask_srvr(addr: (&str, u16)) -> std::io::Result<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(b"srvr").await?;
+    let mut answer = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut answer).await?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// `Zookeeper version: 3.8.4-<hash>, built on …` → `3.8.4-<hash>`.
+fn parse_version(answer: &str) -> Option<String> {
+    let line = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("Zookeeper version:"))?;
+    let version = line.split(',').next()?.trim();
+    (!version.is_empty()).then(|| version.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,5 +620,18 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
             assert!(e.to_string().contains("`tls` feature"), "{e}");
         }
+    }
+
+    #[test]
+    fn parses_the_srvr_answer() {
+        let answer = "Zookeeper version: 3.8.4-9316c2a7a97e1666d8f4593f34dd6fc36ecc436c, built on 2024-02-12 22:16 UTC\nLatency min/avg/max: 0/0.0/0\n";
+        assert_eq!(
+            parse_version(answer).as_deref(),
+            Some("3.8.4-9316c2a7a97e1666d8f4593f34dd6fc36ecc436c")
+        );
+        assert_eq!(
+            parse_version("srvr is not executed because it is not in the whitelist."),
+            None
+        );
     }
 }

@@ -1,0 +1,89 @@
+//! The errors the in-memory cluster answers with, as a real server's would be mapped:
+//! each says what happened and what to do. Faults injected by tests say so.
+
+use std::time::Duration;
+
+use coord_core::{Error, ErrorKind, FencingToken, Version};
+
+/// A request on a client whose link is cut (fault injected).
+pub(crate) fn cut_off() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "the in-memory client is cut off from its cluster (fault injected); retry after it reconnects",
+    )
+}
+
+/// No answer within `deadline` on a blackholed link; a write's outcome is unknown.
+pub(crate) fn no_answer(deadline: Duration, write: bool) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("no answer from the in-memory cluster within {deadline:?} (blackhole injected)"),
+    )
+    .with_outcome_unknown(write)
+}
+
+/// The reply of an applied request was lost; a write's outcome is unknown.
+pub(crate) fn reply_lost(write: bool) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "the reply from the in-memory cluster was lost (fault injected); retry",
+    )
+    .with_outcome_unknown(write)
+}
+
+/// The client's session was lost; the next one is on its way.
+pub(crate) fn session_lost() -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        "the session was lost; a new one is being established — retry",
+    )
+}
+
+/// A request bound to a session the cluster no longer has.
+pub(crate) fn session_expired() -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        "the session expired; retry on the new session",
+    )
+}
+
+/// A contender's key is gone.
+pub(crate) fn entry_gone() -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        "the contender's key is gone (its session ended, or it was deleted)",
+    )
+}
+
+/// A write on a grant whose key is gone.
+pub(crate) fn grant_lost() -> Error {
+    Error::new(ErrorKind::Fenced, "the grant was lost; its key is gone")
+}
+
+/// A transaction fenced by a guard that is no longer held.
+pub(crate) fn fenced(token: FencingToken) -> Error {
+    Error::new(
+        ErrorKind::Fenced,
+        format!("the guard with token {token} is no longer held; nothing was written"),
+    )
+}
+
+/// A transaction whose version check on `key` failed.
+pub(crate) fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Error {
+    Error::new(
+        ErrorKind::VersionMismatch,
+        match (expected, actual) {
+            (None, Some(a)) => format!("config key {key:?} exists (version {a}); expected it absent"),
+            (Some(e), None) => format!("config key {key:?} does not exist; expected version {e}"),
+            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
+        },
+    )
+}
+
+/// A registration whose id another live client holds.
+pub(crate) fn instance_taken(key: &str) -> Error {
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("instance {key:?} is registered by another live client"),
+    )
+}
