@@ -4,7 +4,7 @@
 //! failure is told apart as `Fenced` or `VersionMismatch` in the same round trip.
 
 use async_trait::async_trait;
-use coord_core::raw::{Counter, KvStore, key_matches_prefix};
+use coord_core::raw::{Counter, KvStore, key_matches_prefix, version_mismatch};
 use coord_core::{
     Check, ConfigEvent, Entry, Error, ErrorKind, Op, OpResult, Result, Txn, Version, Versioned,
 };
@@ -134,7 +134,7 @@ impl KvStore for EtcdClient {
                     }
                 }
             }
-            let detail = txn
+            let mismatch = txn
                 .checks()
                 .iter()
                 .zip(&responses)
@@ -147,21 +147,18 @@ impl KvStore for EtcdClient {
                         etcd::TxnOpResponse::Get(g),
                     ) => {
                         let actual = g.kvs().first().map(|kv| version(kv.mod_revision()));
-                        (actual != *expected).then(|| match (expected, actual) {
-                            (None, Some(a)) => {
-                                format!("config key {key:?} exists (version {a}); expected it absent")
-                            }
-                            (Some(e), None) => {
-                                format!("config key {key:?} does not exist; expected version {e}")
-                            }
-                            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
-                        })
+                        (actual != *expected).then(|| version_mismatch(key, *expected, actual))
                     }
                     _ => None,
                 })
-                .unwrap_or_else(|| "a checked config key changed; nothing was written".to_owned());
-            tracing::debug!(%detail, "coord.etcd.version_mismatch");
-            return Err(Error::new(ErrorKind::VersionMismatch, detail).with_operation("commit"));
+                .unwrap_or_else(|| {
+                    Error::new(
+                        ErrorKind::VersionMismatch,
+                        "a checked config key changed; nothing was written",
+                    )
+                });
+            tracing::debug!(error = %mismatch, "coord.etcd.version_mismatch");
+            return Err(mismatch);
         }
         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
         Ok(responses

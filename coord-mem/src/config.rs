@@ -88,7 +88,7 @@ impl KvStore for MemClient {
                         let actual = s.get(&full(key)).map(version);
                         if actual != *expected {
                             tracing::debug!(key, ?expected, ?actual, "coord.mem.version_mismatch");
-                            return Err(error::version_mismatch(key, *expected, actual));
+                            return Err(coord_core::raw::version_mismatch(key, *expected, actual));
                         }
                     }
                 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use coord_core::{Error, ErrorKind, FencingToken, Version};
+use coord_core::{Error, ErrorKind, FencingToken};
 
 /// A request on a client whose link is cut (fault injected).
 pub(crate) fn cut_off() -> Error {
@@ -65,18 +65,6 @@ pub(crate) fn fenced(token: FencingToken) -> Error {
     Error::new(
         ErrorKind::Fenced,
         format!("the guard with token {token} is no longer held; nothing was written"),
-    )
-}
-
-/// A transaction whose version check on `key` failed.
-pub(crate) fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Error {
-    Error::new(
-        ErrorKind::VersionMismatch,
-        match (expected, actual) {
-            (None, Some(a)) => format!("config key {key:?} exists (version {a}); expected it absent"),
-            (Some(e), None) => format!("config key {key:?} does not exist; expected version {e}"),
-            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
-        },
     )
 }
 

@@ -392,14 +392,7 @@ fn fenced() -> Error {
 
 fn mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Error {
     tracing::debug!(key, ?expected, ?actual, "coord.zk.version_mismatch");
-    Error::new(
-        ErrorKind::VersionMismatch,
-        match (expected, actual) {
-            (None, Some(a)) => format!("config key {key:?} exists (version {a}); expected it absent"),
-            (Some(e), None) => format!("config key {key:?} does not exist; expected version {e}"),
-            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
-        },
-    )
+    coord_core::raw::version_mismatch(key, expected, actual)
 }
 
 // The backend contract: plumbing, kept out of users' docs.

@@ -9,10 +9,23 @@
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::primitives::config::{ConfigEvent, Entry};
 use crate::txn::{OpResult, Txn};
-use crate::version::Versioned;
+use crate::version::{Version, Versioned};
+
+/// The error of a transaction whose version check on `key` failed: `expected` (`None`:
+/// absent) against `actual`, said the same way on every backend.
+pub fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Error {
+    Error::new(
+        ErrorKind::VersionMismatch,
+        match (expected, actual) {
+            (None, Some(a)) => format!("config key {key:?} exists (version {a}); expected it absent"),
+            (Some(e), None) => format!("config key {key:?} does not exist; expected version {e}"),
+            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
+        },
+    )
+}
 
 /// A backend's key-value operations: reads, one atomic guarded transaction, and prefix
 /// watches. Inputs arrive validated.
