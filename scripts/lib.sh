@@ -22,26 +22,6 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# alive PID : the process exists and is not a zombie.
-alive() {
-  local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-  [ -n "$state" ] && [[ "$state" != Z* ]]
-}
-
-# stop_pidfile FILE : stops the process in FILE (TERM, then KILL) and removes FILE.
-stop_pidfile() {
-  local f=$1 pid
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  if alive "$pid"; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$f"
-}
-
 # ensure_testkit : builds the coord-testkit command (it starts servers and clusters and
 # injects member faults; see coord-testkit/src/bin) and exports its path.
 ensure_testkit() {

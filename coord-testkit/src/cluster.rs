@@ -301,16 +301,16 @@ impl Cluster {
     }
 
     /// A coord connection string for `namespace`: `zk://…/namespace` or
-    /// `etcd://…/namespace` (`+https` and the CA when the cluster has TLS; add the client
-    /// certificate with `&tls_cert=…&tls_key=…`).
+    /// `etcd://…/namespace`; with TLS, `zk+tls://` or `etcd+https://` and the CA (add the
+    /// client certificate with `&tls_cert=…&tls_key=…`).
     pub fn url(&self, namespace: &str) -> String {
-        let scheme = match self.kind() {
-            Kind::Zk => "zk",
-            Kind::Etcd => "etcd",
+        let (scheme, tls_scheme) = match self.kind() {
+            Kind::Zk => ("zk", "zk+tls"),
+            Kind::Etcd => ("etcd", "etcd+https"),
         };
         match &self.state.tls {
             Some(certs) => format!(
-                "{scheme}+https://{}/{namespace}?tls_ca={}",
+                "{tls_scheme}://{}/{namespace}?tls_ca={}",
                 self.hosts(),
                 certs.join("ca.pem").display()
             ),
