@@ -16,14 +16,14 @@ pub struct Version {
 }
 
 impl Version {
-    /// For backends: a version made of two numbers (e.g. ZooKeeper's `czxid` and data
-    /// version; etcd and mem use `minor = 0`).
-    pub fn from_parts(major: u64, minor: u64) -> Self {
+    /// A version made of two numbers (backends make them with
+    /// [`raw::version`](crate::raw::version)).
+    pub(crate) fn from_parts(major: u64, minor: u64) -> Self {
         Version { major, minor }
     }
 
-    /// For backends: the two numbers given to [`Version::from_parts`].
-    pub fn parts(self) -> (u64, u64) {
+    /// The two numbers given to [`Version::from_parts`].
+    pub(crate) fn parts(self) -> (u64, u64) {
         (self.major, self.minor)
     }
 }
@@ -83,8 +83,10 @@ impl<T> Versioned<T> {
     ///
     /// ```
     /// use coord_core::{Version, Versioned};
-    /// let v = Versioned::new(b"42".to_vec(), Version::from_parts(7, 0));
+    /// # fn main() -> coord_core::Result<()> {
+    /// let v = Versioned::new(b"42".to_vec(), "7.0".parse::<Version>()?);
     /// assert_eq!(v.map(|b| b.len()).value, 2);
+    /// # Ok(()) }
     /// ```
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Versioned<U> {
         Versioned {

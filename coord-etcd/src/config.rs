@@ -15,7 +15,7 @@ use crate::EtcdClient;
 use crate::watch::{self, Kv, Raw};
 
 fn version(rev: i64) -> Version {
-    Version::from_parts(rev as u64, 0)
+    coord_core::raw::version(rev as u64, 0)
 }
 
 impl EtcdClient {
@@ -75,7 +75,7 @@ impl KvStore for EtcdClient {
                     compares.push(etcd::Compare::mod_revision(
                         full(key),
                         etcd::CompareOp::Equal,
-                        v.parts().0 as i64,
+                        coord_core::raw::version_parts(*v).0 as i64,
                     ));
                     diagnose.push(etcd::TxnOp::get(full(key), None));
                 }

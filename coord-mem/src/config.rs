@@ -13,7 +13,7 @@ use crate::error;
 use crate::watch::{self, Raw};
 
 fn version(d: &KeyData) -> Version {
-    Version::from_parts(d.mod_rev, 0)
+    coord_core::raw::version(d.mod_rev, 0)
 }
 
 impl MemClient {

@@ -57,7 +57,7 @@
 //! - **Counter and config**: `get`/`add`/`set` on two counters and `get`/`put`/
 //!   `compare_and_set`/`delete` on three config keys, recorded and checked per key for
 //!   linearizability against `Counter` and `Register`. mem's versions are revisions
-//!   (`Version::from_parts(rev, 0)`), so a version maps to its major part. An operator's
+//!   (`coord_core::raw::version(rev, 0)`), so a version maps to its major part. An operator's
 //!   delete of a counter is recorded as `Set(0)` (an absent counter reads 0). Negative
 //!   controls: a counter read changed to an unreachable value, and a config read made
 //!   stale (it returns what a read saw before an acknowledged write that completed before
@@ -1508,7 +1508,7 @@ type RegisterRecord = Op<RegisterInput, RegisterRet<String>>;
 
 /// A mem version as the `Register` model's number: mem's versions are revisions.
 fn version(v: Version) -> u64 {
-    let (revision, minor) = v.parts();
+    let (revision, minor) = coord_core::raw::version_parts(v);
     assert_eq!(minor, 0, "mem versions are revisions (minor 0), not {v}");
     revision
 }
@@ -1601,7 +1601,7 @@ async fn config_op(
         let expected = match rng.random_range(0..100) {
             0..70 => seen.get(key).copied().flatten(),
             70..85 => None,
-            _ => Some(Version::from_parts(rng.random_range(1..60), 0)),
+            _ => Some(coord_core::raw::version(rng.random_range(1..60), 0)),
         };
         let input = RegisterOp::CompareAndSet {
             expected: expected.map(version),

@@ -31,7 +31,7 @@ use crate::watch::{self, DirFollower};
 const COMMIT_ATTEMPTS: usize = 16;
 
 fn version(stat: &zk::Stat) -> Version {
-    Version::from_parts(stat.czxid as u64, u64::from(stat.version as u32))
+    coord_core::raw::version(stat.czxid as u64, u64::from(stat.version as u32))
 }
 
 fn node_name(key: &str) -> String {
@@ -288,7 +288,7 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
     // unknown outcome (the strongest true thing a caller can act on).
     for (i, op) in txn.ops().iter().enumerate() {
         if let (Op::Put { key, .. }, OpResult::Put(v)) = (op, out[i]) {
-            if v.parts().0 == 0 || v.parts().0 == u64::MAX {
+            if coord_core::raw::version_parts(v).0 == 0 || coord_core::raw::version_parts(v).0 == u64::MAX {
                 if let Some(stat) = read_back(inner, &node_path(inner, key)).await? {
                     out[i] = OpResult::Put(version(&stat));
                 }

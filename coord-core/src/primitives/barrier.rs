@@ -54,8 +54,8 @@ impl Client {
 }
 
 impl Barrier {
-    /// The barrier's config key.
-    pub fn key(&self) -> &str {
+    /// The barrier's name (its config key), as every primitive's identifier is.
+    pub fn name(&self) -> &str {
         &self.key
     }
 }

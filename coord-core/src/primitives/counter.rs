@@ -71,8 +71,8 @@ impl Client {
 }
 
 impl SharedCounter {
-    /// The counter's config key.
-    pub fn key(&self) -> &str {
+    /// The counter's name (its config key), as every primitive's identifier is.
+    pub fn name(&self) -> &str {
         &self.key
     }
 

@@ -14,6 +14,17 @@ use crate::primitives::config::{ConfigEvent, Entry};
 use crate::txn::{OpResult, Txn};
 use crate::version::{Version, Versioned};
 
+/// A config version made of two numbers: ZooKeeper's `czxid` and data version; etcd's
+/// and mem's modification revision and `0`.
+pub fn version(major: u64, minor: u64) -> Version {
+    Version::from_parts(major, minor)
+}
+
+/// The two numbers a version was made of with [`version`].
+pub fn version_parts(version: Version) -> (u64, u64) {
+    version.parts()
+}
+
 /// The error of a transaction whose version check on `key` failed: `expected` (`None`:
 /// absent) against `actual`, said the same way on every backend.
 pub fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Version>) -> Error {
