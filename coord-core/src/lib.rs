@@ -9,7 +9,7 @@
 //!
 //! The recipes built on them: [`Client::lead`] (leader selector), [`RwLock`],
 //! [`Semaphore`], [`Barrier`], [`DoubleBarrier`], [`DistributedQueue`],
-//! [`SharedCounter`] and [`Transaction`] (two-phase commit). Live caches
+//! [`SharedCounter`] and [`TwoPhaseCommit`] (two-phase commit). Live caches
 //! ([`ConfigCache`], [`ServiceCache`]) keep a map of a config prefix or a service's
 //! instances up to date from a watch, with whether it is in sync.
 //!
@@ -81,7 +81,7 @@ pub use primitives::lock::{Lock, LockGuard, LockHolder};
 pub use primitives::registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
 pub use primitives::rw_lock::RwLock;
 pub use primitives::semaphore::{MAX_PERMITS, Semaphore};
-pub use primitives::two_phase::{Decision, MAX_PARTICIPANTS, Transaction};
+pub use primitives::two_phase::{Decision, MAX_PARTICIPANTS, TwoPhaseCommit};
 pub use primitives::work_queue::{DistributedQueue, MAX_QUEUE_ITEMS};
 pub use session::{SessionState, SessionStatus};
 pub use stats::Stats;

@@ -78,7 +78,7 @@ async fn history(seed: u64) -> Tally {
         let name = format!("t{t}");
         let deadline = Duration::from_millis(rng.random_range(200..800));
         for (c, client) in coordinators.iter().enumerate() {
-            let txn = client.transaction(&name).expect("a transaction name");
+            let txn = client.two_phase_commit(&name).expect("a transaction name");
             let patience = Duration::from_millis(rng.random_range(50..2_000));
             let actor = format!("c{c}");
             calls.push((
@@ -96,7 +96,7 @@ async fn history(seed: u64) -> Tally {
                 commit,
                 invoked: at(),
             });
-            let txn = client.transaction(&name).expect("a transaction name");
+            let txn = client.two_phase_commit(&name).expect("a transaction name");
             let delay = Duration::from_millis(rng.random_range(0..300));
             let patience = Duration::from_millis(rng.random_range(100..3_000));
             let actor = PARTICIPANTS[p].to_owned();
@@ -183,7 +183,9 @@ async fn history(seed: u64) -> Tally {
     // (one written, or none if no one got through), read from a fresh client.
     tokio::time::sleep(Duration::from_millis(900)).await;
     for (t, record) in records.iter_mut().enumerate() {
-        let txn = reader.transaction(&format!("t{t}")).expect("a transaction name");
+        let txn = reader
+            .two_phase_commit(&format!("t{t}"))
+            .expect("a transaction name");
         let mut persisted = None;
         for _ in 0..50 {
             match txn.decision().await {

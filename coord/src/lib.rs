@@ -6,7 +6,7 @@
 //! read/write lock ([`RwLock`]), a counting semaphore ([`Semaphore`]), a barrier
 //! ([`Barrier`]) and a double barrier ([`DoubleBarrier`]), a bounded FIFO queue
 //! ([`DistributedQueue`]), a shared counter ([`SharedCounter`]) and two-phase commit
-//! ([`Transaction`]). Each type's docs state its guarantees and limits.
+//! ([`TwoPhaseCommit`]). Each type's docs state its guarantees and limits.
 //!
 //! Pick a backend with a connection string (and, for ZooKeeper and etcd, a Cargo
 //! feature); application code does not change:
@@ -62,7 +62,7 @@ pub use coord_core::{
     LockHolder, MAX_MEMBERS, MAX_NAME_LEN, MAX_PARTICIPANTS, MAX_PERMITS, MAX_QUEUE_ITEMS, MAX_TXN_BYTES,
     MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult, Registration, RegistrationState, Registry, RegistryEvent,
     Result, RwLock, SelectorState, Semaphore, ServiceCache, ServiceInstance, SessionState, SessionStatus,
-    SharedCounter, Stats, Transaction, Txn, Version, Versioned, validate_name,
+    SharedCounter, Stats, TwoPhaseCommit, Txn, Version, Versioned, validate_name,
 };
 pub use options::{Options, connect_with};
 

@@ -735,7 +735,7 @@ pub async fn try_calls_fail_fast_during_an_outage(ctx: Ctx) -> CaseResult {
     let rw = a.rw_lock("rw")?;
     let sem = a.semaphore("sem", 2)?;
     let queue = a.queue("q", 10)?;
-    let txn = a.transaction("t")?;
+    let txn = a.two_phase_commit("t")?;
     let outage = ctx.session_timeout() / 3;
     let fast = ctx.session_timeout() / 6;
     let generation = a.session().borrow().generation;

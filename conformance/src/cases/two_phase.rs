@@ -16,34 +16,34 @@ const QUICK: Duration = Duration::from_secs(10);
 /// and it stays readable.
 pub async fn all_commit_commits(ctx: Ctx) -> CaseResult {
     let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
-    let txn = c.transaction("t")?;
+    let txn = c.two_phase_commit("t")?;
     let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2"], LONG).await });
-    let t1 = p1.transaction("t")?;
+    let t1 = p1.two_phase_commit("t")?;
     let v1 = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
     let d2 = within(
         QUICK,
         "p2 learns the decision",
-        p2.transaction("t")?.vote("p2", true, LONG),
+        p2.two_phase_commit("t")?.vote("p2", true, LONG),
     )
     .await??;
     ensure!(d2 == Decision::Commit, "p2 got {d2:?}");
     ensure!(within(QUICK, "p1's decision", v1).await??? == Decision::Commit);
     ensure!(within(QUICK, "the coordinator's decision", coordinator).await??? == Decision::Commit);
-    ensure!(p1.transaction("t")?.decision().await? == Some(Decision::Commit));
+    ensure!(p1.two_phase_commit("t")?.decision().await? == Some(Decision::Commit));
     Ok(())
 }
 
 /// One participant votes abort: everyone gets `Abort`, without waiting for the deadline.
 pub async fn one_abort_aborts(ctx: Ctx) -> CaseResult {
     let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
-    let txn = c.transaction("t")?;
+    let txn = c.two_phase_commit("t")?;
     let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2"], LONG).await });
-    let t1 = p1.transaction("t")?;
+    let t1 = p1.two_phase_commit("t")?;
     let v1 = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
     let d2 = within(
         QUICK,
         "p2 learns the decision",
-        p2.transaction("t")?.vote("p2", false, LONG),
+        p2.two_phase_commit("t")?.vote("p2", false, LONG),
     )
     .await??;
     ensure!(d2 == Decision::Abort);
@@ -56,13 +56,13 @@ pub async fn one_abort_aborts(ctx: Ctx) -> CaseResult {
 /// coordinator's deadline, for the coordinator and the participant that voted commit.
 pub async fn missing_vote_aborts_at_the_deadline(ctx: Ctx) -> CaseResult {
     let (c, p1) = (ctx.client().await?, ctx.client().await?);
-    let txn = c.transaction("t")?;
+    let txn = c.two_phase_commit("t")?;
     let coordinator =
         tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(1)).await });
     let d1 = within(
         QUICK,
         "p1 learns the decision",
-        p1.transaction("t")?.vote("p1", true, LONG),
+        p1.two_phase_commit("t")?.vote("p1", true, LONG),
     )
     .await??;
     ensure!(d1 == Decision::Abort, "p1 got {d1:?} with p2's vote missing");
@@ -74,17 +74,17 @@ pub async fn missing_vote_aborts_at_the_deadline(ctx: Ctx) -> CaseResult {
 /// `Abort`, the same for all; a later coordinator finds that decision and keeps it.
 pub async fn crashed_coordinator_aborts_at_the_participants_deadline(ctx: Ctx) -> CaseResult {
     let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
-    let txn = c.transaction("t")?;
+    let txn = c.two_phase_commit("t")?;
     let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2", "p3"], LONG).await });
     settle().await;
     ctx.factory().crash(&c).await?;
     coordinator.abort();
-    let t1 = p1.transaction("t")?;
+    let t1 = p1.two_phase_commit("t")?;
     let v1 = tokio::spawn(async move { t1.vote("p1", true, Duration::from_secs(2)).await });
     let d2 = within(
         LONG,
         "p2's decision",
-        p2.transaction("t")?.vote("p2", true, Duration::from_secs(2)),
+        p2.two_phase_commit("t")?.vote("p2", true, Duration::from_secs(2)),
     )
     .await??;
     ensure!(d2 == Decision::Abort, "p2 got {d2:?} with the coordinator gone");
@@ -92,7 +92,7 @@ pub async fn crashed_coordinator_aborts_at_the_participants_deadline(ctx: Ctx) -
     let again = within(
         QUICK,
         "a new coordinator",
-        p1.transaction("t")?.coordinate(&["p1"], QUICK),
+        p1.two_phase_commit("t")?.coordinate(&["p1"], QUICK),
     )
     .await??;
     ensure!(
@@ -107,19 +107,19 @@ pub async fn crashed_coordinator_aborts_at_the_participants_deadline(ctx: Ctx) -
 pub async fn vote_goes_with_the_session(ctx: Ctx) -> CaseResult {
     let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
     let generation = c.session().borrow().generation;
-    let t1 = p1.transaction("t")?;
+    let t1 = p1.two_phase_commit("t")?;
     let _voter = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
     settle().await;
     ctx.factory().crash(&p1).await?;
     // Past the session timeout: p1's vote is gone before the coordinator looks.
     tokio::time::sleep(ctx.expiry_wait()).await;
-    let txn = c.transaction("t")?;
+    let txn = c.two_phase_commit("t")?;
     let coordinator =
         tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(2)).await });
     let d2 = within(
         LONG,
         "p2's decision",
-        p2.transaction("t")?.vote("p2", true, QUICK),
+        p2.two_phase_commit("t")?.vote("p2", true, QUICK),
     )
     .await??;
     ensure!(
@@ -145,10 +145,10 @@ pub async fn vote_goes_with_the_session(ctx: Ctx) -> CaseResult {
 pub async fn one_coordinator_at_a_time(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let generation = a.session().borrow().generation;
-    let txn = a.transaction("t")?;
+    let txn = a.two_phase_commit("t")?;
     let first = tokio::spawn(async move { txn.coordinate(&["p1"], Duration::from_secs(3)).await });
     settle().await;
-    match b.transaction("t")?.coordinate(&["p1"], QUICK).await {
+    match b.two_phase_commit("t")?.coordinate(&["p1"], QUICK).await {
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
         other => bail!("a second coordinator returned {other:?}"),
     }
@@ -161,7 +161,7 @@ pub async fn one_coordinator_at_a_time(ctx: Ctx) -> CaseResult {
         Err(e) => bail!("the first coordinator failed: {e}"),
     }
     for bad in [&[][..], &["p", "p"][..], &["bad/id"][..]] {
-        match b.transaction("u")?.coordinate(bad, QUICK).await {
+        match b.two_phase_commit("u")?.coordinate(bad, QUICK).await {
             Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
             other => bail!("participants {bad:?} returned {other:?}"),
         }
@@ -174,7 +174,7 @@ pub async fn one_coordinator_at_a_time(ctx: Ctx) -> CaseResult {
 /// aborts at its deadline.
 pub async fn stale_coordinator_cannot_decide(ctx: Ctx) -> CaseResult {
     let (c, p1) = (ctx.client().await?, ctx.client().await?);
-    let txn = c.transaction("t")?;
+    let txn = c.two_phase_commit("t")?;
     let coordinator = tokio::spawn(async move { txn.coordinate(&["p1"], LONG).await });
     settle().await;
     ctx.factory().kill_session(&c).await?;
@@ -182,7 +182,7 @@ pub async fn stale_coordinator_cannot_decide(ctx: Ctx) -> CaseResult {
     let d1 = within(
         LONG,
         "p1's decision",
-        p1.transaction("t")?.vote("p1", true, Duration::from_secs(3)),
+        p1.two_phase_commit("t")?.vote("p1", true, Duration::from_secs(3)),
     )
     .await??;
     match within(LONG, "the stale coordinator ends", coordinator).await?? {
@@ -210,7 +210,7 @@ pub async fn landed_decision_is_reported_after_session_loss(ctx: Ctx) -> CaseRes
         ctx.client().await?,
     );
     let coordinator = tokio::spawn({
-        let t = c.transaction("t")?;
+        let t = c.two_phase_commit("t")?;
         async move { t.coordinate(&["p1", "p2"], Duration::from_secs(20)).await }
     });
     eventually(QUICK, "the plan is written", || async {
@@ -220,7 +220,7 @@ pub async fn landed_decision_is_reported_after_session_loss(ctx: Ctx) -> CaseRes
     // The coordinator's next write is its decision: applied, its reply lost.
     ctx.factory().lose_replies(&c, 1).await?;
     let mut decision = o.watch("t/decision").await?;
-    let (v1, v2) = (p1.transaction("t")?, p2.transaction("t")?);
+    let (v1, v2) = (p1.two_phase_commit("t")?, p2.two_phase_commit("t")?);
     let votes = tokio::spawn(async move {
         tokio::join!(
             v1.vote("p1", true, Duration::from_secs(20)),
@@ -248,6 +248,6 @@ pub async fn landed_decision_is_reported_after_session_loss(ctx: Ctx) -> CaseRes
     }
     let (d1, d2) = within(QUICK, "the votes return", votes).await??;
     ensure!(d1? == Decision::Commit && d2? == Decision::Commit);
-    ensure!(o.transaction("t")?.decision().await? == Some(Decision::Commit));
+    ensure!(o.two_phase_commit("t")?.decision().await? == Some(Decision::Commit));
     Ok(())
 }

@@ -55,12 +55,12 @@ impl Decision {
 /// participants, each votes commit or abort, and one decision is persisted for all.
 /// Made by [`Client::transaction`]; cheap to clone.
 ///
-/// - [`Transaction::coordinate`] takes the transaction's coordinator lock, persists the
+/// - [`TwoPhaseCommit::coordinate`] takes the transaction's coordinator lock, persists the
 ///   plan (the participants), waits for their votes, and persists `commit` once every
 ///   participant voted commit — or `abort` on the first abort vote, or at its deadline.
-/// - [`Transaction::vote`] records this participant's vote, bound to its session, and
+/// - [`TwoPhaseCommit::vote`] records this participant's vote, bound to its session, and
 ///   waits for the decision; at its deadline without one, it persists `abort`.
-/// - [`Transaction::decision`] reads the decision, e.g. after a restart.
+/// - [`TwoPhaseCommit::decision`] reads the decision, e.g. after a restart.
 ///
 /// Recovery: the decision is written once (a create that fails if one exists), so the
 /// first decision — the coordinator's, or a participant's `abort` at its deadline —
@@ -88,7 +88,7 @@ impl Decision {
 /// use std::time::Duration;
 /// use coord_core::Decision;
 /// let client = coord_mem::connect("mem://2pc-doc")?;
-/// let txn = client.transaction("transfer-42")?;
+/// let txn = client.two_phase_commit("transfer-42")?;
 /// let coordinator = {
 ///     let txn = txn.clone();
 ///     tokio::spawn(async move { txn.coordinate(&["bank-a", "bank-b"], Duration::from_secs(5)).await })
@@ -102,7 +102,7 @@ impl Decision {
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct Transaction {
+pub struct TwoPhaseCommit {
     pub(crate) client: Client,
     pub(crate) name: String,
 }
@@ -113,16 +113,16 @@ impl Client {
     /// # Errors
     ///
     /// `InvalidArgument` for a bad name.
-    pub fn transaction(&self, name: &str) -> Result<Transaction> {
+    pub fn two_phase_commit(&self, name: &str) -> Result<TwoPhaseCommit> {
         validate_name("transaction name", name).map_err(|e| e.with_operation("transaction"))?;
-        Ok(Transaction {
+        Ok(TwoPhaseCommit {
             client: self.clone(),
             name: name.to_owned(),
         })
     }
 }
 
-impl Transaction {
+impl TwoPhaseCommit {
     /// The transaction's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -192,7 +192,7 @@ fn votes_queue(name: &str) -> QueueSpec {
     )
 }
 
-impl Transaction {
+impl TwoPhaseCommit {
     fn plan_key(&self) -> String {
         format!("{}/plan", self.name)
     }
@@ -245,7 +245,7 @@ impl Transaction {
     /// decision was written (it decided nothing — a decision written by an attempt whose
     /// answer was lost is read and returned instead);
     /// `Unavailable`/`Timeout` — with [`outcome_unknown`](Error::outcome_unknown) when
-    /// the decision may have been written (read it with [`Transaction::decision`]);
+    /// the decision may have been written (read it with [`TwoPhaseCommit::decision`]);
     /// `Closed`.
     ///
     /// # Cancel safety
