@@ -540,38 +540,47 @@ impl Kind {
     }
 }
 
-/// A grant: a lock guard (lock, read/write lock, semaphore lease) or a leadership.
+/// A grant: a lock guard, a read or write hold, a semaphore lease, or a leadership.
 enum Held {
-    Guard(LockGuard),
+    Lock(LockGuard),
+    Read(coord_core::ReadGuard),
+    Write(coord_core::WriteGuard),
+    Lease(coord_core::Lease),
     Leader(Leadership),
+}
+
+/// Runs `$e` on whichever guard a [`Held`] holds (they share their methods).
+macro_rules! on_guard {
+    ($held:expr, $g:ident => $e:expr) => {
+        match $held {
+            Held::Lock($g) => $e,
+            Held::Read($g) => $e,
+            Held::Write($g) => $e,
+            Held::Lease($g) => $e,
+            Held::Leader($g) => $e,
+        }
+    };
 }
 
 impl Held {
     fn fence(&self) -> Fence {
-        match self {
-            Held::Guard(g) => g.fence(),
-            Held::Leader(l) => l.fence(),
-        }
+        on_guard!(self, g => g.fence())
     }
 
-    /// Resolves once the grant is lost (an operator's delete included).
     async fn lost(&self) {
-        match self {
-            Held::Guard(g) => g.lost().await,
-            Held::Leader(l) => l.lost().await,
-        }
+        on_guard!(self, g => g.lost().await)
     }
 
     fn token(&self) -> u64 {
-        match self {
-            Held::Guard(g) => g.token().get(),
-            Held::Leader(l) => l.token().get(),
-        }
+        on_guard!(self, g => g.token().get())
     }
 
     async fn release(self) -> coord_core::Result<()> {
         match self {
-            Held::Guard(g) => g.release().await,
+            Held::Lock(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+            Held::Lease(g) => g.release().await,
             Held::Leader(l) => l.resign().await,
         }
     }
@@ -584,21 +593,27 @@ async fn acquire(
     holder: &str,
     wait: bool,
 ) -> coord_core::Result<Option<Held>> {
-    let guard = |g: coord_core::Result<LockGuard>| g.map(|g| Some(Held::Guard(g)));
-    let maybe = |g: coord_core::Result<Option<LockGuard>>| g.map(|g| g.map(Held::Guard));
+    fn some<G>(g: coord_core::Result<G>, held: fn(G) -> Held) -> coord_core::Result<Option<Held>> {
+        g.map(|g| Some(held(g)))
+    }
+    fn maybe<G>(g: coord_core::Result<Option<G>>, held: fn(G) -> Held) -> coord_core::Result<Option<Held>> {
+        g.map(|g| g.map(held))
+    }
     match (kind, mode, wait) {
-        (Kind::Lock, _, true) => guard(client.lock(RES).await),
-        (Kind::Lock, _, false) => maybe(client.try_lock(RES).await),
-        (Kind::Election, _, _) => client
-            .campaign(RES, holder.as_bytes().to_vec())
-            .await
-            .map(|l| Some(Held::Leader(l))),
-        (Kind::RwLock, Mode::Shared, true) => guard(client.rw_lock(RES)?.read().await),
-        (Kind::RwLock, Mode::Shared, false) => maybe(client.rw_lock(RES)?.try_read().await),
-        (Kind::RwLock, Mode::Exclusive, true) => guard(client.rw_lock(RES)?.write().await),
-        (Kind::RwLock, Mode::Exclusive, false) => maybe(client.rw_lock(RES)?.try_write().await),
-        (Kind::Semaphore, _, true) => guard(client.semaphore(RES, PERMITS)?.acquire().await),
-        (Kind::Semaphore, _, false) => maybe(client.semaphore(RES, PERMITS)?.try_acquire().await),
+        (Kind::Lock, _, true) => some(client.lock(RES).await, Held::Lock),
+        (Kind::Lock, _, false) => maybe(client.try_lock(RES).await, Held::Lock),
+        (Kind::Election, _, _) => some(
+            client.campaign(RES, holder.as_bytes().to_vec()).await,
+            Held::Leader,
+        ),
+        (Kind::RwLock, Mode::Shared, true) => some(client.rw_lock(RES)?.read().await, Held::Read),
+        (Kind::RwLock, Mode::Shared, false) => maybe(client.rw_lock(RES)?.try_read().await, Held::Read),
+        (Kind::RwLock, Mode::Exclusive, true) => some(client.rw_lock(RES)?.write().await, Held::Write),
+        (Kind::RwLock, Mode::Exclusive, false) => maybe(client.rw_lock(RES)?.try_write().await, Held::Write),
+        (Kind::Semaphore, _, true) => some(client.semaphore(RES, PERMITS)?.acquire().await, Held::Lease),
+        (Kind::Semaphore, _, false) => {
+            maybe(client.semaphore(RES, PERMITS)?.try_acquire().await, Held::Lease)
+        }
     }
 }
 

@@ -132,28 +132,34 @@ impl Work {
                 Work::Lock => {
                     if let Ok(Ok(g)) = tokio::time::timeout(patience, client.lock("l")).await {
                         hold(&client, &run, "l", id, g.fence(), Mode::Exclusive, &mut rng).await;
-                        release(g, &mut rng).await;
+                        if releases(&mut rng) {
+                            let _ = g.release().await;
+                        }
                     }
                 }
                 Work::Semaphore => {
                     let Ok(sem) = client.semaphore("s", 2) else { return };
                     if let Ok(Ok(g)) = tokio::time::timeout(patience, sem.acquire()).await {
                         hold(&client, &run, "s", id, g.fence(), Mode::Exclusive, &mut rng).await;
-                        release(g, &mut rng).await;
+                        if releases(&mut rng) {
+                            let _ = g.release().await;
+                        }
                     }
                 }
                 Work::RwLock => {
                     let Ok(rw) = client.rw_lock("rw") else { return };
-                    let write = rng.random_bool(0.3);
-                    let got = if write {
-                        tokio::time::timeout(patience, rw.write()).await
-                    } else {
-                        tokio::time::timeout(patience, rw.read()).await
-                    };
-                    if let Ok(Ok(g)) = got {
-                        let mode = if write { Mode::Exclusive } else { Mode::Shared };
-                        hold(&client, &run, "rw", id, g.fence(), mode, &mut rng).await;
-                        release(g, &mut rng).await;
+                    if rng.random_bool(0.3) {
+                        if let Ok(Ok(g)) = tokio::time::timeout(patience, rw.write()).await {
+                            hold(&client, &run, "rw", id, g.fence(), Mode::Exclusive, &mut rng).await;
+                            if releases(&mut rng) {
+                                let _ = g.release().await;
+                            }
+                        }
+                    } else if let Ok(Ok(g)) = tokio::time::timeout(patience, rw.read()).await {
+                        hold(&client, &run, "rw", id, g.fence(), Mode::Shared, &mut rng).await;
+                        if releases(&mut rng) {
+                            let _ = g.release().await;
+                        }
                     }
                 }
                 Work::Queue => {
@@ -264,10 +270,9 @@ async fn hold(
 }
 
 /// Releases `guard`, or (one time in five) drops it without a release.
-async fn release(guard: coord::LockGuard, rng: &mut StdRng) {
-    if rng.random_bool(0.8) {
-        let _ = guard.release().await;
-    }
+/// Whether a guard is released (4 times in 5) or dropped (released in the background).
+fn releases(rng: &mut StdRng) -> bool {
+    rng.random_bool(0.8)
 }
 
 /// The faults of a run, spread over `--seconds`: the cluster's leader member killed and

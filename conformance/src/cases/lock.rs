@@ -810,22 +810,29 @@ pub async fn try_calls_fail_fast_during_an_outage(ctx: Ctx) -> CaseResult {
     // have made is removed in the background, with its retries' backoff).
     let back = QUICK + outage;
     let held = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let keep = |g: Option<coord_core::LockGuard>| {
+    // Guards of three types, kept until the end of the case.
+    let keep = |g: Option<Box<dyn std::any::Any + Send>>| {
         let got = g.is_some();
         held.lock().unwrap_or_else(|p| p.into_inner()).extend(g);
         got
     };
     eventually(back, "try_lock after the outage", || async {
-        Ok(keep(a.try_lock("l").await.unwrap_or(None)))
+        Ok(keep(
+            a.try_lock("l").await.unwrap_or(None).map(|g| Box::new(g) as _),
+        ))
     })
     .await?;
     eventually(back, "try_write after the outage", || async {
-        Ok(keep(rw.try_write().await.unwrap_or(None)))
+        Ok(keep(
+            rw.try_write().await.unwrap_or(None).map(|g| Box::new(g) as _),
+        ))
     })
     .await?;
     for _ in 0..2 {
         eventually(back, "both leases after the outage", || async {
-            Ok(keep(sem.try_acquire().await.unwrap_or(None)))
+            Ok(keep(
+                sem.try_acquire().await.unwrap_or(None).map(|g| Box::new(g) as _),
+            ))
         })
         .await?;
     }

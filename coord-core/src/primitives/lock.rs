@@ -236,6 +236,84 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
+/// Defines a guard type of its own for a primitive held the way a lock is (a semaphore
+/// lease, a read or write hold), with [`LockGuard`]'s methods and contract: each
+/// primitive's grant has its own type, so a lease is never passed where a lock guard is
+/// meant.
+macro_rules! guard_type {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[must_use = concat!("dropping the guard releases the ", $what)]
+        pub struct $name($crate::primitives::lock::LockGuard);
+
+        impl $name {
+            #[doc = concat!("The ", $what, "'s name.")]
+            pub fn name(&self) -> &str {
+                self.0.name()
+            }
+
+            /// The grant's fencing token.
+            pub fn token(&self) -> $crate::FencingToken {
+                self.0.token()
+            }
+
+            /// What a guarded write checks; see [`Txn::fenced_by`]($crate::Txn::fenced_by).
+            pub fn fence(&self) -> $crate::Fence {
+                self.0.fence()
+            }
+
+            /// The hold-state signal: `Held`, `Suspended` or `Lost`, with a future on loss.
+            pub fn hold(&self) -> &$crate::HoldWatch {
+                self.0.hold()
+            }
+
+            /// The current hold state (as [`LockGuard::state`]($crate::LockGuard::state)).
+            pub fn state(&self) -> $crate::HoldState {
+                self.0.state()
+            }
+
+            #[doc = concat!("Resolves when the ", $what, " is lost: the session ended, or the entry was deleted by someone else.")]
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel-safe.
+            pub async fn lost(&self) {
+                self.0.lost().await
+            }
+
+            #[doc = concat!("Gives the ", $what, " up, retrying until the server confirms its entry is gone or its session has ended.")]
+            ///
+            /// # Errors
+            ///
+            /// As [`LockGuard::release`]($crate::LockGuard::release).
+            ///
+            /// # Cancel safety
+            ///
+            /// If the future is dropped, the removal goes on in the background, as on drop.
+            pub async fn release(self) -> $crate::Result<()> {
+                self.0.release().await
+            }
+        }
+
+        impl From<$crate::primitives::lock::LockGuard> for $name {
+            fn from(guard: $crate::primitives::lock::LockGuard) -> Self {
+                $name(guard)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("name", &self.name())
+                    .field("token", &self.token())
+                    .field("state", &self.state())
+                    .finish()
+            }
+        }
+    };
+}
+pub(crate) use guard_type;
+
 /// A lock's contenders: Curator's `InterProcessMutex` (`lock-`) and kazoo's `Lock`
 /// (`__lock__`); a kazoo reader on the same path (`__rlock__`) is waited for like any
 /// contender, as kazoo's `Lock` does.

@@ -11,7 +11,7 @@ use crate::client::Client;
 use crate::engine::contender::acquire;
 use crate::error::Result;
 use crate::name::validate_name;
-use crate::primitives::lock::{LockGuard, no_grant};
+use crate::primitives::lock::{LockGuard, guard_type, no_grant};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 
 /// A fair (FIFO), herd-free distributed read/write lock: many readers or one writer.
@@ -41,7 +41,7 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 /// above every earlier grant's (read or write) on the name. Readers hold together, so
 /// their tokens overlap by design: a resource guarded for writes should accept a write
 /// only with a token at or above the highest it has seen. A read guard's
-/// [`fence`](crate::LockGuard::fence) still makes a config write conditional on that read
+/// [`fence`](ReadGuard::fence) still makes a config write conditional on that read
 /// being held (its entry existing), and a write guard's on the write being held.
 ///
 /// # Examples
@@ -90,6 +90,20 @@ impl RwLock {
     }
 }
 
+guard_type!(
+    /// A read hold of a read/write lock, held until released or dropped: no writer holds
+    /// meanwhile; other readers may.
+    ReadGuard,
+    "read hold"
+);
+
+guard_type!(
+    /// A write hold of a read/write lock, held until released or dropped: nobody else
+    /// holds meanwhile.
+    WriteGuard,
+    "write hold"
+);
+
 /// A read/write lock's classes: readers (Curator's `__READ__`, kazoo's `__rlock__`; Go's
 /// `read/`) and writers (Curator's `__WRIT__`, kazoo's `__lock__`; Go's `write/`).
 const CLASSES: &[EntryClass] = &[
@@ -127,9 +141,10 @@ impl RwLock {
     ///
     /// Cancel-safe: a dropped future leaves no contender behind (its entry is removed in
     /// the background), and the queue behind it moves on.
-    pub async fn read(&self) -> Result<LockGuard> {
+    pub async fn read(&self) -> Result<ReadGuard> {
         self.acquire(false, true, "read")
             .await?
+            .map(ReadGuard::from)
             .ok_or_else(|| no_grant("read"))
     }
 
@@ -142,9 +157,10 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// As [`RwLock::read`].
-    pub async fn write(&self) -> Result<LockGuard> {
+    pub async fn write(&self) -> Result<WriteGuard> {
         self.acquire(true, true, "write")
             .await?
+            .map(WriteGuard::from)
             .ok_or_else(|| no_grant("write"))
     }
 
@@ -161,8 +177,8 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// As [`RwLock::read`].
-    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
-        self.acquire(false, false, "try_read").await
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        Ok(self.acquire(false, false, "try_read").await?.map(ReadGuard::from))
     }
 
     /// Takes the lock for writing if nobody holds it or is queued; `None` otherwise.
@@ -178,8 +194,11 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// As [`RwLock::read`].
-    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
-        self.acquire(true, false, "try_write").await
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        Ok(self
+            .acquire(true, false, "try_write")
+            .await?
+            .map(WriteGuard::from))
     }
 
     async fn acquire(&self, write: bool, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {

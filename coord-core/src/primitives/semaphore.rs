@@ -11,8 +11,16 @@ use crate::client::Client;
 use crate::engine::contender::acquire;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::validate_name;
-use crate::primitives::lock::{LockGuard, no_grant};
+use crate::primitives::lock::{LockGuard, guard_type, no_grant};
 use crate::raw::{Admission, EntryClass, QueueSpec};
+
+guard_type!(
+    /// A semaphore lease, held until released or dropped: one of the semaphore's
+    /// `permits`, with a fencing token above every earlier lease's of the semaphore.
+    /// Releasing (or dropping) it returns the permit; it is lost with the session.
+    Lease,
+    "lease"
+);
 
 /// The most permits a semaphore may have: the one acquirer that waits watches every
 /// lease ahead of it.
@@ -42,7 +50,7 @@ pub const MAX_PERMITS: u32 = 1000;
 ///
 /// Every lease has a [`FencingToken`](crate::FencingToken) above every earlier lease's on
 /// the semaphore; up to `permits` holders hold at once, so their tokens overlap by
-/// design. A lease's [`fence`](crate::LockGuard::fence) makes a config write conditional
+/// design. A lease's [`fence`](Lease::fence) makes a config write conditional
 /// on that lease still being held.
 ///
 /// # Examples
@@ -158,7 +166,7 @@ impl Semaphore {
     ///
     /// Cancel-safe: a dropped future leaves neither a lease nor a place on the internal
     /// lock behind (removed in the background), and the acquirers behind it move on.
-    pub async fn acquire(&self) -> Result<LockGuard> {
+    pub async fn acquire(&self) -> Result<Lease> {
         self.take(true, "acquire")
             .await?
             .ok_or_else(|| no_grant("acquire"))
@@ -178,11 +186,11 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// As [`Semaphore::acquire`].
-    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+    pub async fn try_acquire(&self) -> Result<Option<Lease>> {
         self.take(false, "try_acquire").await
     }
 
-    async fn take(&self, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {
+    async fn take(&self, wait: bool, op: &'static str) -> Result<Option<Lease>> {
         let span = tracing::debug_span!(
             "coord.semaphore",
             backend = self.client.kind(),
@@ -196,7 +204,7 @@ impl Semaphore {
             .map_err(|e| e.with_operation(op))
     }
 
-    async fn take_inner(&self, wait: bool) -> Result<Option<LockGuard>> {
+    async fn take_inner(&self, wait: bool) -> Result<Option<Lease>> {
         let gate = gate_queue(&self.name);
         let leases = lease_queue(&self.name, self.permits);
         let Some(gate) = acquire(&self.client, gate, Vec::new(), wait).await? else {
@@ -225,7 +233,7 @@ impl Semaphore {
         }
         let lease = acquire(&self.client, leases, self.permits.to_string().into_bytes(), wait).await;
         release_gate(gate).await;
-        Ok(lease?.map(|g| LockGuard::new(self.name.clone(), g)))
+        Ok(lease?.map(|g| Lease::from(LockGuard::new(self.name.clone(), g))))
     }
 }
 

@@ -53,7 +53,7 @@ impl Decision {
 
 /// A two-phase commit coordinated through the store: a coordinator names the
 /// participants, each votes commit or abort, and one decision is persisted for all.
-/// Made by [`Client::transaction`]; cheap to clone.
+/// Made by [`Client::two_phase_commit`]; cheap to clone.
 ///
 /// - [`TwoPhaseCommit::coordinate`] takes the transaction's coordinator lock, persists the
 ///   plan (the participants), waits for their votes, and persists `commit` once every
