@@ -20,6 +20,30 @@
 //! implements in its native layout knowing no primitive. Applications never need
 //! [`raw`].
 //!
+//! # Naming
+//!
+//! One scheme across the primitives:
+//!
+//! - **Identifiers**: every primitive is made from a client with a name and answers
+//!   `name()` (a double barrier's member also has its `id()`: the member, not the
+//!   barrier; a registration its `service()` and `instance()`).
+//! - **Grants**: each has a guard type of its own — [`LockGuard`] (lock),
+//!   [`Leadership`] (election), [`ReadGuard`] and [`WriteGuard`] (read/write lock),
+//!   [`Lease`] (semaphore), [`Leading`] (leader selector), [`Entered`] (double barrier),
+//!   [`Registration`] (registry). The exclusive ones answer `token()`, `fence()`,
+//!   `hold()`, `state()` and `lost()`; every one is given up with a verb of its
+//!   primitive (`release`, `resign`, `leave`, `deregister`), and on drop.
+//! - **State**: `state()` is the value now; `subscribe()` a `tokio::sync::watch`
+//!   channel that always holds the latest (caches, the leader selector). On [`Client`],
+//!   whose state is its session's, they are `session_state()` and `session()`.
+//! - **Timeouts** are the caller's: wrap any call in `tokio::time::timeout` (every
+//!   call is cancel-safe). A `Duration` parameter is part of a protocol, never a call
+//!   timeout: a two-phase commit's deadline decides `Abort`, a double barrier's is how
+//!   long its members wait for each other before they give up together.
+//! - **Atomic writes and two-phase commit**: [`Txn`] is one atomic, optionally fenced
+//!   commit of several config writes; [`TwoPhaseCommit`] is the protocol by which
+//!   separate processes agree to commit or abort.
+//!
 //! # Sessions
 //!
 //! A [`Client`] owns one session. Everything ephemeral — lock holds, candidacies,

@@ -102,7 +102,7 @@ impl LeaderSelector {
     }
 
     /// A channel that always holds the selector's latest state.
-    pub fn states(&self) -> watch::Receiver<SelectorState> {
+    pub fn subscribe(&self) -> watch::Receiver<SelectorState> {
         self.state.clone()
     }
 
