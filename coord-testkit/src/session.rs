@@ -43,10 +43,10 @@ use coord_core::{Client, Error, ErrorKind, Result};
 pub async fn expire_session(client: &Client, hosts: &str) -> Result<()> {
     #[cfg(feature = "zk")]
     if let Some(zk) = client.backend_as::<coord_zk::ZkClient>() {
-        let info = zk
-            .session_info()
+        let session = zk
+            .session_handle()
             .ok_or_else(|| Error::new(ErrorKind::SessionLost, "the client has no session to expire"))?;
-        return expire_zk(info, hosts).await;
+        return expire_zk(session, hosts).await;
     }
     #[cfg(feature = "etcd")]
     if let Some(etcd) = client.backend_as::<coord_etcd::EtcdClient>() {
@@ -70,7 +70,7 @@ pub async fn expire_session(client: &Client, hosts: &str) -> Result<()> {
 }
 
 #[cfg(feature = "zk")]
-async fn expire_zk(info: zookeeper_client::SessionInfo, hosts: &str) -> Result<()> {
+async fn expire_zk(session: coord_zk::ZkSessionHandle, hosts: &str) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut last = String::from("no attempt");
     while tokio::time::Instant::now() < deadline {
@@ -78,26 +78,11 @@ async fn expire_zk(info: zookeeper_client::SessionInfo, hosts: &str) -> Result<(
         // short (a connect gives up after about its session timeout): the client being
         // expired reconnects too and can take its session back before the handshake
         // completes, so many quick attempts beat a few long ones.
-        let attached = zookeeper_client::Client::connector()
-            .with_session(info.clone())
-            .with_session_timeout(Duration::from_secs(2))
-            .connect(hosts)
-            .await;
-        match attached {
+        match session.close_elsewhere(hosts).await {
             // The server no longer knows the session: it and its nodes are gone.
-            Err(zookeeper_client::Error::SessionExpired) => return Ok(()),
-            Ok(other) => {
-                // Dropping the only handle sends CloseSession; the state turns terminal
-                // once the server answered or the library gave up.
-                let mut state = other.state_watcher();
-                drop(other);
-                let _ = tokio::time::timeout(Duration::from_secs(10), async {
-                    while !state.changed().await.is_terminated() {}
-                })
-                .await;
-                last = "attached and closed, but the session still exists".into();
-            }
-            Err(e) => last = format!("attach: {e}"),
+            Ok(true) => return Ok(()),
+            Ok(false) => last = "attached and closed, but the session still exists".into(),
+            Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -138,6 +138,64 @@ use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
 use tracing::Instrument;
 
 pub use options::ZkAcl;
+
+/// A ZooKeeper session of a [`ZkClient`] (its id and password), to end it from another
+/// connection. Its `Debug` shows the id only.
+#[derive(Clone)]
+pub struct ZkSessionHandle(zookeeper_client::SessionInfo);
+
+impl ZkSessionHandle {
+    /// The session id.
+    pub fn id(&self) -> i64 {
+        self.0.id().0
+    }
+
+    /// One attempt to end the session from a second connection to `hosts`: attach to
+    /// it (with a 2 s session timeout) and close it. `Ok(true)` once the server no longer
+    /// knows the session (it and its ephemeral nodes are gone); `Ok(false)` after an
+    /// attach and close (attempt again to see it gone).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` when the attach failed (the session's own client may have taken
+    /// it back first: attempt again).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the second connection is closed, and the session may or may not
+    /// have ended.
+    pub async fn close_elsewhere(&self, hosts: &str) -> Result<bool> {
+        let attached = zookeeper_client::Client::connector()
+            .with_session(self.0.clone())
+            .with_session_timeout(std::time::Duration::from_secs(2))
+            .connect(hosts)
+            .await;
+        match attached {
+            Err(zookeeper_client::Error::SessionExpired) => Ok(true),
+            Ok(other) => {
+                // Dropping the only handle sends CloseSession; the state turns terminal
+                // once the server answered or the library gave up.
+                let mut state = other.state_watcher();
+                drop(other);
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                    while !state.changed().await.is_terminated() {}
+                })
+                .await;
+                Ok(false)
+            }
+            Err(e) => Err(coord_core::Error::new(
+                coord_core::ErrorKind::Unavailable,
+                format!("cannot attach to the session: {e}"),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for ZkSessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkSessionHandle").field("id", &self.id()).finish()
+    }
+}
 pub use options::{DEFAULT_PORT, KNOWN_OPTIONS, LockLayout, ZkOptions};
 
 use session::Inner;
@@ -186,10 +244,11 @@ impl ZkClient {
         &self.inner.options
     }
 
-    /// The current ZooKeeper session id and password, e.g. to attach a second
-    /// connection to it (tests use this to expire the session from outside).
-    pub fn session_info(&self) -> Option<zookeeper_client::SessionInfo> {
-        self.inner.session_info()
+    /// The current ZooKeeper session, to end it from another connection as a server
+    /// would on expiry (tests use this; see `coord_testkit::expire_session`). `None`
+    /// while there is no session.
+    pub fn session_handle(&self) -> Option<ZkSessionHandle> {
+        self.inner.session_info().map(ZkSessionHandle)
     }
 }
 
