@@ -241,14 +241,13 @@ pub fn run_groups(groups: Vec<Group>) -> ! {
         .with_test_writer()
         .try_init();
     let args = Arguments::from_args();
-    let require = std::env::var("COORD_TEST_REQUIRE").unwrap_or_default();
-    let require: Vec<&str> = require.split(',').map(str::trim).collect();
+    use coord_testkit::env::required as names;
     let mut trials = Vec::new();
     for group in groups {
         let required = Required {
-            backend: require.contains(&group.backend.as_str()),
-            server_faults: require.contains(&"server-faults"),
-            member_faults: require.contains(&"member-faults"),
+            backend: names(&group.backend),
+            server_faults: names("server-faults"),
+            member_faults: names("member-faults"),
         };
         for case in group.cases {
             trials.push(trial(

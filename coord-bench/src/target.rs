@@ -1,7 +1,7 @@
 //! The server under test: a coord connection string, and the raw clients of the same
 //! libraries coord uses, connected to the same servers.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use coord_core::raw::ConnectionString;
@@ -75,8 +75,14 @@ impl Target {
     pub fn url_with_session(&self, secs: u64) -> String {
         match self.backend {
             Backend::Mem => self.url.clone(),
-            Backend::Zk => self.url_with(&format!("session_timeout={secs}s")),
-            Backend::Etcd => self.url_with(&format!("lease_ttl={secs}s")),
+            Backend::Zk => self.url_with(&coord_testkit::env::session_option(
+                "zk",
+                Duration::from_secs(secs),
+            )),
+            Backend::Etcd => self.url_with(&coord_testkit::env::session_option(
+                "etcd",
+                Duration::from_secs(secs),
+            )),
         }
     }
 
@@ -105,11 +111,7 @@ impl Target {
 
 /// A name no earlier run used.
 pub fn unique(what: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("bench-{what}-{nanos:x}")
+    coord_testkit::env::unique_namespace(&format!("bench-{what}"))
 }
 
 /// Makes the persistent ZooKeeper directory `path` and its parents.

@@ -39,11 +39,7 @@ impl Backend {
 
     /// A URL in a namespace of its own, with `options` (`k=v&…`) if any.
     fn url(&self, test: &str, options: &str) -> String {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let ns = format!("cli-{}-{}-{nanos:x}", test.replace('_', "-"), std::process::id());
+        let ns = coord_testkit::env::unique_namespace(&format!("cli-{}", test.replace('_', "-")));
         let query = if options.is_empty() {
             String::new()
         } else {
@@ -580,11 +576,8 @@ fn elect_loss_stops_the_command(b: &Backend) -> Result {
 }
 
 fn loss_stops(b: &Backend, elect: bool) -> Result {
-    let options = match b.name {
-        "zk" => "session_timeout=2s",
-        _ => "lease_ttl=2s",
-    };
-    let url = b.url(if elect { "elect-loss" } else { "loss" }, options);
+    let options = coord_testkit::env::session_option(b.name, SESSION_TIMEOUT);
+    let url = b.url(if elect { "elect-loss" } else { "loss" }, &options);
     let dir = tempdir()?;
     let pidfile = dir.path().join("pid");
     let script = format!("echo $$ > {}; exec sleep 120", pidfile.display());
@@ -821,8 +814,7 @@ fn registry_register_list(b: &Backend) -> Result {
 // ---- the harness ----
 
 fn backends() -> Vec<(Backend, Option<String>)> {
-    let require = std::env::var("COORD_TEST_REQUIRE").unwrap_or_default();
-    let required = |name: &str| require.split(',').any(|r| r.trim() == name);
+    use coord_testkit::env::required;
     let mut all = vec![(
         Backend {
             name: "mem",
@@ -831,7 +823,7 @@ fn backends() -> Vec<(Backend, Option<String>)> {
         None,
     )];
     for (name, var) in [("zk", "COORD_TEST_ZK"), ("etcd", "COORD_TEST_ETCD")] {
-        let hosts = std::env::var(var).unwrap_or_default();
+        let hosts = coord_testkit::env::endpoint(var).unwrap_or_default();
         let missing = hosts.is_empty().then(|| {
             if required(name) {
                 format!("COORD_TEST_REQUIRE names {name}, but {var} is not set")

@@ -318,6 +318,15 @@ impl Cluster {
         }
     }
 
+    /// [`Cluster::url`] asking for a session of `timeout` (ZooKeeper's session timeout,
+    /// etcd's lease TTL; see [`crate::env::session_option`]).
+    pub fn session_url(&self, namespace: &str, timeout: std::time::Duration) -> String {
+        let url = self.url(namespace);
+        let scheme = url.split("://").next().unwrap_or_default().to_owned();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}{}", crate::env::session_option(&scheme, timeout))
+    }
+
     fn pidfile(&self, i: usize) -> PathBuf {
         self.dir.join(format!("m{i}.pid"))
     }

@@ -54,6 +54,7 @@
 //! cluster it started.
 
 pub mod cluster;
+pub mod env;
 pub mod proxy;
 pub mod session;
 

@@ -8,11 +8,7 @@ use coord_testkit::{Cluster, ClusterOptions, Kind};
 
 async fn expire(kind: Kind) -> anyhow::Result<()> {
     let cluster = Cluster::start(ClusterOptions::new(kind, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let options = match kind {
-        Kind::Zk => "?session_timeout=4s",
-        Kind::Etcd => "?lease_ttl=4s",
-    };
-    let url = format!("{}{options}", cluster.url("expire"));
+    let url = cluster.session_url("expire", std::time::Duration::from_secs(4));
     let (victim, other) = (coord::connect(&url).await?, coord::connect(&url).await?);
     let guard = victim.lock("jobs").await?;
     let generation = victim.session().borrow().generation;

@@ -9,11 +9,7 @@ use coord_testkit::{Cluster, ClusterOptions, Kind};
 
 async fn failover(kind: Kind) -> anyhow::Result<()> {
     let cluster = Cluster::start(ClusterOptions::new(kind, 3)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let options = match kind {
-        Kind::Zk => "?session_timeout=2s",
-        Kind::Etcd => "?lease_ttl=2s",
-    };
-    let client = coord::connect(&format!("{}{options}", cluster.url("failover"))).await?;
+    let client = coord::connect(&cluster.session_url("failover", std::time::Duration::from_secs(2))).await?;
     let guard = client.lock("jobs").await?;
     let first = guard.token();
     guard.release().await?;

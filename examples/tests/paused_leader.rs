@@ -190,14 +190,11 @@ fn paused_leader_loses_and_is_fenced(url: &str) -> Result<(), Failed> {
 
 fn trial(backend: &'static str, var: &str, feature_on: bool, url: impl Fn(&str, &str) -> String) -> Trial {
     let name = "paused_leader_process_loses_and_is_fenced";
-    let required = std::env::var("COORD_TEST_REQUIRE")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend);
-    let endpoint = std::env::var(var).ok().filter(|e| !e.is_empty());
+    let required = coord_testkit::env::required(backend);
+    let endpoint = coord_testkit::env::endpoint(var);
     match endpoint {
         Some(ep) if feature_on => {
-            let ns = format!("paused-leader-{}-{:x}", std::process::id(), rand_tag());
+            let ns = coord_testkit::env::unique_namespace("paused-leader");
             let url = url(&ep, &ns);
             Trial::test(name, move || paused_leader_loses_and_is_fenced(&url)).with_kind(backend)
         }
@@ -214,24 +211,20 @@ fn trial(backend: &'static str, var: &str, feature_on: bool, url: impl Fn(&str, 
     }
 }
 
-/// A per-run tag from the clock, so reruns never share a namespace.
-fn rand_tag() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default()
-}
-
 fn main() {
     let args = Arguments::from_args();
-    let secs = SESSION.as_secs();
+    let session = |scheme: &str| coord_testkit::env::session_option(scheme, SESSION);
+    let (zk, etcd) = (session("zk"), session("etcd"));
     let trials = vec![
-        trial("zk", "COORD_TEST_ZK", cfg!(feature = "zk"), |ep, ns| {
-            format!("zk://{ep}/{ns}?session_timeout={secs}s")
+        trial("zk", "COORD_TEST_ZK", cfg!(feature = "zk"), move |ep, ns| {
+            format!("zk://{ep}/{ns}?{zk}")
         }),
-        trial("etcd", "COORD_TEST_ETCD", cfg!(feature = "etcd"), |ep, ns| {
-            format!("etcd://{ep}/{ns}?lease_ttl={secs}s")
-        }),
+        trial(
+            "etcd",
+            "COORD_TEST_ETCD",
+            cfg!(feature = "etcd"),
+            move |ep, ns| format!("etcd://{ep}/{ns}?{etcd}"),
+        ),
     ];
     libtest_mimic::run(&args, trials).exit()
 }

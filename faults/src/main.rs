@@ -210,12 +210,12 @@ pub(crate) async fn linked(
 pub(crate) fn url(kind: Kind, hosts: &str, namespace: &str) -> String {
     match kind {
         Kind::Zk => format!(
-            "zk://{hosts}/{namespace}?session_timeout={}ms",
-            SESSION.as_millis()
+            "zk://{hosts}/{namespace}?{}",
+            coord_testkit::env::session_option("zk", SESSION)
         ),
         Kind::Etcd => format!(
-            "etcd://{hosts}/{namespace}?lease_ttl={}s&request_timeout=3s",
-            SESSION.as_secs()
+            "etcd://{hosts}/{namespace}?{}&request_timeout=3s",
+            coord_testkit::env::session_option("etcd", SESSION)
         ),
     }
 }
@@ -266,7 +266,7 @@ fn main() -> anyhow::Result<()> {
                 args: &args,
                 cluster: &cluster,
                 kind,
-                namespace: format!("coord-faults-{}-{n}", std::process::id()),
+                namespace: coord_testkit::env::unique_namespace(&format!("coord-faults-{n}")),
                 proxies: Arc::new(ProxyMap::default()),
             };
             let report = rt.block_on(async {
