@@ -34,8 +34,8 @@ use crate::primitives::config::{ConfigEvent, ConfigStore};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Barrier {
-    pub(crate) client: Client,
-    pub(crate) key: String,
+    client: Client,
+    key: String,
 }
 
 impl Client {

@@ -49,9 +49,9 @@ use crate::version::Version;
 /// ```
 #[derive(Clone, Debug)]
 pub struct SharedCounter {
-    pub(crate) client: Client,
-    pub(crate) key: String,
-    pub(crate) fence: Option<Fence>,
+    client: Client,
+    key: String,
+    fence: Option<Fence>,
 }
 
 impl Client {

@@ -57,9 +57,9 @@ pub const MAX_MEMBERS: u32 = 1000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct DoubleBarrier {
-    pub(crate) client: Client,
-    pub(crate) name: String,
-    pub(crate) members: u32,
+    client: Client,
+    name: String,
+    members: u32,
 }
 
 impl Client {
@@ -102,9 +102,9 @@ impl DoubleBarrier {
 /// [`Entered::leave`].
 #[must_use = "dropping an entered member removes it without waiting for the others"]
 pub struct Entered {
-    pub(crate) barrier: DoubleBarrier,
-    pub(crate) id: String,
-    pub(crate) grant: Grant,
+    barrier: DoubleBarrier,
+    id: String,
+    grant: Grant,
 }
 
 impl Entered {

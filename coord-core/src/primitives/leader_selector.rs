@@ -23,10 +23,10 @@ use crate::raw::Backoff;
 /// the hold-state signal. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Leading {
-    pub(crate) name: String,
-    pub(crate) value: Vec<u8>,
-    pub(crate) fence: Fence,
-    pub(crate) hold: HoldWatch,
+    name: String,
+    value: Vec<u8>,
+    fence: Fence,
+    hold: HoldWatch,
 }
 
 impl Leading {
@@ -89,10 +89,10 @@ pub enum SelectorState {
 /// cancelled, the leadership resigned); prefer [`LeaderSelector::stop`].
 #[must_use = "dropping the selector stops it"]
 pub struct LeaderSelector {
-    pub(crate) stop: watch::Sender<bool>,
-    pub(crate) state: watch::Receiver<SelectorState>,
-    pub(crate) terms: watch::Receiver<u64>,
-    pub(crate) done: Option<tokio::task::JoinHandle<Result<()>>>,
+    stop: watch::Sender<bool>,
+    state: watch::Receiver<SelectorState>,
+    terms: watch::Receiver<u64>,
+    done: Option<tokio::task::JoinHandle<Result<()>>>,
 }
 
 impl LeaderSelector {

@@ -64,8 +64,8 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 /// ```
 #[derive(Clone, Debug)]
 pub struct RwLock {
-    pub(crate) client: Client,
-    pub(crate) name: String,
+    client: Client,
+    name: String,
 }
 
 impl Client {

@@ -70,9 +70,9 @@ pub const MAX_PERMITS: u32 = 1000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Semaphore {
-    pub(crate) client: Client,
-    pub(crate) name: String,
-    pub(crate) permits: u32,
+    client: Client,
+    name: String,
+    permits: u32,
 }
 
 impl Client {

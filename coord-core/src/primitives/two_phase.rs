@@ -103,8 +103,8 @@ impl Decision {
 /// ```
 #[derive(Clone, Debug)]
 pub struct TwoPhaseCommit {
-    pub(crate) client: Client,
-    pub(crate) name: String,
+    client: Client,
+    name: String,
 }
 
 impl Client {

@@ -60,9 +60,9 @@ pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct DistributedQueue {
-    pub(crate) client: Client,
-    pub(crate) name: String,
-    pub(crate) max_items: u32,
+    client: Client,
+    name: String,
+    max_items: u32,
 }
 
 impl Client {
