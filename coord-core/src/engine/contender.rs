@@ -293,202 +293,38 @@ pub(crate) async fn acquire(
 ) -> Result<Option<Grant>> {
     let core = client.core();
     let started = Instant::now();
-    let label = queue.label;
-    // Whether this acquisition waited for someone ahead: a local contender for the name,
-    // or an entry on the server (a hand-off, in the metrics).
-    let mut waited = false;
     let session_rx = core.backend.session();
     if !wait && session_rx.borrow().state == SessionState::Suspended {
         // A `try_*` does not wait out connection trouble: it says so at once, before any
         // request, and leaves nothing behind.
         return Err(suspended());
     }
-    // One local queue for every recipe, keyed by the queue's directory and class.
-    let local = &core.contenders;
-    let key = format!("{}\0{}", queue.dir, queue.class);
-    let (turn, slot) = if queue.takes_turns() {
-        // An exclusive grant: the client's contenders take turns locally, and only the
-        // one whose turn it is has an entry on the server (slot 0).
-        let turn = match local.try_turn(&key, &session_rx) {
-            Some(t) => t,
-            None if !wait => return Ok(None),
-            None => {
-                waited = true;
-                local.turn(&key, session_rx).await
-            }
-        };
-        (turn, 0)
-    } else {
-        // Shared places (readers, leases, barrier members, votes) hold at once: each
-        // takes the client's first free slot (never waits locally), and the server
-        // orders them.
-        free_slot(local, &key, &session_rx)
+    // Whether this acquisition waited for someone ahead: a local contender for the name,
+    // or an entry on the server (a hand-off, in the metrics).
+    let Some((turn, slot, mut waited)) = local_turn(core, &queue, session_rx, wait).await else {
+        return Ok(None);
     };
-    let queue_waits = queue.admission != Admission::Immediate;
     let backend = core.backend.clone();
     let ticket = backend.ticket(&queue, slot)?;
     let generation = ticket.generation;
     let mut session = backend.session();
-    // A join that failed for the link's or the cluster's sake (a member down, a leader
-    // election) is sent again: joining twice on one ticket never makes a second entry.
-    // Not for a `try_*`, which fails fast with the retryable error instead (its entry, if
-    // the join may have made one, is removed in the background).
-    let join: Joining = Mutex::new(Box::pin({
-        let (backend, ticket) = (backend.clone(), ticket.clone());
-        async move {
-            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-            // Whether an earlier attempt may have made the entry: a later refusal then
-            // does not mean nothing was made.
-            let mut maybe_made = false;
-            loop {
-                match backend.join(&ticket, value.clone()).await {
-                    Err(e)
-                        if wait
-                            && e.is_retryable()
-                            && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) =>
-                    {
-                        maybe_made |= e.outcome_unknown();
-                        tracing::debug!(error = %e, "coord.join_retry");
-                        backoff.wait().await;
-                    }
-                    Err(e) if maybe_made => return Err(e.with_outcome_unknown(true)),
-                    other => return other,
-                }
-            }
-        }
-    }));
     let mut contender = Contender {
         backend: backend.clone(),
+        joining: Some(joining(backend.clone(), ticket.clone(), value, wait)),
         ticket,
         own: None,
-        joining: Some(join),
         turn,
         settled: false,
     };
-    // The join stays with the contender while it runs (a contender dropped meanwhile — a
-    // cancelled acquisition, a session ended — has its removal finish it) and is dropped
-    // the moment it finished, so it is never polled again.
-    let joined = {
-        let Some(join) = contender.joining.as_mut() else {
-            return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
-        };
-        let join = join.get_mut().unwrap_or_else(|p| p.into_inner());
-        let joining = async { Ok(join.as_mut().await) };
-        let outcome = if wait {
-            in_session(&mut session, generation, joining).await?
-        } else {
-            // A join cut short here is finished (and its entry removed) by the dropped
-            // contender's removal.
-            unless_suspended(&mut session, generation, true, joining).await?
-        };
-        contender.joining = None;
-        outcome
-    };
-    let joined = match joined {
-        Ok(joined) => joined,
-        // Failed for sure (refused, say): nothing was made, so nothing is removed and the
-        // local turn is free at once — the next call on the name is not queued behind a
-        // removal the server would refuse too.
-        Err(e) if !e.outcome_unknown() => {
-            contender.settled = true;
-            release_turn(&contender.turn);
-            return Err(e);
-        }
-        // Of unknown outcome: the dropped contender removes whatever the join may have
-        // made, found by its ticket.
-        Err(e) => return Err(e),
-    };
+    let joined = join(&mut contender, &mut session, generation, wait).await?;
     contender.own = Some(joined.own.clone());
     let mut own = joined.own;
-    let mut known = joined.position;
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-    loop {
-        let position = match known.take() {
-            Some(p) => p,
-            None => match if wait {
-                in_session(
-                    &mut session,
-                    generation,
-                    backend.position(&contender.ticket, &own),
-                )
-                .await
-            } else {
-                unless_suspended(
-                    &mut session,
-                    generation,
-                    false,
-                    backend.position(&contender.ticket, &own),
-                )
-                .await
-            } {
-                Ok(p) => p,
-                Err(e) if wait && transient(&e) => {
-                    tracing::debug!(error = %e, "coord.queue_read_retry");
-                    reconnected(&mut session, generation).await?;
-                    backoff.wait().await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            },
-        };
-        let position_kind = match position {
-            Position::Next(_) => PositionKind::Next,
-            _ => PositionKind::Other,
-        };
-        match position {
-            Position::First { seen_at } => {
-                own.seen_at = seen_at;
-                break;
-            }
-            Position::Behind(_) | Position::Next(_) | Position::Among(_) if !wait => {
-                // Not waiting: one removal attempt now, the rest in the background.
-                contender.leave_soon().await?;
-                return Ok(None);
-            }
-            // Nothing to wait for is never a place to wait (a backend never says it): read
-            // again.
-            Position::Among(ahead) if ahead.is_empty() => backoff.wait().await,
-            Position::Among(ahead) => {
-                // Any of them gone: read again (the backend counts what is left).
-                let any_gone =
-                    futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
-                match in_session(&mut session, generation, async { any_gone.await.map(drop) }).await {
-                    Ok(()) => {
-                        woken(core, label);
-                        waited = true;
-                    }
-                    Err(e) if transient(&e) => {
-                        tracing::debug!(error = %e, "coord.queue_wait_retry");
-                        reconnected(&mut session, generation).await?;
-                        backoff.wait().await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Position::Behind(ahead) | Position::Next(ahead) => {
-                let next = matches!(position_kind, PositionKind::Next);
-                match in_session(&mut session, generation, backend.wait_gone(&ahead)).await {
-                    Ok(()) => {
-                        woken(core, label);
-                        waited = true;
-                        if next && mutants::active(Mutant::OwnEntryUnchecked) {
-                            known = Some(Position::First { seen_at: own.seen_at });
-                        }
-                        // The entry ahead went: read again. The read also confirms this
-                        // contender's own entry is still there — it may have been
-                        // deleted while it waited (an operator, a late delete), and a
-                        // grant without an entry is no grant. The read is kept even
-                        // right behind the first entry (`Position::Next`), where nothing
-                        // else could be ahead any more.
-                    }
-                    Err(e) if transient(&e) => {
-                        tracing::debug!(error = %e, "coord.queue_wait_retry");
-                        reconnected(&mut session, generation).await?;
-                        backoff.wait().await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+    match wait_until_first(core, &contender, &mut own, joined.position, &mut session, wait).await? {
+        Some(waited_on_server) => waited |= waited_on_server,
+        None => {
+            // Not waiting: one removal attempt now, the rest in the background.
+            contender.leave_soon().await?;
+            return Ok(None);
         }
     }
     let hold = HoldWatch::new(backend.session(), generation, {
@@ -501,8 +337,8 @@ pub(crate) async fn acquire(
     } else {
         granted(&contender.turn, generation);
     }
-    if wait && queue_waits {
-        metrics::granted(backend.kind(), label, started.elapsed(), waited);
+    if wait && queue.admission != Admission::Immediate {
+        metrics::granted(backend.kind(), queue.label, started.elapsed(), waited);
     }
     let fence = Fence::new(own.path.clone(), own.token);
     Ok(Some(Grant {
@@ -512,10 +348,194 @@ pub(crate) async fn acquire(
     }))
 }
 
-/// Whether a position was right behind the first entry (for a negative control).
-enum PositionKind {
-    Next,
-    Other,
+/// This client's turn at `queue` and its slot, and whether it waited for a local
+/// contender; `None` when it would have to wait and `wait` is off.
+async fn local_turn(
+    core: &ClientCore,
+    queue: &QueueSpec,
+    session_rx: watch::Receiver<SessionStatus>,
+    wait: bool,
+) -> Option<(Turn, Slot, bool)> {
+    // One local queue for every recipe, keyed by the queue's directory and class.
+    let local = &core.contenders;
+    let key = format!("{}\0{}", queue.dir, queue.class);
+    if !queue.takes_turns() {
+        // Shared places (readers, leases, barrier members, votes) hold at once: each
+        // takes the client's first free slot (never waits locally), and the server
+        // orders them.
+        let (turn, slot) = free_slot(local, &key, &session_rx);
+        return Some((turn, slot, false));
+    }
+    // An exclusive grant: the client's contenders take turns locally, and only the one
+    // whose turn it is has an entry on the server (slot 0).
+    match local.try_turn(&key, &session_rx) {
+        Some(turn) => Some((turn, 0, false)),
+        None if !wait => None,
+        None => Some((local.turn(&key, session_rx).await, 0, true)),
+    }
+}
+
+/// The join of `ticket`'s entry holding `value`, to be polled in place. A join that
+/// failed for the link's or the cluster's sake (a member down, a leader election) is
+/// sent again: joining twice on one ticket never makes a second entry. Not without
+/// `wait`: a `try_*` fails fast with the retryable error instead (its entry, if the join
+/// may have made one, is removed in the background).
+fn joining(backend: Arc<dyn Backend>, ticket: Ticket, value: Vec<u8>, wait: bool) -> Joining {
+    Mutex::new(Box::pin(async move {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        // Whether an earlier attempt may have made the entry: a later refusal then does
+        // not mean nothing was made.
+        let mut maybe_made = false;
+        loop {
+            match backend.join(&ticket, value.clone()).await {
+                Err(e)
+                    if wait
+                        && e.is_retryable()
+                        && matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) =>
+                {
+                    maybe_made |= e.outcome_unknown();
+                    tracing::debug!(error = %e, "coord.join_retry");
+                    backoff.wait().await;
+                }
+                Err(e) if maybe_made => return Err(e.with_outcome_unknown(true)),
+                other => return other,
+            }
+        }
+    }))
+}
+
+/// Polls `contender`'s join in place on session `generation`. The join stays with the
+/// contender while it runs (a contender dropped meanwhile — a cancelled acquisition, a
+/// session ended — has its removal finish it) and is dropped the moment it finished, so
+/// it is never polled again.
+///
+/// # Errors
+///
+/// The join's, or the session's end. A join that failed for sure (refused, say) made
+/// nothing: nothing is removed and the local turn is free at once, so the next call on
+/// the name is not queued behind a removal the server would refuse too. One of unknown
+/// outcome leaves the dropped contender to remove whatever it may have made, found by
+/// its ticket.
+async fn join(
+    contender: &mut Contender,
+    session: &mut watch::Receiver<SessionStatus>,
+    generation: u64,
+    wait: bool,
+) -> Result<Joined> {
+    let joined = {
+        let Some(join) = contender.joining.as_mut() else {
+            return Err(Error::new(ErrorKind::Unexpected, "no join under way"));
+        };
+        let join = join.get_mut().unwrap_or_else(|p| p.into_inner());
+        let joining = async { Ok(join.as_mut().await) };
+        let outcome = if wait {
+            in_session(session, generation, joining).await?
+        } else {
+            // A join cut short here is finished (and its entry removed) by the dropped
+            // contender's removal.
+            unless_suspended(session, generation, true, joining).await?
+        };
+        contender.joining = None;
+        outcome
+    };
+    match joined {
+        Ok(joined) => Ok(joined),
+        Err(e) if !e.outcome_unknown() => {
+            contender.settled = true;
+            release_turn(&contender.turn);
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until `contender`'s entry `own` is first (its position `known` from the join,
+/// if the join read it): `Some(waited)` then, whether it waited for an entry ahead;
+/// `None` when it is not first and `wait` is off.
+///
+/// # Errors
+///
+/// `SessionLost` when the session ends (the entry goes with it); the backend's
+/// permanent errors; without `wait`, its transient ones too.
+async fn wait_until_first(
+    core: &ClientCore,
+    contender: &Contender,
+    own: &mut QueueEntry,
+    mut known: Option<Position>,
+    session: &mut watch::Receiver<SessionStatus>,
+    wait: bool,
+) -> Result<Option<bool>> {
+    let backend = &contender.backend;
+    let generation = contender.ticket.generation;
+    let label = contender.ticket.queue.label;
+    let mut waited = false;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        let position = match known.take() {
+            Some(p) => p,
+            None => {
+                let read = backend.position(&contender.ticket, own);
+                let read = if wait {
+                    in_session(session, generation, read).await
+                } else {
+                    unless_suspended(session, generation, false, read).await
+                };
+                match read {
+                    Ok(p) => p,
+                    Err(e) if wait && transient(&e) => {
+                        tracing::debug!(error = %e, "coord.queue_read_retry");
+                        reconnected(session, generation).await?;
+                        backoff.wait().await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let next = matches!(position, Position::Next(_));
+        let gone = match position {
+            Position::First { seen_at } => {
+                own.seen_at = seen_at;
+                return Ok(Some(waited));
+            }
+            Position::Behind(_) | Position::Next(_) | Position::Among(_) if !wait => return Ok(None),
+            // Nothing to wait for is never a place to wait (a backend never says it): read
+            // again.
+            Position::Among(ahead) if ahead.is_empty() => {
+                backoff.wait().await;
+                continue;
+            }
+            // Any of them gone: read again (the backend counts what is left).
+            Position::Among(ahead) => {
+                let any_gone =
+                    futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
+                in_session(session, generation, async { any_gone.await.map(drop) }).await
+            }
+            // The entry ahead went: read again. The read also confirms this contender's
+            // own entry is still there — it may have been deleted while it waited (an
+            // operator, a late delete), and a grant without an entry is no grant. The
+            // read is kept even right behind the first entry (`Position::Next`), where
+            // nothing else could be ahead any more.
+            Position::Behind(ahead) | Position::Next(ahead) => {
+                in_session(session, generation, backend.wait_gone(&ahead)).await
+            }
+        };
+        match gone {
+            Ok(()) => {
+                woken(core, label);
+                waited = true;
+                if next && mutants::active(Mutant::OwnEntryUnchecked) {
+                    known = Some(Position::First { seen_at: own.seen_at });
+                }
+            }
+            Err(e) if transient(&e) => {
+                tracing::debug!(error = %e, "coord.queue_wait_retry");
+                reconnected(session, generation).await?;
+                backoff.wait().await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Counts a waiting contender's wake-up ([`Stats::wakeups`](crate::Stats::wakeups), and
