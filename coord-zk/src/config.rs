@@ -98,6 +98,8 @@ async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
 }
 
 /// One attempt at a commit; `Ok(None)` means "raced with a concurrent change, retry".
+/// Reads what the transaction touches, checks its fences and versions, and sends one
+/// `multi` guarded by the versions read, so nothing changes under it unnoticed.
 async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> {
     let fences: Vec<&coord_core::Fence> = txn
         .checks()
@@ -107,18 +109,7 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             _ => None,
         })
         .collect();
-    let mut keys = BTreeSet::new();
-    for c in txn.checks() {
-        if let Check::Version { key, .. } = c {
-            keys.insert(key.clone());
-        }
-    }
-    for op in txn.ops() {
-        keys.insert(match op {
-            Op::Put { key, .. } | Op::Delete { key } => key.clone(),
-        });
-    }
-    let keys: Vec<String> = keys.into_iter().collect();
+    let keys = touched_keys(txn);
     let mut paths: Vec<String> = fences.iter().map(|f| f.resource().to_owned()).collect();
     paths.extend(keys.iter().map(|k| node_path(inner, k)));
     let read = stats(inner, &paths).await?;
@@ -136,6 +127,38 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         .map(String::as_str)
         .zip(key_stats.iter().map(Option::as_ref))
         .collect();
+    let checked = check_versions(txn, &current)?;
+    let planned = plan(inner, txn, &fences, &current, &checked)?;
+    let Some(results) = send(inner, &planned).await? else {
+        return Ok(None);
+    };
+    let mut out = planned.op_results(&results)?;
+    read_back_create_stats(inner, txn, &mut out).await?;
+    Ok(Some(out))
+}
+
+/// Every key the transaction checks or writes, sorted, once each.
+fn touched_keys(txn: &Txn) -> Vec<String> {
+    let mut keys = BTreeSet::new();
+    for c in txn.checks() {
+        if let Check::Version { key, .. } = c {
+            keys.insert(key.clone());
+        }
+    }
+    for op in txn.ops() {
+        keys.insert(match op {
+            Op::Put { key, .. } | Op::Delete { key } => key.clone(),
+        });
+    }
+    keys.into_iter().collect()
+}
+
+/// The version checks against what was read (`current`): each checked key and the
+/// version it must still have, or `VersionMismatch` for the first that differs.
+fn check_versions<'t>(
+    txn: &'t Txn,
+    current: &HashMap<&str, Option<&zk::Stat>>,
+) -> Result<HashMap<&'t str, Option<Version>>> {
     let mut checked = HashMap::new();
     for c in txn.checks() {
         if let Check::Version {
@@ -150,6 +173,28 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             checked.insert(key.as_str(), *expected);
         }
     }
+    Ok(checked)
+}
+
+/// A transaction as one `multi`: fence checks, version checks, then the ops, each
+/// guarded by the version read.
+struct Planned {
+    /// Each planned op, tagged with what its failure means.
+    plan: Vec<(Tag, PlannedOp)>,
+    /// For each of the transaction's ops: its plan index (`usize::MAX`: nothing to
+    /// report), and whether it is a delete.
+    result_slots: Vec<(usize, bool)>,
+    /// Index of each planned op's first `multi` result (an `AssertAbsent` takes two).
+    starts: Vec<usize>,
+}
+
+fn plan(
+    inner: &Inner,
+    txn: &Txn,
+    fences: &[&coord_core::Fence],
+    current: &HashMap<&str, Option<&zk::Stat>>,
+    checked: &HashMap<&str, Option<Version>>,
+) -> Result<Planned> {
     let tag_for = |key: &str| {
         if checked.contains_key(key) {
             Tag::Version
@@ -157,10 +202,8 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             Tag::Race
         }
     };
-    // Build the multi: fence checks, version checks, then the ops, each guarded by the
-    // version we read so nothing changes under us unnoticed.
     let mut plan: Vec<(Tag, PlannedOp)> = Vec::new();
-    for f in &fences {
+    for f in fences {
         plan.push((Tag::Fence, PlannedOp::Check(f.resource().to_owned(), -1)));
     }
     let ops_keys: BTreeSet<&str> = txn
@@ -170,7 +213,7 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             Op::Put { key, .. } | Op::Delete { key } => key.as_str(),
         })
         .collect();
-    for (key, expected) in &checked {
+    for (key, expected) in checked {
         if ops_keys.contains(key) {
             continue; // the op itself carries the check
         }
@@ -186,7 +229,6 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             }
         }
     }
-    // For each op: its plan index (usize::MAX: nothing to report), and whether it is a delete.
     let mut result_slots = Vec::new();
     for op in txn.ops() {
         match op {
@@ -214,7 +256,6 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             }
         }
     }
-    // Index of each planned op's first `multi` result (an AssertAbsent takes two).
     let starts: Vec<usize> = plan
         .iter()
         .scan(0, |next, (_, p)| {
@@ -223,7 +264,17 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
             Some(start)
         })
         .collect();
-    let ops: Vec<PlannedOp> = plan.iter().map(|(_, p)| p.clone()).collect();
+    Ok(Planned {
+        plan,
+        result_slots,
+        starts,
+    })
+}
+
+/// Sends the planned `multi`: its results, or `None` when it raced with a concurrent
+/// change (or found the config directory missing, now made): try again.
+async fn send(inner: &Inner, planned: &Planned) -> Result<Option<Vec<zk::MultiWriteResult>>> {
+    let ops: Vec<PlannedOp> = planned.plan.iter().map(|(_, p)| p.clone()).collect();
     let acl = inner.acl();
     let committed = inner
         .call(Counter::Txn, "commit", true, |zk| async move {
@@ -235,16 +286,16 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         })
         .await?
         .map_err(|e| map(e, "commit", true))?;
-    let results = match committed {
-        Ok(r) => r,
+    match committed {
+        Ok(r) => Ok(Some(r)),
         Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-            let which = starts.iter().rposition(|s| *s <= index).unwrap_or(0);
-            let (tag, op) = &plan[which];
+            let which = planned.starts.iter().rposition(|s| *s <= index).unwrap_or(0);
+            let (tag, op) = &planned.plan[which];
             let creates = matches!(op, PlannedOp::Create(..) | PlannedOp::AssertAbsent(_));
             if matches!(source, zk::Error::NoAuth) {
                 return Err(map_at(source, "commit", true, op.path()));
             }
-            return match (tag, &source) {
+            match (tag, &source) {
                 (Tag::Fence, _) => Err(fenced()),
                 // The config directory does not exist yet.
                 (_, zk::Error::NoNode) if creates => {
@@ -256,46 +307,57 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
                     format!("a checked config key changed before the commit ({source}); nothing was written"),
                 )),
                 (Tag::Race, _) => Ok(None),
-            };
-        }
-        Err(zk::MultiWriteError::RequestFailed { source }) => return Err(map(source, "commit", true)),
-    };
-    let mut out = Vec::with_capacity(result_slots.len());
-    for (slot, is_delete) in result_slots {
-        if slot == usize::MAX {
-            out.push(OpResult::Delete(false));
-            continue;
-        }
-        if is_delete {
-            out.push(OpResult::Delete(true));
-            continue;
-        }
-        let stat = match results.get(starts[slot]) {
-            Some(zk::MultiWriteResult::SetData { stat })
-            | Some(zk::MultiWriteResult::Create { stat, .. }) => *stat,
-            other => {
-                return Err(Error::new(
-                    ErrorKind::Unexpected,
-                    format!("unexpected multi result {other:?}"),
-                ));
             }
-        };
-        out.push(OpResult::Put(version(&stat)));
+        }
+        Err(zk::MultiWriteError::RequestFailed { source }) => Err(map(source, "commit", true)),
     }
-    // Some servers return no stat for a create inside multi (ZOOKEEPER-4026): read it
-    // back. The write is applied whatever happens to that read, so a failed read never
-    // reports the commit as not applied: it is retried, and then reported with an
-    // unknown outcome (the strongest true thing a caller can act on).
+}
+
+impl Planned {
+    /// The transaction's results from the `multi`'s.
+    fn op_results(&self, results: &[zk::MultiWriteResult]) -> Result<Vec<OpResult>> {
+        let mut out = Vec::with_capacity(self.result_slots.len());
+        for &(slot, is_delete) in &self.result_slots {
+            if slot == usize::MAX {
+                out.push(OpResult::Delete(false));
+                continue;
+            }
+            if is_delete {
+                out.push(OpResult::Delete(true));
+                continue;
+            }
+            let stat = match results.get(self.starts[slot]) {
+                Some(zk::MultiWriteResult::SetData { stat })
+                | Some(zk::MultiWriteResult::Create { stat, .. }) => *stat,
+                other => {
+                    return Err(Error::new(
+                        ErrorKind::Unexpected,
+                        format!("unexpected multi result {other:?}"),
+                    ));
+                }
+            };
+            out.push(OpResult::Put(version(&stat)));
+        }
+        Ok(out)
+    }
+}
+
+/// Some servers return no stat for a create inside multi (ZOOKEEPER-4026): reads those
+/// back. The write is applied whatever happens to that read, so a failed read never
+/// reports the commit as not applied: it is retried, and then reported with an unknown
+/// outcome (the strongest true thing a caller can act on).
+async fn read_back_create_stats(inner: &Inner, txn: &Txn, out: &mut [OpResult]) -> Result<()> {
     for (i, op) in txn.ops().iter().enumerate() {
         if let (Op::Put { key, .. }, OpResult::Put(v)) = (op, out[i]) {
-            if coord_core::raw::version_parts(v).0 == 0 || coord_core::raw::version_parts(v).0 == u64::MAX {
+            let major = coord_core::raw::version_parts(v).0;
+            if major == 0 || major == u64::MAX {
                 if let Some(stat) = read_back(inner, &node_path(inner, key)).await? {
                     out[i] = OpResult::Put(version(&stat));
                 }
             }
         }
     }
-    Ok(Some(out))
+    Ok(())
 }
 
 /// The stat of `path`, just written by a commit that succeeded: read again on retryable
