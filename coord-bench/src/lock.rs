@@ -37,7 +37,8 @@ pub enum Subject {
         lease: i64,
     },
     /// etcd: coord's own two requests sent raw — the join `Txn` that also reads the
-    /// three newest keys, and the release's delete.
+    /// three newest keys, and the release's `Txn` that deletes the key only if its
+    /// create revision is the join's.
     EtcdShaped {
         etcd: etcd_client::Client,
         key: String,
@@ -56,6 +57,8 @@ pub enum Held {
     Coord(Box<LockGuard>),
     Path(String),
     Key(Vec<u8>),
+    /// An etcd key and its create revision (what coord's release compares).
+    Entry(Vec<u8>, i64),
 }
 
 impl Subject {
@@ -133,10 +136,12 @@ impl Subject {
                         ),
                         etcd_client::TxnOp::get(format!("{dir}/"), Some(newest)),
                     ]);
-                if !etcd.txn(txn).await?.succeeded() {
+                let resp = etcd.txn(txn).await?;
+                if !resp.succeeded() {
                     bail!("the raw requests run uncontended, yet {key} exists");
                 }
-                Held::Key(key.clone().into_bytes())
+                let created = resp.header().map(|h| h.revision()).unwrap_or(0);
+                Held::Entry(key.clone().into_bytes(), created)
             }
             Subject::EtcdRecipe { etcd, name, lease } => {
                 let resp = etcd
@@ -159,8 +164,17 @@ impl Subject {
             (Subject::EtcdRaw { etcd, .. }, Held::Key(k)) => {
                 etcd.delete(k, None).await?;
             }
-            (Subject::EtcdShaped { etcd, .. }, Held::Key(k)) => {
-                etcd.delete(k, None).await?;
+            (Subject::EtcdShaped { etcd, .. }, Held::Entry(k, created)) => {
+                let txn = etcd_client::Txn::new()
+                    .when([etcd_client::Compare::create_revision(
+                        k.clone(),
+                        etcd_client::CompareOp::Equal,
+                        created,
+                    )])
+                    .and_then([etcd_client::TxnOp::delete(k, None)]);
+                if !etcd.txn(txn).await?.succeeded() {
+                    bail!("the raw release found the key gone or made again");
+                }
             }
             (Subject::EtcdRecipe { etcd, .. }, Held::Key(k)) => {
                 etcd.unlock(k).await?;
