@@ -379,10 +379,12 @@ fn render(
          ## What stands between some figures and their targets\n\n\
          - Uncontended lock: coord sends the floor's number of requests (ZooKeeper 3, etcd 2) and runs no task \
            per grant. On etcd the join `Txn` also reads the queue's newest keys (the position in the same round \
-           trip, which saves every waiter a request); `raw-coord-requests` sends exactly coord's two requests raw, \
+           trip, which saves every waiter a request), and the release is a `Txn` that deletes the key only if \
+           its create revision is the contender's (so a release after an operator's delete never removes a \
+           later contender of the same client); `raw-coord-requests` sends exactly coord's two requests raw, \
            so `x_raw-coord-requests` is the part left to coord's client side (its error mapping, deadlines, \
            member fail-over and the recipe's bookkeeping: no single hot spot in a profile), and the rest is that \
-           read. On ZooKeeper the rounds spread widely (the JVM server: one round's raw floor ran 40% faster \
+           read and the guarded release. On ZooKeeper the rounds spread widely (the JVM server: one round's raw floor ran 40% faster \
            than the next's), so read the per-round ratios too.\n\
          - etcd, 1,000 waiters: a waiter's read of \"the key right ahead of me\" is one range with a limit, but \
            etcd 3.4 answers any range sorted or filtered by create revision by fetching every key of the range \
