@@ -37,9 +37,11 @@
 //!   channel that always holds the latest (caches, the leader selector). On [`Client`],
 //!   whose state is its session's, they are `session_state()` and `session()`.
 //! - **Timeouts** are the caller's: wrap any call in `tokio::time::timeout` (every
-//!   call is cancel-safe). A `Duration` parameter is part of a protocol, never a call
-//!   timeout: a two-phase commit's deadline decides `Abort`, a double barrier's is how
-//!   long its members wait for each other before they give up together.
+//!   call is cancel-safe). A `Duration` parameter is part of a protocol, never a bare
+//!   call timeout: a two-phase commit's deadline decides `Abort` and persists it; a
+//!   double barrier's is how long a member waits for the others before it leaves the
+//!   barrier and reports who was missing (Curator's `enter(maxWait)` and
+//!   `leave(maxWait)`).
 //! - **Atomic writes and two-phase commit**: [`Txn`] is one atomic, optionally fenced
 //!   commit of several config writes; [`TwoPhaseCommit`] is the protocol by which
 //!   separate processes agree to commit or abort.
