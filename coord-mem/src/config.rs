@@ -8,9 +8,9 @@ use coord_core::{Check, ConfigEvent, Entry, Op, OpResult, Result, Txn, Version, 
 use futures::stream::BoxStream;
 
 use crate::MemClient;
-use crate::cluster::KeyData;
 use crate::error;
 use crate::watch::{self, Raw};
+use coord_mem_cluster::KeyData;
 
 fn version(d: &KeyData) -> Version {
     coord_core::raw::version(d.mod_rev, 0)

@@ -58,10 +58,9 @@ use coord_core::raw::{Backend, ClientState, Counter};
 use coord_core::{Capabilities, Client, Error, Result, SessionState, SessionStatus, Stats};
 use tokio::time::Instant;
 
-use crate::cluster::State;
 use crate::session::{Link, SessionSlot};
+use coord_mem_cluster::State;
 
-mod cluster;
 mod config;
 mod error;
 mod options;
@@ -70,7 +69,7 @@ mod registry;
 mod session;
 mod watch;
 
-pub use cluster::MemCluster;
+pub use coord_mem_cluster::MemCluster;
 pub use options::{KNOWN_OPTIONS, MemOptions};
 
 /// Opens a client from a `mem://` connection string on the process-wide cluster.

@@ -13,9 +13,9 @@ use coord_core::{FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
 
 use crate::MemClient;
-use crate::cluster::{KeyData, State};
 use crate::error;
 use crate::watch::{self, Raw};
+use coord_mem_cluster::{KeyData, State};
 
 impl MemClient {
     /// The key prefix a queue's contenders live under.

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::Inner;
-use crate::cluster::{Event, KeyData};
+use coord_mem_cluster::{Event, KeyData};
 
 /// What the watch loop hands to a primitive's mapper.
 pub(crate) enum Raw {

@@ -1,6 +1,11 @@
-//! The shared in-memory "server": a keyspace with revisions, an event history, sessions
-//! with deadlines, and one-shot key watches. Clients of one [`MemCluster`] behave like
+//! The in-memory "server" that `coord-mem` clients talk to, as the ZooKeeper and etcd
+//! backends talk to theirs: a keyspace with revisions, an event history, sessions with
+//! deadlines, and one-shot key watches. Clients of one [`MemCluster`] behave like
 //! separate nodes of one deployment.
+//!
+//! Applications use it only to give clients a cluster of their own, and for fault
+//! injection (`expire_session`, `compact`, `delete_key`, the record of writes); the
+//! keyspace API ([`State`]) is what the `coord-mem` client speaks.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -14,9 +19,12 @@ const HISTORY_LIMIT: usize = 10_000;
 
 /// One stored key.
 #[derive(Debug, Clone)]
-pub(crate) struct KeyData {
+pub struct KeyData {
+    /// The stored value.
     pub value: Vec<u8>,
+    /// The revision that created the key (its queue order and fencing token).
     pub create_rev: u64,
+    /// The revision of its last write (its config version).
     pub mod_rev: u64,
     /// The session the key is bound to, for ephemeral keys.
     pub owner: Option<u64>,
@@ -24,8 +32,10 @@ pub(crate) struct KeyData {
 
 /// One change in the history.
 #[derive(Debug, Clone)]
-pub(crate) struct Event {
+pub struct Event {
+    /// The revision of the change.
     pub revision: u64,
+    /// The key changed.
     pub key: String,
     /// `None` for a delete.
     pub data: Option<KeyData>,
@@ -39,8 +49,10 @@ struct SessionData {
     expired: watch::Sender<bool>,
 }
 
+/// The cluster's keyspace, history and sessions, as one request sees them (through
+/// [`MemCluster::with`]).
 #[derive(Debug, Default)]
-pub(crate) struct State {
+pub struct State {
     revision: u64,
     keys: BTreeMap<String, KeyData>,
     history: VecDeque<Event>,
@@ -55,13 +67,15 @@ pub(crate) struct State {
 
 /// Why a history read failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Compacted;
+pub struct Compacted;
 
 impl State {
+    /// The latest revision.
     pub fn revision(&self) -> u64 {
         self.revision
     }
 
+    /// The key, if present.
     pub fn get(&self, key: &str) -> Option<&KeyData> {
         self.keys.get(key)
     }
@@ -73,6 +87,7 @@ impl State {
             .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
+    /// Whether session `id` is alive.
     pub fn session_alive(&self, id: u64) -> bool {
         self.sessions.contains_key(&id)
     }
@@ -160,6 +175,7 @@ impl State {
         Some(rx)
     }
 
+    /// A new session of `ttl`: its id, and a channel told when it ends.
     pub fn grant_session(&mut self, ttl: Duration) -> (u64, watch::Receiver<bool>) {
         self.next_session += 1;
         let id = self.next_session;
@@ -219,6 +235,7 @@ impl State {
         }
     }
 
+    /// Drops the whole event history (watchers behind it must resynchronise).
     pub fn compact(&mut self) {
         self.history.clear();
         self.compacted = self.revision;
@@ -239,11 +256,11 @@ impl State {
 /// crashed client's session ends within TTL + TTL/3 while any other client is running.
 #[derive(Clone, Debug, Default)]
 pub struct MemCluster {
-    pub(crate) shared: Arc<Shared>,
+    shared: Arc<Shared>,
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct Shared {
+struct Shared {
     state: Mutex<State>,
     /// The latest revision, for watchers to wait on.
     revision: OnceLock<watch::Sender<u64>>,
@@ -327,7 +344,7 @@ impl MemCluster {
     }
 
     /// Runs `f` on the state, then publishes the new revision to watchers.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+    pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let (result, rev) = {
             let mut state = self.lock_state();
             let r = f(&mut state);
@@ -355,7 +372,7 @@ impl MemCluster {
     }
 
     /// A receiver of the latest revision.
-    pub(crate) fn revisions(&self) -> watch::Receiver<u64> {
+    pub fn revisions(&self) -> watch::Receiver<u64> {
         self.revision_tx().subscribe()
     }
 }
