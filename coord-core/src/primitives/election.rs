@@ -10,12 +10,12 @@ use futures::stream::BoxStream;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::engine::contender::{Contender, Grant, acquire};
+use crate::engine::contender::{Grant, acquire};
 use crate::error::{Error, Result};
 use crate::fencing::{Fence, FencingToken};
 use crate::hold::{HoldState, HoldWatch};
 use crate::name::{validate_name, validate_value};
-use crate::primitives::lock::no_grant;
+use crate::primitives::lock::{LockGuard, no_grant};
 use crate::raw::{Admission, EntryClass, HeadEvent, QueueSpec};
 
 /// The current leader of an election as others see it.
@@ -130,38 +130,33 @@ pub trait Election: Send + Sync {
 /// session open.
 #[must_use = "dropping the leadership resigns it"]
 pub struct Leadership {
-    name: String,
-    fence: Fence,
+    /// The candidate's grant, held like a lock's (its drop resigns in the background).
+    guard: LockGuard,
     value: Vec<u8>,
-    hold: HoldWatch,
-    contender: Option<Contender>,
 }
 
 impl Leadership {
     /// The leadership of election `name` from a granted turn, campaigned with `value`.
     pub(crate) fn new(name: impl Into<String>, value: Vec<u8>, grant: Grant) -> Self {
         Leadership {
-            name: name.into(),
-            fence: grant.fence,
+            guard: LockGuard::new(name, grant),
             value,
-            hold: grant.hold,
-            contender: Some(grant.contender),
         }
     }
 
     /// The election's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.guard.name()
     }
 
     /// The fencing token of this term.
     pub fn token(&self) -> FencingToken {
-        self.fence.token()
+        self.guard.token()
     }
 
     /// What a guarded write checks; see [`Txn::fenced_by`](crate::Txn::fenced_by).
     pub fn fence(&self) -> Fence {
-        self.fence.clone()
+        self.guard.fence()
     }
 
     /// The value last campaigned with or proclaimed.
@@ -171,12 +166,12 @@ impl Leadership {
 
     /// The hold-state signal.
     pub fn hold(&self) -> &HoldWatch {
-        &self.hold
+        self.guard.hold()
     }
 
     /// The current hold state.
     pub fn state(&self) -> HoldState {
-        self.hold.state()
+        self.guard.state()
     }
 
     /// Resolves when leadership is lost: the session ended, or the candidate's node or
@@ -187,7 +182,7 @@ impl Leadership {
     ///
     /// Cancel-safe.
     pub async fn lost(&self) {
-        self.hold.lost().await
+        self.guard.lost().await
     }
 
     /// Publishes a new value without giving up leadership; observers see the same token
@@ -208,11 +203,12 @@ impl Leadership {
         if self.state() == HoldState::Lost {
             return Err(Error::new(
                 crate::ErrorKind::Fenced,
-                format!("leadership of {:?} was lost; campaign again", self.name),
+                format!("leadership of {:?} was lost; campaign again", self.name()),
             ));
         }
-        let span = tracing::debug_span!("coord.election.proclaim", name = %self.name, token = %self.token());
-        let contender = self.contender.as_ref().ok_or_else(Error::closed)?;
+        let span =
+            tracing::debug_span!("coord.election.proclaim", name = %self.name(), token = %self.token());
+        let contender = self.guard.contender().ok_or_else(Error::closed)?;
         contender.update(value.clone()).instrument(span).await?;
         self.value = value;
         Ok(())
@@ -230,26 +226,16 @@ impl Leadership {
     /// # Cancel safety
     ///
     /// If dropped, the removal goes on in the background, as on drop.
-    pub async fn resign(mut self) -> Result<()> {
-        let span = tracing::debug_span!("coord.election.resign", name = %self.name, token = %self.token());
-        match self.contender.take() {
-            Some(contender) => contender.leave().instrument(span).await,
-            None => Err(Error::closed()),
-        }
-    }
-}
-
-impl Drop for Leadership {
-    /// Resigns in the background, with the same retries as [`Leadership::resign`].
-    fn drop(&mut self) {
-        drop(self.contender.take());
+    pub async fn resign(self) -> Result<()> {
+        let span = tracing::debug_span!("coord.election.resign", name = %self.name(), token = %self.token());
+        self.guard.release().instrument(span).await
     }
 }
 
 impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("token", &self.token())
             .field("state", &self.state())
             .finish()

@@ -163,6 +163,12 @@ impl LockGuard {
         &self.name
     }
 
+    /// The contender behind the grant (an election's `proclaim` updates its value);
+    /// `None` once it is being removed.
+    pub(crate) fn contender(&self) -> Option<&Contender> {
+        self.contender.as_ref()
+    }
+
     /// The grant's fencing token.
     pub fn token(&self) -> FencingToken {
         self.fence.token()
