@@ -17,6 +17,8 @@ mod lock;
 mod measure;
 mod registry;
 mod report;
+mod scale;
+mod soak;
 mod target;
 mod waiters;
 
@@ -101,6 +103,53 @@ enum Scenario {
         #[arg(long, default_value_t = 300)]
         deliveries: usize,
     },
+    /// One client, 64 tasks locking and releasing distinct names, beside the raw floor over one session.
+    ManyNames {
+        #[command(flatten)]
+        on: On,
+        /// Distinct lock names.
+        #[arg(long, default_value_t = 10_000)]
+        names: usize,
+    },
+    /// A config cache under a steady write rate on one prefix: delivery, peak heap, final state.
+    Storm {
+        #[command(flatten)]
+        on: On,
+        /// Puts per second.
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+    },
+    /// Many watches of one key: one put until every watch has it.
+    FanOut {
+        #[command(flatten)]
+        on: On,
+        /// Watches (over 8 clients).
+        #[arg(long, default_value_t = 1000)]
+        watchers: usize,
+        /// Puts timed.
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+    },
+    /// Many instances registered by fewer clients, followed by a service cache.
+    RegistryScale {
+        #[command(flatten)]
+        on: On,
+        /// Instances.
+        #[arg(long, default_value_t = 10_000)]
+        instances: usize,
+        /// Registering clients (each its own connection).
+        #[arg(long, default_value_t = 200)]
+        clients: usize,
+    },
+    /// Mixed lock, election, registry and config churn with faults: RSS, tasks and
+    /// file descriptors over time (their slopes), errors beyond the injected ones.
+    Soak {
+        #[command(flatten)]
+        on: On,
+        /// Minutes.
+        #[arg(long, default_value_t = 30.0)]
+        minutes: f64,
+    },
     /// Starts ZooKeeper and etcd, runs every scenario on mem, ZooKeeper and etcd for
     /// several rounds and writes the medians to a markdown report.
     Report(report::Args),
@@ -123,6 +172,17 @@ fn main() -> Result<()> {
             Scenario::Config { on, deliveries } => {
                 config::run(&Target::parse(&on.url)?, on.seconds, deliveries).await?
             }
+            Scenario::ManyNames { on, names } => {
+                scale::many_names(&Target::parse(&on.url)?, names, on.seconds).await?
+            }
+            Scenario::Storm { on, rate } => scale::storm(&Target::parse(&on.url)?, rate, on.seconds).await?,
+            Scenario::FanOut { on, watchers, rounds } => {
+                scale::fan_out(&Target::parse(&on.url)?, watchers, rounds).await?
+            }
+            Scenario::RegistryScale { on, instances, clients } => {
+                scale::registry_scale(&Target::parse(&on.url)?, instances, clients).await?
+            }
+            Scenario::Soak { on, minutes } => soak::run(&Target::parse(&on.url)?, minutes * 60.0).await?,
             Scenario::Report(args) => return report::run(args).await,
         };
         measure::print(&rows);

@@ -2,11 +2,25 @@
 //! (a flat directory, so keys never nest and `multi` needs no parents).
 //!
 //! Version = the node's `czxid` and data version together. ZooKeeper restarts data
-//! versions at 0 when a node is recreated; the `czxid` part tells the incarnations
-//! apart. Every compare-and-set first reads the stat and compares the `czxid`, then
-//! commits with the data version in a `multi`. What remains: a delete, recreate and
-//! rewrite to the same data version between that read and the `multi` (one round trip)
-//! would go unnoticed.
+//! versions at 0 when a node is recreated, and a `multi` can check only the data
+//! version, so each key node carries an **incarnation marker**: an empty child named by
+//! its own `czxid` (`<key node>/<czxid>`), made right after the node. A check of the
+//! marker and the data version in one `multi` holds only for the very incarnation
+//! and version expected — a delete, recreate and rewrite to the same data version in
+//! between fails it. So:
+//!
+//! - `put` is one `setData` (a `create` and the marker when the key is new), whatever
+//!   the contention: it never fails because others write the key too.
+//! - compare-and-set is one `multi` (`check` the marker, `setData` at the version).
+//! - multi-key commits read the stats first (the plan depends on what exists), then
+//!   send one `multi` with the same marker checks.
+//!
+//! Nodes without a marker — written by an earlier coord, or by other clients
+//! (kazoo's `Counter`, `zkCli`) — are read the same way (the marker is invisible to
+//! `get`, `list` and watches). Their first compare-and-set reads the stat, compares the
+//! `czxid`, and adds the marker in the same `multi` as its write; from then on the key
+//! is exact. Deleting a key deletes its marker in the same `multi`; an operator deletes
+//! a key with `deleteall` (`delete` refuses a node with a child).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -18,7 +32,6 @@ use coord_core::{
 use futures::stream::BoxStream;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -48,6 +61,11 @@ fn config_dir(inner: &Inner) -> String {
 
 fn node_path(inner: &Inner, key: &str) -> String {
     format!("{}/{}", config_dir(inner), node_name(key))
+}
+
+/// The incarnation marker of the key node at `path` created at `czxid`.
+fn marker_path(path: &str, czxid: i64) -> String {
+    format!("{path}/{czxid}")
 }
 
 /// What a failing `multi` op means.
@@ -137,6 +155,208 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
     Ok(Some(out))
 }
 
+/// A transaction that needs no read first: a single unconditional put, or a single
+/// compare-and-set of the key it puts.
+enum Single<'t> {
+    Put(&'t str, &'t [u8]),
+    Cas(&'t str, Option<Version>, &'t [u8]),
+}
+
+impl<'t> Single<'t> {
+    fn of(txn: &'t Txn) -> Option<Self> {
+        let [Op::Put { key, value }] = txn.ops() else {
+            return None;
+        };
+        match txn.checks() {
+            [] => Some(Single::Put(key, value)),
+            [
+                Check::Version {
+                    key: checked,
+                    version,
+                },
+            ] if checked == key => Some(Single::Cas(key, *version, value)),
+            _ => None,
+        }
+    }
+
+    async fn run(self, inner: &Inner) -> Result<Version> {
+        match self {
+            Single::Put(key, value) => put(inner, key, value).await,
+            Single::Cas(key, None, value) => match create_key(inner, key, value).await? {
+                Some(v) => Ok(v),
+                None => Err(mismatch_now(inner, key, None).await),
+            },
+            Single::Cas(key, Some(expected), value) => cas(inner, key, expected, value).await,
+        }
+    }
+}
+
+/// Last writer wins: one `setData` when the key exists, else a create (and its
+/// marker). Contention never fails it: a create that loses to another turns into a
+/// `setData`, a `setData` whose node was just deleted into a create.
+async fn put(inner: &Inner, key: &str, value: &[u8]) -> Result<Version> {
+    let path = node_path(inner, key);
+    let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+    let mut round = 0;
+    loop {
+        round += 1;
+        if round > 2 {
+            backoff.wait().await; // a key deleted and created again as fast as we write
+        }
+        let (p, d) = (path.clone(), value.to_vec());
+        match inner
+            .call(Counter::Write, "commit", true, |zk| async move {
+                zk.set_data(&p, &d, None).await
+            })
+            .await?
+        {
+            Ok(stat) => return Ok(version(&stat)),
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(map_at(e, "commit", true, &path)),
+        }
+        if let Some(v) = create_key(inner, key, value).await? {
+            return Ok(v);
+        }
+    }
+}
+
+/// Creates `key` with its incarnation marker: its version, or `None` if it exists.
+async fn create_key(inner: &Inner, key: &str, value: &[u8]) -> Result<Option<Version>> {
+    let path = node_path(inner, key);
+    let acl = inner.acl();
+    for _ in 0..5 {
+        let (p, d) = (path.clone(), value.to_vec());
+        match inner
+            .call(Counter::Write, "commit", true, |zk| async move {
+                zk.create(&p, &d, &acl.persistent()).await
+            })
+            .await?
+        {
+            Ok((stat, _)) => {
+                add_marker(inner, &path, stat.czxid).await;
+                return Ok(Some(version(&stat)));
+            }
+            Err(zk::Error::NodeExists) => return Ok(None),
+            // The config directory does not exist yet (or went as an empty container).
+            Err(zk::Error::NoNode) => inner.ensure_dir(&config_dir(inner)).await?,
+            Err(e) => return Err(map_at(e, "commit", true, &path)),
+        }
+    }
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        "the config directory kept disappearing while a key was created in it; nothing was written — retry",
+    ))
+}
+
+/// Marks a node just created at `czxid`. The key is written already, so a failure
+/// only leaves it unmarked: its first compare-and-set adds the marker then.
+async fn add_marker(inner: &Inner, path: &str, czxid: i64) {
+    let marker = marker_path(path, czxid);
+    let acl = inner.acl();
+    let made = inner
+        .call(Counter::Write, "commit", true, |zk| async move {
+            zk.create(&marker, &[], &acl.persistent()).await
+        })
+        .await;
+    if !matches!(made, Ok(Ok(_)) | Ok(Err(zk::Error::NodeExists))) {
+        tracing::debug!(path, result = ?made.map(|r| r.map(|_| ())), "coord.zk.config_marker_not_made");
+    }
+}
+
+/// Compare-and-set of an existing key: one `multi` that checks the incarnation marker
+/// and writes at the data version. A node without a marker takes the unmarked path.
+async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Result<Version> {
+    let path = node_path(inner, key);
+    let (czxid, data_version) = incarnation(expected);
+    loop {
+        let ops = [
+            PlannedOp::Check(marker_path(&path, czxid), -1),
+            PlannedOp::Set(path.clone(), value.to_vec(), data_version),
+        ];
+        match write_multi(inner, &ops).await? {
+            Ok(results) => return set_result(&results, 1),
+            Err((0, zk::Error::NoNode)) => {}
+            Err((_, zk::Error::NoAuth)) => return Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
+            Err(_) => return Err(mismatch_now(inner, key, Some(expected)).await),
+        }
+        // No marker: the key is gone, or its node predates markers.
+        let read = stats(inner, std::slice::from_ref(&path)).await?;
+        let actual = read.first().copied().flatten();
+        if actual.as_ref().map(version) != Some(expected) {
+            return Err(mismatch(key, Some(expected), actual.as_ref().map(version)));
+        }
+        let ops = [
+            PlannedOp::Create(marker_path(&path, czxid), Vec::new()),
+            PlannedOp::Set(path.clone(), value.to_vec(), data_version),
+        ];
+        match write_multi(inner, &ops).await? {
+            Ok(results) => return set_result(&results, 1),
+            // Marked meanwhile: the marked path again.
+            Err((0, zk::Error::NodeExists)) => continue,
+            Err((_, zk::Error::NoAuth)) => return Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
+            Err(_) => return Err(mismatch_now(inner, key, Some(expected)).await),
+        }
+    }
+}
+
+/// The `czxid` and data version a version was made of.
+fn incarnation(v: Version) -> (i64, i32) {
+    let (czxid, data_version) = coord_core::raw::version_parts(v);
+    (czxid as i64, data_version as u32 as i32)
+}
+
+/// Sends `ops` as one `multi`: the results, or the index and error of the op that
+/// failed it (nothing written).
+async fn write_multi(
+    inner: &Inner,
+    ops: &[PlannedOp],
+) -> Result<std::result::Result<Vec<zk::MultiWriteResult>, (usize, zk::Error)>> {
+    let ops = ops.to_vec();
+    let acl = inner.acl();
+    let committed = inner
+        .call(Counter::Txn, "commit", true, |zk| async move {
+            let mut writer = zk.new_multi_writer();
+            for op in &ops {
+                op.add_to(&mut writer, acl)?;
+            }
+            Ok(writer.commit().await)
+        })
+        .await?
+        .map_err(|e| map(e, "commit", true))?;
+    match committed {
+        Ok(r) => Ok(Ok(r)),
+        Err(zk::MultiWriteError::OperationFailed { index, source }) => Ok(Err((index, source))),
+        Err(zk::MultiWriteError::RequestFailed { source }) => Err(map(source, "commit", true)),
+    }
+}
+
+/// The version written by the `setData` at `index` of a `multi`.
+fn set_result(results: &[zk::MultiWriteResult], index: usize) -> Result<Version> {
+    match results.get(index) {
+        Some(zk::MultiWriteResult::SetData { stat }) => Ok(version(stat)),
+        other => Err(Error::new(
+            ErrorKind::Unexpected,
+            format!("unexpected multi result {other:?}"),
+        )),
+    }
+}
+
+/// The `VersionMismatch` of a failed check on `key`, with the version it has now (if
+/// that read fails, without it: nothing was written either way).
+async fn mismatch_now(inner: &Inner, key: &str, expected: Option<Version>) -> Error {
+    match stats(inner, &[node_path(inner, key)]).await {
+        Ok(read) => mismatch(
+            key,
+            expected,
+            read.first().copied().flatten().as_ref().map(version),
+        ),
+        Err(_) => Error::new(
+            ErrorKind::VersionMismatch,
+            format!("config key {key:?} is no longer at version {expected:?}; nothing was written"),
+        ),
+    }
+}
+
 /// Every key the transaction checks or writes, sorted, once each.
 fn touched_keys(txn: &Txn) -> Vec<String> {
     let mut keys = BTreeSet::new();
@@ -219,7 +439,10 @@ fn plan(
         }
         let path = node_path(inner, key);
         match (expected, current.get(key).copied().flatten()) {
-            (Some(_), Some(stat)) => plan.push((Tag::Version, PlannedOp::Check(path, stat.version))),
+            (Some(_), Some(stat)) => {
+                push_marker_check(&mut plan, &path, stat);
+                plan.push((Tag::Version, PlannedOp::Check(path, stat.version)));
+            }
             (None, None) => plan.push((Tag::Version, PlannedOp::AssertAbsent(path))),
             _ => {
                 return Err(Error::new(
@@ -235,7 +458,12 @@ fn plan(
             Op::Put { key, value } => {
                 let path = node_path(inner, key);
                 let planned = match current.get(key.as_str()).copied().flatten() {
-                    Some(stat) => PlannedOp::Set(path, value.clone(), stat.version),
+                    Some(stat) => {
+                        if checked.contains_key(key.as_str()) {
+                            push_marker_check(&mut plan, &path, stat);
+                        }
+                        PlannedOp::Set(path, value.clone(), stat.version)
+                    }
                     None => PlannedOp::Create(path, value.clone()),
                 };
                 result_slots.push((plan.len(), false));
@@ -245,6 +473,11 @@ fn plan(
                 let path = node_path(inner, key);
                 match current.get(key.as_str()).copied().flatten() {
                     Some(stat) => {
+                        if stat.num_children > 0 {
+                            // The marker goes with its node.
+                            let marker = marker_path(&path, stat.czxid);
+                            plan.push((tag_for(key), PlannedOp::Delete(marker, -1)));
+                        }
                         result_slots.push((plan.len(), true));
                         plan.push((tag_for(key), PlannedOp::Delete(path, stat.version)));
                     }
@@ -269,6 +502,14 @@ fn plan(
         result_slots,
         starts,
     })
+}
+
+/// Checks the incarnation marker of a node that has one, so the `multi` fails if the
+/// node read was deleted and created again since (its data version starts over).
+fn push_marker_check(plan: &mut Vec<(Tag, PlannedOp)>, path: &str, stat: &zk::Stat) {
+    if stat.num_children > 0 {
+        plan.push((Tag::Version, PlannedOp::Check(marker_path(path, stat.czxid), -1)));
+    }
 }
 
 /// Sends the planned `multi`: its results, or `None` when it raced with a concurrent
@@ -481,6 +722,13 @@ impl KvStore for ZkClient {
     }
 
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
+        if let Some(single) = Single::of(&txn) {
+            return single
+                .run(&self.inner)
+                .await
+                .map(|v| vec![OpResult::Put(v)])
+                .map_err(|e| e.with_operation("commit"));
+        }
         // Contention backs off (with jitter) between attempts, so racing writers spread
         // out instead of colliding again at once.
         let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
@@ -511,7 +759,7 @@ impl KvStore for ZkClient {
         let follower = ConfigFollower {
             prefix: prefix.to_owned(),
             dir: dir.clone(),
-            known: entries.iter().map(|e| (e.key.clone(), e.version)).collect(),
+            known: entries.iter().map(|e| (e.key.clone(), e.clone())).collect(),
         };
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(watch::follow(
@@ -522,44 +770,76 @@ impl KvStore for ZkClient {
             follower,
             tx,
         ));
-        Ok(Box::pin(ReceiverStream::new(rx)))
+        Ok(watch::batched(rx))
     }
 }
 
-/// What a config watch on one prefix has reported: each key's version.
+/// What a config watch on one prefix has reported: each key's entry.
 struct ConfigFollower {
     prefix: String,
     /// The config directory.
     dir: String,
-    known: BTreeMap<String, Version>,
+    known: BTreeMap<String, Entry>,
+}
+
+impl ConfigFollower {
+    /// The watched key a notification names, if any (markers and other prefixes are
+    /// not).
+    fn key_of_event(&self, event: &zk::WatchedEvent) -> Option<String> {
+        let name = event.path.strip_prefix(&self.dir)?.strip_prefix('/')?;
+        let key = key_of(name);
+        (!name.contains('/') && key_matches_prefix(&key, &self.prefix)).then_some(key)
+    }
 }
 
 impl DirFollower for ConfigFollower {
     type Event = ConfigEvent;
 
-    async fn changed(&mut self, inner: &Inner, event: Option<&zk::WatchedEvent>) -> Result<Vec<ConfigEvent>> {
-        let Some(event) = event else {
+    /// The keys the notifications name, re-read in one pipelined read.
+    async fn changed(
+        &mut self,
+        inner: &Inner,
+        events: Option<&[zk::WatchedEvent]>,
+    ) -> Result<Vec<ConfigEvent>> {
+        let Some(events) = events else {
             // Reconnected: changes during the outage may not be replayed; re-read, diff.
             return Ok(diff(&mut self.known, read_entries(inner, &self.prefix).await?));
         };
-        let Some(name) = event
-            .path
-            .strip_prefix(&self.dir)
-            .and_then(|r| r.strip_prefix('/'))
-        else {
-            return Ok(Vec::new());
-        };
-        let key = key_of(name);
-        if name.contains('/') || !key_matches_prefix(&key, &self.prefix) {
+        let keys: BTreeSet<String> = events.iter().filter_map(|e| self.key_of_event(e)).collect();
+        if keys.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(reread(inner, &key, &mut self.known).await?.into_iter().collect())
+        let paths: Vec<String> = keys.iter().map(|k| node_path(inner, k)).collect();
+        let data = crate::session::data_of(inner, &paths, "watch").await?;
+        let mut out = Vec::new();
+        for (key, read) in keys.into_iter().zip(data) {
+            match read {
+                Some((value, stat)) => {
+                    let version = version(&stat);
+                    if self.known.get(&key).map(|e| e.version) != Some(version) {
+                        let entry = Entry { key, value, version };
+                        self.known.insert(entry.key.clone(), entry.clone());
+                        out.push(ConfigEvent::Put(entry));
+                    }
+                }
+                None => {
+                    if self.known.remove(&key).is_some() {
+                        out.push(ConfigEvent::Delete(key));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn resnapshot(&mut self, inner: &Inner) -> Result<ConfigEvent> {
         let entries = read_entries(inner, &self.prefix).await?;
-        self.known = entries.iter().map(|e| (e.key.clone(), e.version)).collect();
+        self.known = entries.iter().map(|e| (e.key.clone(), e.clone())).collect();
         Ok(ConfigEvent::Snapshot(entries))
+    }
+
+    fn current(&self) -> ConfigEvent {
+        ConfigEvent::Snapshot(self.known.values().cloned().collect())
     }
 
     fn resync() -> ConfigEvent {
@@ -567,37 +847,8 @@ impl DirFollower for ConfigFollower {
     }
 }
 
-/// Reads `key` after a notification and returns the event it amounts to, if any.
-async fn reread(
-    inner: &Inner,
-    key: &str,
-    known: &mut BTreeMap<String, Version>,
-) -> Result<Option<ConfigEvent>> {
-    let path = node_path(inner, key);
-    match inner
-        .call(Counter::Read, "watch", false, |zk| async move {
-            zk.get_data(&path).await
-        })
-        .await?
-    {
-        Ok((value, stat)) => {
-            let v = version(&stat);
-            if known.insert(key.to_owned(), v) == Some(v) {
-                return Ok(None);
-            }
-            Ok(Some(ConfigEvent::Put(Entry {
-                key: key.to_owned(),
-                value,
-                version: v,
-            })))
-        }
-        Err(zk::Error::NoNode) => Ok(known.remove(key).map(|_| ConfigEvent::Delete(key.to_owned()))),
-        Err(e) => Err(map(e, "watch", false)),
-    }
-}
-
 /// The events that bring `known` to `now`, applied to `known`.
-fn diff(known: &mut BTreeMap<String, Version>, now: Vec<Entry>) -> Vec<ConfigEvent> {
+fn diff(known: &mut BTreeMap<String, Entry>, now: Vec<Entry>) -> Vec<ConfigEvent> {
     let mut out = Vec::new();
     let present: BTreeSet<String> = now.iter().map(|e| e.key.clone()).collect();
     let gone: Vec<String> = known.keys().filter(|k| !present.contains(*k)).cloned().collect();
@@ -606,7 +857,8 @@ fn diff(known: &mut BTreeMap<String, Version>, now: Vec<Entry>) -> Vec<ConfigEve
         out.push(ConfigEvent::Delete(k));
     }
     for e in now {
-        if known.insert(e.key.clone(), e.version) != Some(e.version) {
+        if known.get(&e.key).map(|k| k.version) != Some(e.version) {
+            known.insert(e.key.clone(), e.clone());
             out.push(ConfigEvent::Put(e));
         }
     }

@@ -1,7 +1,7 @@
 //! Registry: ephemeral znodes `<root>/services/<service>/<id>` holding the instance as
 //! JSON; re-created after session loss; watched with a persistent recursive watch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -9,7 +9,6 @@ use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, Regi
 use coord_core::{Error, ErrorKind, RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -195,7 +194,7 @@ impl RegistryStore for ZkClient {
         };
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(watch::follow(inner, dir, watcher, first, follower, tx));
-        Ok(Box::pin(ReceiverStream::new(rx)))
+        Ok(watch::batched(rx))
     }
 }
 
@@ -208,17 +207,51 @@ struct RegistryFollower {
 impl DirFollower for RegistryFollower {
     type Event = RegistryEvent;
 
-    /// Any change under the service, or a reconnect: re-read the instances and diff.
+    /// The instances the notifications name, re-read in one pipelined read; after a
+    /// reconnect, every instance.
     async fn changed(
         &mut self,
         inner: &Inner,
-        _event: Option<&zk::WatchedEvent>,
+        events: Option<&[zk::WatchedEvent]>,
     ) -> Result<Vec<RegistryEvent>> {
-        Ok(self.known.diff_to(read_instances(inner, &self.dir).await?))
+        let Some(events) = events else {
+            return Ok(self.known.diff_to(read_instances(inner, &self.dir).await?));
+        };
+        let ids: BTreeSet<&str> = events
+            .iter()
+            .filter_map(|e| e.path.strip_prefix(&self.dir)?.strip_prefix('/'))
+            .filter(|id| !id.is_empty() && !id.contains('/'))
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths: Vec<String> = ids.iter().map(|id| format!("{}/{id}", self.dir)).collect();
+        let data = crate::session::data_of(inner, &paths, "instances").await?;
+        let mut out = Vec::new();
+        for (id, read) in ids.into_iter().zip(data) {
+            let event = match read {
+                // A nested service's directory, not an instance.
+                Some((_, stat)) if stat.ephemeral_owner == 0 => None,
+                Some((bytes, _)) => match ServiceInstance::decode(&bytes) {
+                    Ok(i) => self.known.put(id.to_owned(), i),
+                    Err(e) => {
+                        tracing::warn!(%id, error = %e, "coord.zk.undecodable_instance");
+                        None
+                    }
+                },
+                None => self.known.remove(id),
+            };
+            out.extend(event);
+        }
+        Ok(out)
     }
 
     async fn resnapshot(&mut self, inner: &Inner) -> Result<RegistryEvent> {
         Ok(self.known.snapshot(read_instances(inner, &self.dir).await?))
+    }
+
+    fn current(&self) -> RegistryEvent {
+        self.known.current()
     }
 
     fn resync() -> RegistryEvent {

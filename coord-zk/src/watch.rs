@@ -2,12 +2,28 @@
 //! session loss — the loop the config and registry watches share. What a change means
 //! (and what a snapshot is) is the [`DirFollower`]'s business.
 //!
-//! - A node event or a reconnect (changes during the outage may not be replayed) asks
-//!   the follower for the events since what it has reported. On a reconnect the watch
-//!   is first added again: the client library re-registers only one-shot watches when
-//!   it resumes a session, not persistent ones. A read that fails is
-//!   retried with backoff until it succeeds or the session ends, so a change is never
-//!   dropped because the read after its notification failed.
+//! - **Batches.** Node events are taken as they come *and everything already queued
+//!   behind them*; the follower re-reads the nodes they name in one pipelined read. A
+//!   write storm therefore costs one round trip per batch, not per write, and the
+//!   client library's queue of notifications is emptied each round instead of growing.
+//! - **Only states that existed.** A re-read returns each node as it is *now*, which may
+//!   be newer than its notification: combined with nodes not re-read, the view could be
+//!   one that never existed. A pipelined read is one request, and ZooKeeper applies no
+//!   write while it serves a read; it also delivers a session's notifications before
+//!   the reply to any later request. So once the read's reply is in, every write before
+//!   the read has been notified: if the notifications that arrived meanwhile name only
+//!   nodes the read covered, the view is the state at the read, exactly; otherwise
+//!   another round reads what they name. The follower's events are held until such a
+//!   point and sent as one batch ([`batched`] keeps a batch together, and a live cache
+//!   applies it at once). After [`MAX_HELD_ROUNDS`] rounds without one, the stream
+//!   reports `Resync` (out of sync: held events dropped, memory bounded) and, at the
+//!   next consistent point, the follower's current state as a snapshot.
+//! - A reconnect (changes during the outage may not be replayed) asks the follower for
+//!   everything since what it has reported. On a reconnect the watch is first added
+//!   again: the client library re-registers only one-shot watches when it resumes a
+//!   session, not persistent ones. A read that fails is retried with backoff until it
+//!   succeeds or the session ends, so a change is never dropped because the read after
+//!   its notification failed.
 //! - A terminal session state ends the watch with the session: the stream gets the
 //!   follower's `Resync`, and once a new session is up the watch is armed again and the
 //!   follower's fresh snapshot follows.
@@ -19,29 +35,56 @@ use std::time::Duration;
 
 use coord_core::raw::{Backoff, Counter};
 use coord_core::{Error, ErrorKind, Result, SessionState};
+use futures::FutureExt as _;
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::session::Inner;
+
+/// Rounds of re-reads a batch may be held for while notifications keep arriving,
+/// before the stream reports `Resync` instead of holding more.
+pub(crate) const MAX_HELD_ROUNDS: usize = 16;
+
+/// Notifications taken into one batch at most.
+const MAX_BATCH: usize = 4096;
 
 /// What a directory watch reports.
 pub(crate) trait DirFollower: Send + 'static {
     /// The stream's item.
     type Event: Send + 'static;
 
-    /// The events since the last report: after `event` (a node event under the
-    /// directory), or after a reconnect (`None`).
+    /// The events since the last report: after `events` (node events under the
+    /// directory, in order), or after a reconnect (`None`: re-read everything).
     fn changed(
         &mut self,
         inner: &Inner,
-        event: Option<&zk::WatchedEvent>,
+        events: Option<&[zk::WatchedEvent]>,
     ) -> impl Future<Output = Result<Vec<Self::Event>>> + Send;
 
     /// A fresh snapshot after session loss; the follower's state restarts from it.
     fn resnapshot(&mut self, inner: &Inner) -> impl Future<Output = Result<Self::Event>> + Send;
 
+    /// The follower's current state as a snapshot (after a `Resync` of its own).
+    fn current(&self) -> Self::Event;
+
     /// The event that reports a gap.
     fn resync() -> Self::Event;
+}
+
+/// The stream of a watch task's batches, one event at a time. A batch's events are
+/// ready together: a consumer that takes what is ready never sees half of one.
+pub(crate) fn batched<E: Send + 'static>(
+    rx: mpsc::Receiver<Result<Vec<E>>>,
+) -> BoxStream<'static, Result<E>> {
+    Box::pin(ReceiverStream::new(rx).flat_map(|batch| {
+        futures::stream::iter(match batch {
+            Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        })
+    }))
 }
 
 /// Arms a persistent recursive watch on `dir` on the current session.
@@ -54,6 +97,37 @@ pub(crate) async fn arm(inner: &Inner, dir: &str) -> Result<zk::PersistentWatche
         .await
 }
 
+/// What the watcher delivered next.
+enum Next {
+    /// Node events (the first waited for, the rest already queued).
+    Nodes(Vec<zk::WatchedEvent>),
+    /// Reconnected: changes during the outage may not have been replayed.
+    Reconnected,
+    /// The session ended.
+    Ended,
+}
+
+/// Takes the notifications already queued on `watcher` into `batch`, stopping at a
+/// session event (left in `stash` for the next round).
+fn drain(
+    watcher: &mut zk::PersistentWatcher,
+    batch: &mut Vec<zk::WatchedEvent>,
+    stash: &mut Option<zk::WatchedEvent>,
+    inner: &Inner,
+) {
+    while stash.is_none() && batch.len() < MAX_BATCH {
+        let Some(event) = watcher.changed().now_or_never() else {
+            break;
+        };
+        inner.stats.incr(Counter::WatchEvent);
+        if event.event_type == zk::EventType::Session {
+            *stash = Some(event);
+        } else {
+            batch.push(event);
+        }
+    }
+}
+
 /// Sends `first`, then follows `watcher` (armed on `dir` before `first` was read) with
 /// `follower` until the stream is dropped or the client closed.
 pub(crate) async fn follow<F: DirFollower>(
@@ -62,81 +136,106 @@ pub(crate) async fn follow<F: DirFollower>(
     mut watcher: zk::PersistentWatcher,
     first: F::Event,
     mut follower: F,
-    tx: mpsc::Sender<Result<F::Event>>,
+    tx: mpsc::Sender<Result<Vec<F::Event>>>,
 ) {
-    if tx.send(Ok(first)).await.is_err() {
+    if tx.send(Ok(vec![first])).await.is_err() {
         return;
     }
+    let mut stash: Option<zk::WatchedEvent> = None;
+    // Notifications already taken, for the next round.
+    let mut carry: Option<Vec<zk::WatchedEvent>> = None;
     loop {
         // This session's watch, until the session ends.
         loop {
-            let event = tokio::select! {
-                e = watcher.changed() => e,
-                _ = tx.closed() => return,
-            };
-            inner.stats.incr(Counter::WatchEvent);
-            let node_event = match (event.event_type, event.session_state) {
-                (zk::EventType::Session, zk::SessionState::Disconnected) => continue,
-                (
-                    zk::EventType::Session,
-                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly,
-                ) => None,
-                // Terminal: the watcher must not be polled again.
-                (zk::EventType::Session, _) => break,
-                _ => Some(&event),
-            };
-            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
-            let generation = inner.session.current().generation;
-            // After a reconnect the watch is added again before the re-read: the client
-            // library re-registers only one-shot watches with the server, so the
-            // persistent one would otherwise go silent on the resumed session.
-            let mut rearmed = None;
-            let events = loop {
-                let attempt = async {
-                    if node_event.is_none() && rearmed.is_none() {
-                        rearmed = Some(arm(&inner, &dir).await?);
+            let next = if let Some(batch) = carry.take() {
+                Next::Nodes(batch)
+            } else {
+                loop {
+                    let event = match stash.take() {
+                        Some(e) => e,
+                        None => {
+                            let e = tokio::select! {
+                                e = watcher.changed() => e,
+                                _ = tx.closed() => return,
+                            };
+                            inner.stats.incr(Counter::WatchEvent);
+                            e
+                        }
+                    };
+                    match (event.event_type, event.session_state) {
+                        (zk::EventType::Session, zk::SessionState::Disconnected) => continue,
+                        (
+                            zk::EventType::Session,
+                            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly,
+                        ) => break Next::Reconnected,
+                        // Terminal: the watcher must not be polled again.
+                        (zk::EventType::Session, _) => break Next::Ended,
+                        _ => {
+                            let mut batch = vec![event];
+                            drain(&mut watcher, &mut batch, &mut stash, &inner);
+                            break Next::Nodes(batch);
+                        }
                     }
-                    follower.changed(&inner, node_event).await
+                }
+            };
+            let mut batch = match next {
+                Next::Ended => break,
+                Next::Reconnected => None,
+                Next::Nodes(b) => Some(b),
+            };
+            let mut held: Vec<F::Event> = Vec::new();
+            let mut resynced = false;
+            let mut rounds = 0;
+            let session_ended = loop {
+                let Some(events) =
+                    read_batch(&inner, &dir, &mut follower, &mut watcher, batch.as_deref(), &tx).await
+                else {
+                    return;
                 };
-                match attempt.await {
-                    Ok(events) => break Some(events),
-                    Err(e) if e.kind() == ErrorKind::Closed => {
-                        let _ = tx.send(Err(e)).await;
+                let Some(events) = events else { break true };
+                if !resynced {
+                    held.extend(events);
+                }
+                // Consistent if what arrived during the read names only nodes it read.
+                let mut more = Vec::new();
+                drain(&mut watcher, &mut more, &mut stash, &inner);
+                let covered = match &batch {
+                    Some(read) => more.iter().all(|e| read.iter().any(|r| r.path == e.path)),
+                    None => more.is_empty(),
+                };
+                if covered {
+                    carry = (!more.is_empty()).then_some(more);
+                    break false;
+                }
+                batch = Some(more);
+                rounds += 1;
+                if rounds == MAX_HELD_ROUNDS && !resynced {
+                    tracing::debug!(dir = %dir, "coord.zk.dir_watch_storm: out of sync until a quiet read");
+                    held.clear();
+                    resynced = true;
+                    if tx.send(Ok(vec![F::resync()])).await.is_err() {
                         return;
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_watch_read_retry");
-                        let status = inner.session.current();
-                        if status.generation != generation || status.state == SessionState::Lost {
-                            // The session ended: the gap is reported below.
-                            break None;
-                        }
-                        tokio::select! {
-                            _ = backoff.wait() => {}
-                            _ = tx.closed() => return,
-                        }
-                    }
                 }
             };
-            if let Some(w) = rearmed {
-                // The old watcher goes after the new one is in place: with a watch of the
-                // same kind left on the path, dropping it sends the server nothing.
-                watcher = w;
+            if session_ended {
+                break;
             }
-            let Some(events) = events else { break };
-            for ev in events {
-                if tx.send(Ok(ev)).await.is_err() {
-                    return;
-                }
+            let out = if resynced { vec![follower.current()] } else { held };
+            if !out.is_empty() && tx.send(Ok(out)).await.is_err() {
+                return;
             }
         }
         if inner.is_closed() {
             let _ = tx.send(Err(Error::closed())).await;
             return;
         }
-        if tx.send(Ok(F::resync())).await.is_err() {
+        if tx.send(Ok(vec![F::resync()])).await.is_err() {
             return;
         }
+        // The ended session's watcher goes, with what it had queued.
+        stash = None;
+        carry = None;
         // Re-arm on the next session, then report a fresh snapshot.
         let mut rewatch_backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
@@ -154,7 +253,7 @@ pub(crate) async fn follow<F: DirFollower>(
             match again {
                 Ok((w, snapshot)) => {
                     watcher = w;
-                    if tx.send(Ok(snapshot)).await.is_err() {
+                    if tx.send(Ok(vec![snapshot])).await.is_err() {
                         return;
                     }
                     break;
@@ -166,4 +265,56 @@ pub(crate) async fn follow<F: DirFollower>(
             }
         }
     }
+}
+
+/// The follower's events for `batch` (`None`: after a reconnect, re-armed first), read
+/// again on failure until it succeeds: `Some(None)` if the session ended first, `None`
+/// if the stream is gone or the client closed (the task ends).
+async fn read_batch<F: DirFollower>(
+    inner: &Inner,
+    dir: &str,
+    follower: &mut F,
+    watcher: &mut zk::PersistentWatcher,
+    batch: Option<&[zk::WatchedEvent]>,
+    tx: &mpsc::Sender<Result<Vec<F::Event>>>,
+) -> Option<Option<Vec<F::Event>>> {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    let generation = inner.session.current().generation;
+    // After a reconnect the watch is added again before the re-read: the client
+    // library re-registers only one-shot watches with the server, so the persistent
+    // one would otherwise go silent on the resumed session.
+    let mut rearmed = None;
+    let events = loop {
+        let attempt = async {
+            if batch.is_none() && rearmed.is_none() {
+                rearmed = Some(arm(inner, dir).await?);
+            }
+            follower.changed(inner, batch).await
+        };
+        match attempt.await {
+            Ok(events) => break Some(events),
+            Err(e) if e.kind() == ErrorKind::Closed => {
+                let _ = tx.send(Err(e)).await;
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, dir = %dir, "coord.zk.dir_watch_read_retry");
+                let status = inner.session.current();
+                if status.generation != generation || status.state == SessionState::Lost {
+                    // The session ended: the gap is reported by the caller.
+                    break None;
+                }
+                tokio::select! {
+                    _ = backoff.wait() => {}
+                    _ = tx.closed() => return None,
+                }
+            }
+        }
+    };
+    if let Some(w) = rearmed {
+        // The old watcher goes after the new one is in place: with a watch of the same
+        // kind left on the path, dropping it sends the server nothing.
+        *watcher = w;
+    }
+    Some(events)
 }

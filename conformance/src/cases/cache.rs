@@ -499,3 +499,105 @@ pub async fn caches_reject_bad_names(ctx: Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// A config cache under a write storm shows only states the keys were really in, or
+/// says it is out of sync. `K` writers, each its own client, put their own key as fast
+/// as they can with a rising counter, recording when each write was sent and when it
+/// was acknowledged. An in-sync view holding value `v_i` for each key `i` can have
+/// existed only at a moment after every `v_i` was sent and before any `v_i + 1` was
+/// acknowledged: if some key's value was sent only after another's successor was
+/// acknowledged, no state ever had both. A watch that answers a notification by
+/// re-reading the key shows it newer than keys whose notifications are still queued —
+/// such a mix. The cache must also end on the final state.
+pub async fn config_cache_shows_only_states_that_existed(ctx: Ctx) -> CaseResult {
+    use std::sync::{Arc, Mutex};
+    use tokio::time::Instant;
+    const K: usize = 4;
+    const WRITES: usize = 600;
+    let reader = ctx.client().await?;
+    let mut writers = Vec::new();
+    for _ in 0..K {
+        writers.push(ctx.client().await?);
+    }
+    let key = |i: usize| format!("storm/k{i}");
+    // Per key, per value: (sent, acknowledged). Value 0 is written before the cache.
+    /// When a write was sent and when it was acknowledged.
+    type Sent = (Instant, Instant);
+    let times: Arc<Mutex<Vec<Vec<Sent>>>> = Arc::new(Mutex::new(vec![Vec::new(); K]));
+    for (i, w) in writers.iter().enumerate() {
+        let sent = Instant::now();
+        w.put(&key(i), b"0".to_vec()).await?;
+        times.lock().expect("times")[i].push((sent, Instant::now()));
+    }
+    let mut cache = reader.config_cache("storm").await?;
+    let mut rx = cache.subscribe();
+    let watcher = tokio::spawn(async move {
+        let mut views: Vec<Vec<usize>> = Vec::new();
+        let mut out_of_sync = 0u64;
+        loop {
+            let view = rx.borrow_and_update().clone();
+            if view.in_sync() {
+                views.push(
+                    (0..K)
+                        .map(|i| {
+                            view.get(&format!("storm/k{i}"))
+                                .and_then(|e| std::str::from_utf8(&e.value).ok()?.parse().ok())
+                                .unwrap_or(usize::MAX)
+                        })
+                        .collect(),
+                );
+            } else {
+                out_of_sync += 1;
+            }
+            if rx.changed().await.is_err() {
+                return (views, out_of_sync);
+            }
+        }
+    });
+    let mut storm = Vec::new();
+    for (i, w) in writers.iter().enumerate() {
+        let (w, times, k) = (w.clone(), times.clone(), key(i));
+        storm.push(tokio::spawn(async move {
+            for n in 1..=WRITES {
+                let sent = Instant::now();
+                w.put(&k, n.to_string().into_bytes()).await?;
+                times.lock().expect("times")[i].push((sent, Instant::now()));
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for s in storm {
+        s.await.context("a writer panicked")??;
+    }
+    let truth = config_truth(&reader, "storm").await?;
+    converges(&mut cache, &truth, QUICK, "after the storm", |_| Ok(())).await?;
+    drop(cache);
+    let (views, out_of_sync) = within(QUICK, "the cache's subscriber ends with it", watcher)
+        .await?
+        .context("the subscriber panicked")?;
+    let times = times.lock().expect("times").clone();
+    for values in &views {
+        ensure!(
+            values.iter().all(|v| *v <= WRITES),
+            "an in-sync view lacks a key: {values:?}"
+        );
+        let latest_send = (0..K).map(|i| times[i][values[i]].0).max();
+        let earliest_successor_ack = (0..K)
+            .filter_map(|i| times[i].get(values[i] + 1).map(|t| t.1))
+            .min();
+        if let (Some(sent), Some(acked)) = (latest_send, earliest_successor_ack) {
+            ensure!(
+                sent < acked,
+                "an in-sync view no state ever had: {values:?} (one key's value was sent after another key's \
+                 next value was acknowledged)"
+            );
+        }
+    }
+    tracing::info!(views = views.len(), out_of_sync, "views judged during the storm");
+    ensure!(
+        views.len() > 10,
+        "only {} views were judged ({out_of_sync} out of sync)",
+        views.len()
+    );
+    Ok(())
+}

@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, btree_map};
 use std::sync::{Arc, OnceLock};
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{FutureExt as _, StreamExt};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -304,22 +304,42 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Cache<V> {
 }
 
 /// Folds each change into the published view until the watch ends (with the client's
-/// close, typically); then records why, and marks the view out of sync.
+/// close, typically); then records why, and marks the view out of sync. Every change
+/// already waiting is folded in before the view is published, so a batch a backend
+/// delivers together (one consistent read, one revision) is never seen half-applied.
 async fn follow<V: Clone + PartialEq>(
     mut changes: Changes<V>,
     tx: watch::Sender<CacheView<V>>,
     ended: Arc<OnceLock<Error>>,
 ) {
     let error = loop {
-        match changes.next().await {
-            Some(Ok(change)) => {
-                if matches!(change, Change::Resync) {
-                    tracing::debug!("coord.cache.resync: out of sync until the next snapshot");
+        let mut batch = Vec::new();
+        let mut end = None;
+        let mut next = changes.next().await;
+        loop {
+            match next {
+                Some(Ok(change)) => {
+                    if matches!(change, Change::Resync) {
+                        tracing::debug!("coord.cache.resync: out of sync until the next snapshot");
+                    }
+                    batch.push(change);
                 }
-                tx.send_if_modified(|view| view.apply(change));
+                Some(Err(e)) => end = Some(e),
+                None => end = Some(ended_silently()),
             }
-            Some(Err(e)) => break e,
-            None => break ended_silently(),
+            if end.is_some() {
+                break;
+            }
+            match changes.next().now_or_never() {
+                Some(n) => next = n,
+                None => break,
+            }
+        }
+        if !batch.is_empty() {
+            tx.send_if_modified(|view| batch.into_iter().fold(false, |m, c| view.apply(c) | m));
+        }
+        if let Some(e) = end {
+            break e;
         }
     };
     tracing::debug!(error = %error, "coord.cache.ended");

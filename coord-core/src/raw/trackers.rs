@@ -71,6 +71,11 @@ impl InstanceTracker {
         RegistryEvent::Snapshot(self.known.values().cloned().collect())
     }
 
+    /// The view as a `Snapshot` event.
+    pub fn current(&self) -> RegistryEvent {
+        RegistryEvent::Snapshot(self.known.values().cloned().collect())
+    }
+
     /// An instance was written: `Joined`, `Updated`, or nothing if unchanged.
     pub fn put(&mut self, id: String, instance: ServiceInstance) -> Option<RegistryEvent> {
         match self.known.insert(id, instance.clone()) {
