@@ -179,10 +179,12 @@ fn main() -> Result<()> {
             Scenario::FanOut { on, watchers, rounds } => {
                 scale::fan_out(&Target::parse(&on.url)?, watchers, rounds).await?
             }
-            Scenario::RegistryScale { on, instances, clients } => {
-                scale::registry_scale(&Target::parse(&on.url)?, instances, clients).await?
-            }
-            Scenario::Soak { on, minutes } => soak::run(&Target::parse(&on.url)?, minutes * 60.0).await?,
+            Scenario::RegistryScale {
+                on,
+                instances,
+                clients,
+            } => scale::registry_scale(&Target::parse(&on.url)?, instances, clients).await?,
+            Scenario::Soak { on, minutes } => soak::run(&[Target::parse(&on.url)?], minutes * 60.0).await?,
             Scenario::Report(args) => return report::run(args).await,
         };
         measure::print(&rows);

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use coord::{ConfigEvent, ConfigStore as _, Registry as _, ServiceInstance};
+use coord::{ConfigEvent, ConfigStore as _, Lock as _, Registry as _, ServiceInstance};
 use futures::StreamExt;
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
@@ -33,7 +33,10 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
     let base = unique("names");
     let client = t.coord().await?;
     let names_of = |task: usize| -> Vec<String> {
-        (task..names).step_by(TASKS).map(|i| format!("{base}/n{i}")).collect()
+        (task..names)
+            .step_by(TASKS)
+            .map(|i| format!("{base}/n{i}"))
+            .collect()
     };
     let raw = match t.backend {
         Backend::Mem => None,
@@ -62,9 +65,26 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
         Backend::Etcd => {
             let mut e = t.etcd().await?;
             let lease = e.lease_grant(30, None).await?.id();
-            Some(RawSession::Etcd(Box::new(e), lease, format!("coord-bench/{base}")))
+            Some(RawSession::Etcd(
+                Box::new(e),
+                lease,
+                format!("coord-bench/{base}"),
+            ))
         }
     };
+    // Warm-up: every name locked once by coord (its lock directories made, as the raw
+    // floor's are above), so the blocks time steady per-entity locking.
+    let warmed: Vec<coord::Result<()>> = futures::stream::iter(0..names)
+        .map(|i| {
+            let (client, name) = (client.clone(), format!("{base}/n{i}"));
+            async move { client.lock(&name).await?.release().await }
+        })
+        .buffer_unordered(TASKS)
+        .collect()
+        .await;
+    warmed.into_iter().collect::<coord::Result<Vec<()>>>()?;
+    let before = client.stats();
+    let mut coord_cycles = 0usize;
     let blocks = 3;
     let per_block = seconds / blocks as f64;
     let (mut coord_rate, mut raw_rate) = (Vec::new(), Vec::new());
@@ -75,6 +95,7 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
             .collect();
         let (r, l) = cycle_rotating(subjects, per_block).await?;
         coord_rate.push(r);
+        coord_cycles += l.len();
         coord_lat.extend(l);
         if let Some(raw) = &raw {
             let subjects = (0..TASKS).map(|task| raw.rotating(task, TASKS, names)).collect();
@@ -90,7 +111,11 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
             .with("tasks", TASKS as f64)
             .with("cycles_per_s", mean(&coord_rate))
             .with("p50_ms", coord_lat.ms(0.5))
-            .with("p99_ms", coord_lat.ms(0.99)),
+            .with("p99_ms", coord_lat.ms(0.99))
+            .with(
+                "requests_per_cycle",
+                client.stats().since(&before).data_requests() as f64 / coord_cycles.max(1) as f64,
+            ),
     ];
     if raw.is_some() {
         rows.push(
@@ -185,7 +210,10 @@ async fn cycle_rotating(tasks: Vec<Rotating>, seconds: f64) -> Result<(f64, Late
     for h in handles {
         lat.extend(h.await.context("a task panicked")??);
     }
-    Ok((done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64(), lat))
+    Ok((
+        done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64(),
+        lat,
+    ))
 }
 
 /// `storm`: one client writes `rate` puts per second round-robin over 16 keys of one
@@ -223,10 +251,15 @@ pub async fn storm(t: &Target, rate: f64, seconds: f64) -> Result<Vec<Row>> {
                         .and_then(|e| std::str::from_utf8(&e.value).ok()?.parse().ok())
                         .unwrap_or(0);
                     // Every value of this key from the last seen up to v is delivered now.
-                    for (_, at) in acked.range(*s + 1..=v).filter(|(n, _)| (**n as usize) % KEYS == k) {
-                        lat.push(now.saturating_duration_since(*at));
+                    if v > *s {
+                        for (_, at) in acked
+                            .range(*s + 1..=v)
+                            .filter(|(n, _)| (**n as usize) % KEYS == k)
+                        {
+                            lat.push(now.saturating_duration_since(*at));
+                        }
+                        *s = v;
                     }
-                    *s = (*s).max(v);
                 }
                 drop(acked);
                 if rx.changed().await.is_err() {
@@ -240,12 +273,14 @@ pub async fn storm(t: &Target, rate: f64, seconds: f64) -> Result<Vec<Row>> {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut n = 0u64;
-    let mut last = vec![0u64; KEYS];
+    let mut last = [0u64; KEYS];
     while start.elapsed().as_secs_f64() < seconds {
         ticker.tick().await;
         n += 1;
         let k = (n as usize) % KEYS;
-        writer.put(&format!("{prefix}/k{k}"), n.to_string().into_bytes()).await?;
+        writer
+            .put(&format!("{prefix}/k{k}"), n.to_string().into_bytes())
+            .await?;
         acked.lock().await.insert(n, Instant::now());
         last[k] = n;
     }
@@ -303,7 +338,10 @@ pub async fn fan_out(t: &Target, watchers: usize, rounds: usize) -> Result<Vec<R
         s.next().await.context("the watch ended")??;
         streams.push(s);
     }
-    let (all_lat, one_lat) = (Arc::new(Mutex::new(Latencies::default())), Arc::new(Mutex::new(Latencies::default())));
+    let (all_lat, one_lat) = (
+        Arc::new(Mutex::new(Latencies::default())),
+        Arc::new(Mutex::new(Latencies::default())),
+    );
     let mut raw_lat = Latencies::default();
     for round in 1..=rounds {
         let value = round.to_string().into_bytes();
@@ -401,18 +439,20 @@ pub async fn registry_scale(t: &Target, instances: usize, members: usize) -> Res
     let heap_before = crate::heap_bytes();
     let mut cache = watcher.service_cache(&service).await?;
     let start = Instant::now();
-    let registered: Vec<coord::Result<coord::Registration>> =
-        futures::stream::iter(0..instances)
-            .map(|i| {
-                let (c, service) = (&member_clients[i % members], service.clone());
-                async move {
-                    c.register(&service, ServiceInstance::new(format!("i{i}"), format!("10.0.{}.{}:80", i / 256, i % 256)))
-                        .await
-                }
-            })
-            .buffer_unordered(256)
-            .collect()
-            .await;
+    let registered: Vec<coord::Result<coord::Registration>> = futures::stream::iter(0..instances)
+        .map(|i| {
+            let (c, service) = (&member_clients[i % members], service.clone());
+            async move {
+                c.register(
+                    &service,
+                    ServiceInstance::new(format!("i{i}"), format!("10.0.{}.{}:80", i / 256, i % 256)),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(256)
+        .collect()
+        .await;
     let registrations = registered.into_iter().collect::<coord::Result<Vec<_>>>()?;
     let registered_s = start.elapsed().as_secs_f64();
     wait_len(&mut cache, instances).await?;

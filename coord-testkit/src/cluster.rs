@@ -73,6 +73,10 @@ pub struct ClusterOptions {
     /// The first member's client port; `None` for a free one (every other port is free
     /// ports picked at start).
     pub port: Option<u16>,
+    /// ZooKeeper: how often empty containers (the directories of locks, elections and
+    /// services) are swept. 100 ms by default, so tests see empty ones go; ZooKeeper's
+    /// own default is a minute (what benchmarks use, as deployments do).
+    pub container_sweep: Duration,
 }
 
 impl ClusterOptions {
@@ -85,6 +89,7 @@ impl ClusterOptions {
             tls: None,
             extra: Vec::new(),
             port: None,
+            container_sweep: Duration::from_millis(100),
         }
     }
 }
@@ -806,10 +811,10 @@ fn zk_argv(dir: &Path, i: usize, members: &[MemberSpec], options: &ClusterOption
     let cfg_path = dir.join("zoo.cfg");
     std::fs::write(&cfg_path, cfg.join("\n") + "\n")
         .map_err(|e| err(format!("cannot write {}: {e}", cfg_path.display())))?;
-    Ok(zk_command(&cfg_path))
+    Ok(zk_command(&cfg_path, options.container_sweep))
 }
 
-fn zk_command(cfg: &Path) -> Vec<String> {
+fn zk_command(cfg: &Path, container_sweep: Duration) -> Vec<String> {
     // netty-codec is not on zookeeper.jar's manifest class path, but its Netty connection
     // factory (the TLS port) needs it.
     let cp = format!("{ZK_JAR}:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar");
@@ -817,9 +822,10 @@ fn zk_command(cfg: &Path) -> Vec<String> {
         "java".to_owned(),
         "-Xmx256m".to_owned(),
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn".to_owned(),
-        // Containers (the directories of locks, elections and services) are swept every
-        // 100 ms instead of every minute, so tests can see empty ones go.
-        "-Dznode.container.checkIntervalMs=100".to_owned(),
+        format!(
+            "-Dznode.container.checkIntervalMs={}",
+            container_sweep.as_millis()
+        ),
         "-Dznode.container.maxPerMinute=1000000".to_owned(),
         "-cp".to_owned(),
         cp,

@@ -92,12 +92,11 @@ fn run(cli: Cli) -> Result<(), coord_testkit::Error> {
             port,
         } => {
             let cluster = Cluster::start(ClusterOptions {
-                kind,
-                members,
                 dir: Some(dir),
                 tls,
                 extra,
                 port,
+                ..ClusterOptions::new(kind, members)
             })?;
             println!("{}", cluster.hosts());
             cluster.detach();
