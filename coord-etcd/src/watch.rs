@@ -11,7 +11,6 @@ use coord_core::{Error, ErrorKind, Result};
 use etcd_client as etcd;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::session::Inner;
 
@@ -74,23 +73,17 @@ where
     T: Send + 'static,
     F: FnMut(Raw) -> Vec<T> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Result<T>>(256);
+    let (tx, rx) = mpsc::channel::<Result<Vec<T>>>(256);
     let mut initial = Some(
         range(&inner, &prefix)
             .await
             .map_err(|e| e.with_operation("watch"))?,
     );
     tokio::spawn(async move {
-        let send = |items: Vec<T>, tx: &mpsc::Sender<Result<T>>| {
+        // One batch per consistent point: a snapshot, a resync, a watch response.
+        let send = |items: Vec<T>, tx: &mpsc::Sender<Result<Vec<T>>>| {
             let tx = tx.clone();
-            async move {
-                for item in items {
-                    if tx.send(Ok(item)).await.is_err() {
-                        return false;
-                    }
-                }
-                true
-            }
+            async move { items.is_empty() || tx.send(Ok(items)).await.is_ok() }
         };
         let mut first = true;
         loop {
@@ -151,6 +144,7 @@ where
                                 tracing::debug!(reason = resp.cancel_reason(), "coord.etcd.watch_canceled");
                                 break false;
                             }
+                            let mut batch = Vec::new();
                             for ev in resp.events() {
                                 let Some(kv) = ev.kv().and_then(Kv::from) else {
                                     continue;
@@ -161,9 +155,10 @@ where
                                     etcd::EventType::Put => Raw::Put(kv),
                                     etcd::EventType::Delete => Raw::Delete(kv.key),
                                 };
-                                if !send(map(raw), &tx).await {
-                                    return;
-                                }
+                                batch.extend(map(raw));
+                            }
+                            if !send(batch, &tx).await {
+                                return;
                             }
                         }
                         Ok(None) | Err(_) => break false,
@@ -181,7 +176,7 @@ where
             }
         }
     });
-    Ok(Box::pin(ReceiverStream::new(rx)))
+    Ok(coord_core::raw::batched(rx))
 }
 
 /// Runs `f` until it succeeds, backing off on retryable errors; `None` when the stream

@@ -770,7 +770,7 @@ impl KvStore for ZkClient {
             follower,
             tx,
         ));
-        Ok(watch::batched(rx))
+        Ok(coord_core::raw::batched(rx))
     }
 }
 

@@ -77,13 +77,21 @@
 //! own names: Curator does not see kazoo's contenders or kazoo Curator's, so pick the
 //! layout of the library coord shares a path with.
 //! | registry | `services/<service>/<id>` (ephemeral, JSON instance) |
-//! | config | `config/<key with '/' written as ':'>` (persistent; one flat directory) |
+//! | config | `config/<key with '/' written as ':'>` (persistent; one flat directory), each with an empty child `<its czxid>`: the incarnation marker that makes compare-and-set exact in one request (see below) |
 //!
 //! The namespace root and every directory coord creates (`locks`, `locks/<name>`,
 //! `elections/…`, `services/…`, `config`) are *container* nodes, as Curator creates its
 //! lock parents: the server deletes a container once its last child is gone, so dynamic
 //! names (`jobs/<uuid>`) do not pile up. A create that finds its directory just deleted
 //! makes it again (one extra request when that happens).
+//!
+//! Config writes: `put` is one `setData` (a `create`, then the marker, for a new key) and
+//! never fails because others write the key; compare-and-set is one `multi` checking the
+//! marker and the data version, so a key deleted and recreated to the same data version
+//! in between fails it. Keys without a marker (another client's, an earlier coord's) are
+//! read as any other; their first compare-and-set reads the stat and adds the marker.
+//! Delete a key by hand with `deleteall`. Config and registry watches re-read in batches
+//! and deliver only states that existed (or `Resync`): see [`ConfigStore`](coord_core::ConfigStore).
 //!
 //! A name must not nest under a session-bound node: a service `a/b` cannot coexist with
 //! an instance `b` of service `a` (ZooKeeper forbids children of ephemeral nodes); the

@@ -194,7 +194,7 @@ impl RegistryStore for ZkClient {
         };
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(watch::follow(inner, dir, watcher, first, follower, tx));
-        Ok(watch::batched(rx))
+        Ok(coord_core::raw::batched(rx))
     }
 }
 

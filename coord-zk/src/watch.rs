@@ -14,7 +14,7 @@
 //!   the read has been notified: if the notifications that arrived meanwhile name only
 //!   nodes the read covered, the view is the state at the read, exactly; otherwise
 //!   another round reads what they name. The follower's events are held until such a
-//!   point and sent as one batch ([`batched`] keeps a batch together, and a live cache
+//!   point and sent as one batch ([`batched`](coord_core::raw::batched) keeps a batch together, and a live cache
 //!   applies it at once). After [`MAX_HELD_ROUNDS`] rounds without one, the stream
 //!   reports `Resync` (out of sync: held events dropped, memory bounded) and, at the
 //!   next consistent point, the follower's current state as a snapshot.
@@ -36,10 +36,7 @@ use std::time::Duration;
 use coord_core::raw::{Backoff, Counter};
 use coord_core::{Error, ErrorKind, Result, SessionState};
 use futures::FutureExt as _;
-use futures::StreamExt as _;
-use futures::stream::BoxStream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use zookeeper_client as zk;
 
 use crate::session::Inner;
@@ -72,19 +69,6 @@ pub(crate) trait DirFollower: Send + 'static {
 
     /// The event that reports a gap.
     fn resync() -> Self::Event;
-}
-
-/// The stream of a watch task's batches, one event at a time. A batch's events are
-/// ready together: a consumer that takes what is ready never sees half of one.
-pub(crate) fn batched<E: Send + 'static>(
-    rx: mpsc::Receiver<Result<Vec<E>>>,
-) -> BoxStream<'static, Result<E>> {
-    Box::pin(ReceiverStream::new(rx).flat_map(|batch| {
-        futures::stream::iter(match batch {
-            Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
-            Err(e) => vec![Err(e)],
-        })
-    }))
 }
 
 /// Arms a persistent recursive watch on `dir` on the current session.

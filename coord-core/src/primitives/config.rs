@@ -107,7 +107,11 @@ pub trait ConfigStore: Send + Sync {
     /// [`ConfigEvent::Snapshot`] first, then every change in order. A gap is reported as
     /// [`ConfigEvent::Resync`] followed by a fresh snapshot. Backends without
     /// [`Capabilities::every_watch_event`](crate::Capabilities) may coalesce rapid
-    /// changes to one key, but always deliver the final value.
+    /// changes to one key, but always deliver the final value, and then deliver changes
+    /// in batches that are ready together: after each batch the keys are in a state they
+    /// really were in at one moment (a [`ConfigCache`](crate::ConfigCache) applies a
+    /// batch at once, so its in-sync views are all such states). Under writes faster than
+    /// the backend can re-read, the watch reports `Resync` rather than show a mix.
     ///
     /// # Errors
     ///

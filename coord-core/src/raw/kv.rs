@@ -38,6 +38,23 @@ pub fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Ver
     )
 }
 
+/// The stream of a watch task's batches, one event at a time. A backend sends the events
+/// of one consistent point (an etcd watch response, a ZooKeeper read with nothing left
+/// unread) as one batch: they are then ready together, so a consumer that takes what is
+/// ready (as a live cache does) never sees half of one.
+pub fn batched<E: Send + 'static>(
+    rx: tokio::sync::mpsc::Receiver<Result<Vec<E>>>,
+) -> BoxStream<'static, Result<E>> {
+    use futures::StreamExt as _;
+    let batches = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+    Box::pin(batches.flat_map(|batch| {
+        futures::stream::iter(match batch {
+            Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        })
+    }))
+}
+
 /// A backend's key-value operations: reads, one atomic guarded transaction, and prefix
 /// watches. Inputs arrive validated.
 #[async_trait]

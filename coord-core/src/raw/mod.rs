@@ -50,7 +50,7 @@ pub use crate::stats::{Counter, StatsRecorder};
 pub use backend::{Backend, backend, into_client};
 pub use backoff::Backoff;
 pub use instances::{InstanceStore, RegistryStore};
-pub use kv::{KvStore, version, version_mismatch, version_parts};
+pub use kv::{KvStore, batched, version, version_mismatch, version_parts};
 pub use queue::{
     Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
     Slot, Ticket,
