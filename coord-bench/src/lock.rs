@@ -44,12 +44,25 @@ pub enum Subject {
         key: String,
         lease: i64,
     },
+    /// etcd: the raw floor's join `Txn`, then coord's guarded release (a `Txn` deleting
+    /// the key only if its create revision is the join's): what the guard costs alone.
+    EtcdGuarded {
+        etcd: etcd_client::Client,
+        key: String,
+        lease: i64,
+    },
     /// etcd-client's server-side `lock` (the server's v3lock service) and `unlock`.
     EtcdRecipe {
         etcd: etcd_client::Client,
         name: String,
         lease: i64,
     },
+}
+
+/// Which acquire shape a subject with the raw floor's join takes.
+enum Kind {
+    Guarded,
+    Other,
 }
 
 /// What a granted subject holds until it releases.
@@ -68,11 +81,17 @@ impl Subject {
             Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } => "raw-floor",
             Subject::ZkRecipe { .. } => "zookeeper-client-lock",
             Subject::EtcdShaped { .. } => "raw-coord-requests",
+            Subject::EtcdGuarded { .. } => "raw-guarded-release",
             Subject::EtcdRecipe { .. } => "etcd-client-lock",
         }
     }
 
     pub async fn acquire(&mut self) -> Result<Held> {
+        let self_kind = if matches!(self, Subject::EtcdGuarded { .. }) {
+            Kind::Guarded
+        } else {
+            Kind::Other
+        };
         Ok(match self {
             Subject::Coord { client, name } => Held::Coord(Box::new(client.lock(name).await?)),
             Subject::ZkRaw { zk, dir } => {
@@ -98,7 +117,8 @@ impl Subject {
                 std::mem::forget(lock);
                 Held::Path(path)
             }
-            Subject::EtcdRaw { etcd, key, lease } => {
+            Subject::EtcdRaw { etcd, key, lease } | Subject::EtcdGuarded { etcd, key, lease } => {
+                let guarded = matches!(self_kind, Kind::Guarded);
                 let txn = etcd_client::Txn::new()
                     .when([etcd_client::Compare::create_revision(
                         key.clone(),
@@ -110,10 +130,18 @@ impl Subject {
                         "",
                         Some(etcd_client::PutOptions::new().with_lease(*lease)),
                     )]);
-                if !etcd.txn(txn).await?.succeeded() {
+                let resp = etcd.txn(txn).await?;
+                if !resp.succeeded() {
                     bail!("the raw floor runs uncontended, yet {key} exists");
                 }
-                Held::Key(key.clone().into_bytes())
+                if guarded {
+                    Held::Entry(
+                        key.clone().into_bytes(),
+                        resp.header().map(|h| h.revision()).unwrap_or(0),
+                    )
+                } else {
+                    Held::Key(key.clone().into_bytes())
+                }
             }
             Subject::EtcdShaped { etcd, key, lease } => {
                 let dir = key.rsplit_once('/').map(|(d, _)| d).unwrap_or(key);
@@ -164,7 +192,10 @@ impl Subject {
             (Subject::EtcdRaw { etcd, .. }, Held::Key(k)) => {
                 etcd.delete(k, None).await?;
             }
-            (Subject::EtcdShaped { etcd, .. }, Held::Entry(k, created)) => {
+            (
+                Subject::EtcdShaped { etcd, .. } | Subject::EtcdGuarded { etcd, .. },
+                Held::Entry(k, created),
+            ) => {
                 let txn = etcd_client::Txn::new()
                     .when([etcd_client::Compare::create_revision(
                         k.clone(),
@@ -222,6 +253,13 @@ pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<S
                 let mut etcd = t.etcd().await?;
                 let lease = etcd.lease_grant(300, None).await?.id();
                 if !recipe {
+                    let mut guarded = t.etcd().await?;
+                    let lease = guarded.lease_grant(300, None).await?.id();
+                    out.push(Subject::EtcdGuarded {
+                        etcd: guarded,
+                        key: format!("coord-bench/{name}/guarded/{lease:x}"),
+                        lease,
+                    });
                     let mut shaped = t.etcd().await?;
                     let lease = shaped.lease_grant(300, None).await?.id();
                     out.push(Subject::EtcdShaped {
@@ -420,7 +458,12 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
     sets.retain(|s| {
         !matches!(
             s.first(),
-            Some(Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } | Subject::EtcdShaped { .. })
+            Some(
+                Subject::ZkRaw { .. }
+                    | Subject::EtcdRaw { .. }
+                    | Subject::EtcdShaped { .. }
+                    | Subject::EtcdGuarded { .. }
+            )
         )
     });
     let per_block = Duration::from_secs_f64(seconds / blocks as f64);

@@ -519,14 +519,20 @@ fn render(
            descriptors are sampled each second; the slopes are least squares over the second half.\n\n\
          ## What stands between some figures and their targets\n\n\
          - Uncontended lock: coord sends the floor's number of requests (ZooKeeper 3, etcd 2) and runs no task \
-           per grant. On etcd the join `Txn` also reads the queue's newest keys (the position in the same round \
-           trip, which saves every waiter a request), and the release is a `Txn` that deletes the key only if \
-           its create revision is the contender's (so a release after an operator's delete never removes a \
-           later contender of the same client); `raw-coord-requests` sends exactly coord's two requests raw, \
-           so `x_raw-coord-requests` is the part left to coord's client side (its error mapping, deadlines, \
-           member fail-over and the recipe's bookkeeping: no single hot spot in a profile), and the rest is that \
-           read and the guarded release. On ZooKeeper the rounds spread widely (the JVM server: one round's raw floor ran 40% faster \
-           than the next's), so read the per-round ratios too.\n\
+           per grant. On etcd the request shapes differ from the floor's, for correctness: the join `Txn` also \
+           reads the queue's newest keys (the position in the same round trip, which saves every waiter a \
+           request), and the release is a `Txn` that deletes the key only if its create revision is the \
+           contender's (so a release after an operator's delete never removes a later contender of the same \
+           client; a plain delete is cheaper for etcd than any `Txn`). Three raw subjects split the gap: \
+           `raw-guarded-release` is the floor's join with coord's guarded release, `raw-coord-requests` sends \
+           exactly coord's two requests raw, so `x_raw-coord-requests` is the part left to coord's client side \
+           (its error mapping, deadlines, member fail-over and the recipe's bookkeeping: no single hot spot in a \
+           profile, where the process mostly waits), and the ratio of `raw-coord-requests` to `raw-floor` is \
+           what the shapes cost at the server. The same two costs, multiplied by 64 tasks on a CPU-bound \
+           machine, are what `many-names` on etcd shows. On ZooKeeper the rounds spread widely (the JVM server: \
+           one round's raw floor ran 40% faster than the next's), so read the per-round ratios too.\n\
+         - Config on ZooKeeper: `put` is one `setData` and compare-and-set one `multi`, exactly the raw \
+           requests' count (`*_requests` = 1); what remains is coord's client side per request, and noise.\n\
          - etcd, 1,000 waiters: a waiter's read of \"the key right ahead of me\" is one range with a limit, but \
            etcd 3.4 answers any range sorted or filtered by create revision by fetching every key of the range \
            before sorting and truncating (`etcdserver/apply.go`: \"fetch everything; sort and truncate \

@@ -278,6 +278,88 @@ async fn failed_reread_is_retried(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Config keys and the incarnation marker: a key node made by another client (no
+/// marker) is read, compare-and-set (the first adds the marker, the next costs one
+/// request) and put like any; a key deleted and made again by another client up to the
+/// same data version fails a compare-and-set on the old version (no ABA); a marked key
+/// deletes with its marker.
+async fn config_keys_and_their_markers(ctx: Ctx) -> CaseResult {
+    use anyhow::{Context as _, ensure};
+    use coord_core::ConfigStore;
+    use zookeeper_client as zk;
+    let server = std::env::var("COORD_TEST_ZK")?;
+    let client = ctx.client().await?;
+    let lock = client.lock_path("x")?;
+    let root = lock.strip_suffix("/locks/x").context("the lock path's layout")?;
+    let node = format!("{root}/config/k");
+    let raw = zk::Client::connect(&server).await?;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    client.put("seed", b"s".to_vec()).await?; // the config directory
+    raw.create(&node, b"raw", &persistent).await?;
+    let v0 = client
+        .get("k")
+        .await?
+        .context("a key made by another client is not read")?;
+    ensure!(v0.value == b"raw", "{v0:?}");
+    let v1 = client
+        .compare_and_set("k", Some(v0.version), b"c1".to_vec())
+        .await?;
+    let (_, stat) = raw.get_data(&node).await?;
+    ensure!(
+        raw.list_children(&node).await? == [stat.czxid.to_string()],
+        "the first compare-and-set did not mark the key"
+    );
+    let before = client.stats();
+    let v2 = client.compare_and_set("k", Some(v1), b"c2".to_vec()).await?;
+    let requests = client.stats().since(&before).data_requests();
+    ensure!(
+        requests == 1,
+        "a compare-and-set of a marked key took {requests} requests"
+    );
+    // Deleted and made again by another client, written up to the same data version.
+    raw.delete(&format!("{node}/{}", stat.czxid), None).await?;
+    raw.delete(&node, None).await?;
+    raw.create(&node, b"x0", &persistent).await?;
+    raw.set_data(&node, b"x1", None).await?;
+    raw.set_data(&node, b"x2", None).await?;
+    let (_, again) = raw.get_data(&node).await?;
+    ensure!(
+        again.version == stat.version + 1,
+        "the data versions differ: {again:?} {stat:?}"
+    );
+    let stale = client.compare_and_set("k", Some(v2), b"stale".to_vec()).await;
+    ensure!(
+        matches!(&stale, Err(e) if e.kind() == ErrorKind::VersionMismatch),
+        "a version from before the delete and recreate was accepted: {stale:?}"
+    );
+    ensure!(
+        raw.get_data(&node).await?.0 == b"x2",
+        "the stale compare-and-set wrote"
+    );
+    // Put on the unmarked node; compare-and-set marks it; delete takes the marker along.
+    let v3 = client.put("k", b"p".to_vec()).await?;
+    client.compare_and_set("k", Some(v3), b"c3".to_vec()).await?;
+    ensure!(raw.list_children(&node).await?.len() == 1, "not marked");
+    ensure!(client.delete("k").await?, "the marked key was not deleted");
+    ensure!(
+        raw.check_stat(&node).await?.is_none(),
+        "the key node is still there"
+    );
+    // A key coord makes is marked from the start.
+    let v = client.put("new", b"n".to_vec()).await?;
+    ensure!(
+        raw.list_children(&format!("{root}/config/new")).await?.len() == 1,
+        "a key coord made has no marker"
+    );
+    let before = client.stats();
+    client.compare_and_set("new", Some(v), b"n2".to_vec()).await?;
+    ensure!(
+        client.stats().since(&before).data_requests() == 1,
+        "not one request"
+    );
+    Ok(())
+}
+
 fn main() {
     let factory = RealServer::from_env("zk")
         .unwrap_or_else(|e| panic!("{e}"))
@@ -315,6 +397,11 @@ fn main() {
             name: "zk::curator_semaphore_nodes_share_leases",
             needs: Needs::NONE,
             run: |ctx| Box::pin(interop::curator_semaphore_nodes_share_leases(ctx)),
+        },
+        Case {
+            name: "zk::config_keys_and_their_markers",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(config_keys_and_their_markers(ctx)),
         },
         Case {
             name: "zk::failed_reread_is_retried",
