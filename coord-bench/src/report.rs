@@ -213,6 +213,14 @@ pub async fn run(args: Args) -> Result<()> {
         let r = soak::run(&targets, soak_minutes * 60.0).await.context("soak")?;
         for row in &r {
             println!("{}", row.result_line());
+            // The smoke form fails on errors: an error the soak did not inject is one.
+            if args.smoke && row.get("errors").is_some_and(|e| e > 0.0) {
+                anyhow::bail!(
+                    "soak on {}: {} errors beyond the injected ones",
+                    row.backend,
+                    fmt(row.get("errors").unwrap_or(0.0))
+                );
+            }
         }
         medians.extend(r);
     }
@@ -532,7 +540,10 @@ fn render(
            machine, are what `many-names` on etcd shows. On ZooKeeper the rounds spread widely (the JVM server: \
            one round's raw floor ran 40% faster than the next's), so read the per-round ratios too.\n\
          - Config on ZooKeeper: `put` is one `setData` and compare-and-set one `multi`, exactly the raw \
-           requests' count (`*_requests` = 1); what remains is coord's client side per request, and noise.\n\
+           requests' count (`*_requests` = 1). The compare-and-set's `multi` also checks the key's \
+           incarnation marker, which is what makes it exact across a delete and recreate; a `multi` costs the \
+           server more than the raw floor's versioned `setData`, which cannot tell incarnations apart. The \
+           rest is coord's client side per request, and noise.\n\
          - etcd, 1,000 waiters: a waiter's read of \"the key right ahead of me\" is one range with a limit, but \
            etcd 3.4 answers any range sorted or filtered by create revision by fetching every key of the range \
            before sorting and truncating (`etcdserver/apply.go`: \"fetch everything; sort and truncate \

@@ -207,7 +207,8 @@ pub async fn run(targets: &[Target], seconds: f64) -> Result<Vec<Row>> {
     }
     let start = Instant::now();
     let (mut xs, mut rss, mut tasks, mut fds) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut next_fault = Duration::from_secs(10);
+    // Every 10 s; a short run (the smoke form) gets one halfway.
+    let mut next_fault = Duration::from_secs_f64((seconds / 2.0).min(10.0));
     let metrics = tokio::runtime::Handle::current().metrics();
     while start.elapsed().as_secs_f64() < seconds {
         tokio::time::sleep(Duration::from_secs(1)).await;
