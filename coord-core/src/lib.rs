@@ -102,7 +102,7 @@ pub use primitives::config::{ConfigEvent, ConfigStore, Entry};
 pub use primitives::counter::SharedCounter;
 pub use primitives::double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};
 pub use primitives::election::{Election, LeaderEvent, LeaderInfo, Leadership};
-pub use primitives::leader_selector::{LeaderSelector, Leading, SelectorState};
+pub use primitives::leader_selector::{LEADER_LOSS_GRACE, LeaderSelector, Leading, SelectorState};
 pub use primitives::lock::{Lock, LockGuard, LockHolder};
 pub use primitives::registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
 pub use primitives::rw_lock::{ReadGuard, RwLock, WriteGuard};

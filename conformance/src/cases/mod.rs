@@ -229,6 +229,7 @@ pub fn all() -> Vec<Case> {
         case!(counter::non_counter_values_are_errors),
         case!(selector::work_that_returns_hands_over),
         case!(selector::lost_term_cancels_work_and_requeues, KILL),
+        case!(selector::lost_term_work_notes_its_loss, KILL),
         case!(selector::stop_and_drop_resign),
         case!(barrier::waiters_go_on_when_removed),
         case!(barrier::removal_during_outage_is_seen, SUSPEND),

@@ -124,6 +124,37 @@ pub async fn lost_term_cancels_work_and_requeues(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A term's work learns of its loss and may end on its own: its `Leading::lost`
+/// resolves, and what it does then (here: waits a little, as a flush would, and reports)
+/// completes before the selector cancels anything — within `LEADER_LOSS_GRACE`.
+pub async fn lost_term_work_notes_its_loss(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let selector = a.lead("svc", b"a".to_vec(), move |leading| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(("leads", leading.token()));
+            leading.lost().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = tx.send(("noted its loss", leading.token()));
+        }
+    })?;
+    let (what, token) = within(QUICK, "a leads", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(what == "leads");
+    ctx.factory().kill_session(&a).await?;
+    let (what, noted) = within(ctx.expiry_wait(), "the work notes its loss", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the selector ended"))?;
+    ensure!(
+        what == "noted its loss" && noted == token,
+        "the work was cancelled before it could end its term: then {what} ({noted})"
+    );
+    selector.stop().await?;
+    Ok(())
+}
+
 /// Stopping a leading selector cancels its work and resigns at once; dropping one does
 /// the same in the background.
 pub async fn stop_and_drop_resign(ctx: Ctx) -> CaseResult {

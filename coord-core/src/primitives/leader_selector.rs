@@ -139,9 +139,10 @@ impl Client {
     ///
     /// - when `work` returns, resigns and campaigns again (at the back of the queue, so
     ///   other candidates get their turn);
-    /// - when leadership is lost (session lost, node or key deleted), cancels `work` —
-    ///   drops its future; `work` that waits on [`Leading::lost`] itself is polled once
-    ///   more first, so it can note the loss — and campaigns again;
+    /// - when leadership is lost (session lost, node or key deleted), lets `work` end on
+    ///   its own: its [`Leading::lost`] resolves, and it has [`LEADER_LOSS_GRACE`] (1 s) to
+    ///   note the loss, log, flush or clean up — nothing fenced by the term succeeds any
+    ///   more — before it is cancelled (its future dropped); then campaigns again;
     /// - when the selector is stopped or dropped, cancels `work` and resigns.
     ///
     /// Campaign failures that retrying can help (`SessionLost`, `Unavailable`,
@@ -251,6 +252,10 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// How long a term's work may go on after the term is lost, to end on its own, before
+/// it is cancelled.
+pub const LEADER_LOSS_GRACE: Duration = Duration::from_secs(1);
+
 /// A term shorter than this is followed by a growing pause before the next campaign.
 const SHORT_TERM: Duration = Duration::from_millis(100);
 
@@ -298,16 +303,26 @@ where
         tracing::debug!(token = %leadership.token(), "coord.lead_term_started");
         let began = tokio::time::Instant::now();
         let mut term = Box::pin(work(leading));
-        // The work is polled first, so work that waits on the loss itself sees it.
-        let stopping = tokio::select! {
+        let (stopping, lost) = tokio::select! {
             biased;
-            _ = &mut term => false,
-            _ = leadership.lost() => {
-                tracing::debug!(token = %leadership.token(), "coord.lead_term_lost");
-                false
-            }
-            _ = stopped(&mut stop) => true,
+            _ = &mut term => (false, false),
+            _ = leadership.lost() => (false, true),
+            _ = stopped(&mut stop) => (true, false),
         };
+        if lost {
+            tracing::debug!(token = %leadership.token(), "coord.lead_term_lost");
+            // The work learns of the loss for sure: it is polled again now that the hold
+            // is lost (so its own `Leading::lost` resolves at once — the session may have
+            // ended between its poll above and the selector's), and has `LEADER_LOSS_GRACE` to
+            // end on its own (log, flush, clean up; nothing fenced succeeds any more).
+            let ended = tokio::select! {
+                r = tokio::time::timeout(LEADER_LOSS_GRACE, &mut term) => r.is_ok(),
+                _ = stopped(&mut stop) => false,
+            };
+            if !ended {
+                tracing::debug!(token = %leadership.token(), "coord.lead_work_cancelled_after_grace");
+            }
+        }
         // The work's future (cancelled if still running) goes before the resignation.
         drop(term);
         if let Err(e) = leadership.resign().await {
