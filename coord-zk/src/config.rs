@@ -516,20 +516,9 @@ fn push_marker_check(plan: &mut Vec<(Tag, PlannedOp)>, path: &str, stat: &zk::St
 /// change (or found the config directory missing, now made): try again.
 async fn send(inner: &Inner, planned: &Planned) -> Result<Option<Vec<zk::MultiWriteResult>>> {
     let ops: Vec<PlannedOp> = planned.plan.iter().map(|(_, p)| p.clone()).collect();
-    let acl = inner.acl();
-    let committed = inner
-        .call(Counter::Txn, "commit", true, |zk| async move {
-            let mut writer = zk.new_multi_writer();
-            for op in &ops {
-                op.add_to(&mut writer, acl)?;
-            }
-            Ok(writer.commit().await)
-        })
-        .await?
-        .map_err(|e| map(e, "commit", true))?;
-    match committed {
+    match write_multi(inner, &ops).await? {
         Ok(r) => Ok(Some(r)),
-        Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+        Err((index, source)) => {
             let which = planned.starts.iter().rposition(|s| *s <= index).unwrap_or(0);
             let (tag, op) = &planned.plan[which];
             let creates = matches!(op, PlannedOp::Create(..) | PlannedOp::AssertAbsent(_));
@@ -550,7 +539,6 @@ async fn send(inner: &Inner, planned: &Planned) -> Result<Option<Vec<zk::MultiWr
                 (Tag::Race, _) => Ok(None),
             }
         }
-        Err(zk::MultiWriteError::RequestFailed { source }) => Err(map(source, "commit", true)),
     }
 }
 

@@ -41,7 +41,13 @@ pub fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Ver
 /// The stream of a watch task's batches, one event at a time. A backend sends the events
 /// of one consistent point (an etcd watch response, a ZooKeeper read with nothing left
 /// unread) as one batch: they are then ready together, so a consumer that takes what is
-/// ready (as a live cache does) never sees half of one.
+/// ready (as a live cache does) never sees half of one. An `Err` item is passed on as
+/// it is.
+///
+/// # Cancel safety
+///
+/// Dropping the stream drops the receiver: the sending task sees its channel closed
+/// and stops.
 pub fn batched<E: Send + 'static>(
     rx: tokio::sync::mpsc::Receiver<Result<Vec<E>>>,
 ) -> BoxStream<'static, Result<E>> {
