@@ -102,6 +102,7 @@ pub use primitives::config::{ConfigEvent, ConfigStore, Entry};
 pub use primitives::counter::SharedCounter;
 pub use primitives::double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};
 pub use primitives::election::{Election, LeaderEvent, LeaderInfo, Leadership};
+pub use primitives::inspect::{Origin, Participant, RecipeKind, RecipeView};
 pub use primitives::leader_selector::{LEADER_LOSS_GRACE, LeaderSelector, Leading, SelectorState};
 pub use primitives::lock::{Lock, LockGuard, LockHolder};
 pub use primitives::registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};

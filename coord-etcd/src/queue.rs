@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_core::raw::{
     Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
-    QueueSpec, Slot, Ticket,
+    QueueSpec, Slot, Surveyed, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use etcd_client as etcd;
@@ -549,6 +549,29 @@ impl Queue for EtcdClient {
             Tracked::Gap => vec![EntriesEvent::Gap],
         })
         .await
+    }
+
+    async fn survey(&self, root: &str) -> Result<Vec<Surveyed>> {
+        // One range read: every key under the root, those under a lease are entries.
+        let (_, kvs) = watch::range(&self.inner, &format!("{}/", self.inner.key(root))).await?;
+        let mut found: Vec<Surveyed> = kvs
+            .into_iter()
+            .filter(|kv| kv.lease != 0)
+            .filter_map(|kv| {
+                let rel = kv.key.strip_prefix(&self.inner.prefix)?;
+                let (dir, name) = rel.rsplit_once('/')?;
+                Some(Surveyed {
+                    dir: dir.to_owned(),
+                    name: name.to_owned(),
+                    token: FencingToken(kv.create_rev as u64),
+                    value: kv.value,
+                    owner: kv.lease as u64,
+                    created_ms: None,
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| (&a.dir, a.token).cmp(&(&b.dir, b.token)));
+        Ok(found)
     }
 }
 

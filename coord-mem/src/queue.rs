@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
     Admission, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
-    QueueSpec, Slot, Ticket,
+    QueueSpec, Slot, Surveyed, Ticket,
 };
 use coord_core::{FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -185,6 +185,33 @@ impl Queue for MemClient {
             Tracked::Changed(t) => vec![EntriesEvent::Entries(t.members())],
             Tracked::Gap => vec![EntriesEvent::Gap],
         })
+    }
+
+    async fn survey(&self, root: &str) -> Result<Vec<Surveyed>> {
+        let under = format!("{}/", self.inner.key(root));
+        let namespace = self.inner.key("");
+        let mut found: Vec<Surveyed> = self
+            .inner
+            .call(Counter::Read, |s| {
+                s.range(&under)
+                    .filter_map(|(key, d)| {
+                        let owner = d.owner?;
+                        let rel = key.strip_prefix(&namespace)?;
+                        let (dir, name) = rel.rsplit_once('/')?;
+                        Some(Surveyed {
+                            dir: dir.to_owned(),
+                            name: name.to_owned(),
+                            token: FencingToken(d.create_rev),
+                            value: d.value.clone(),
+                            owner,
+                            created_ms: None,
+                        })
+                    })
+                    .collect()
+            })
+            .await?;
+        found.sort_by(|a, b| (&a.dir, a.token).cmp(&(&b.dir, b.token)));
+        Ok(found)
     }
 }
 

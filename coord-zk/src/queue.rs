@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_core::raw::{
     Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry,
-    QueueSpec, Slot, Ticket,
+    QueueSpec, Slot, Surveyed, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -72,6 +72,16 @@ impl ZkClient {
 /// name has (the locator is `<dir>/<name prefix>`).
 fn split_locator(ticket: &Ticket) -> (&str, &str) {
     ticket.locator.rsplit_once('/').unwrap_or(("", &ticket.locator))
+}
+
+/// A new random guid for an entry's name, marked as coord's: version 8 ("custom")
+/// where Curator and kazoo write random version-4 ones, so that an inspector tells
+/// coord's entries from theirs (`coord inspect`). Any 36-character guid keeps Curator's
+/// protected-name rules.
+fn coord_guid() -> uuid::Uuid {
+    uuid::Builder::from_random_bytes(*uuid::Uuid::new_v4().as_bytes())
+        .with_version(uuid::Version::Custom)
+        .into_uuid()
 }
 
 /// Looks for the ticket's node (by its guid) after a create of unknown outcome.
@@ -198,7 +208,7 @@ impl Queue for ZkClient {
     fn ticket(&self, queue: &QueueSpec, _slot: Slot) -> Result<Ticket> {
         // Every entry has a name of its own (its guid): slots need nothing more.
         let current = self.inner.current()?;
-        let name = own_name_prefix(queue, self.inner.options.lock_layout, uuid::Uuid::new_v4());
+        let name = own_name_prefix(queue, self.inner.options.lock_layout, coord_guid());
         Ok(Ticket {
             queue: queue.clone(),
             generation: current.generation,
@@ -471,6 +481,67 @@ impl Queue for ZkClient {
         ));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
+
+    async fn survey(&self, root: &str) -> Result<Vec<Surveyed>> {
+        // Level by level: list the directories found so far, then read every child
+        // (value and stat) at once; ephemeral nodes are entries, nodes with children are
+        // directories for the next level. A node gone between the list and the read is
+        // skipped.
+        let namespace = self.inner.path("");
+        let mut found = Vec::new();
+        let mut dirs = vec![self.inner.path(root)];
+        while !dirs.is_empty() {
+            let listed = futures::future::join_all(dirs.iter().map(|dir| {
+                let d = dir.clone();
+                self.inner.call(Counter::Read, "survey", false, |zk| async move {
+                    zk.list_children(&d).await
+                })
+            }))
+            .await;
+            let mut children = Vec::new();
+            for (dir, listed) in dirs.iter().zip(listed) {
+                match listed? {
+                    Ok(names) => children.extend(names.into_iter().map(|n| format!("{dir}/{n}"))),
+                    Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(map_at(e, "survey", false, dir)),
+                }
+            }
+            let read = futures::future::join_all(children.iter().map(|path| {
+                let p = path.clone();
+                self.inner.call(Counter::Read, "survey", false, |zk| async move {
+                    zk.get_data(&p).await
+                })
+            }))
+            .await;
+            dirs = Vec::new();
+            for (path, read) in children.into_iter().zip(read) {
+                let (value, stat) = match read? {
+                    Ok(x) => x,
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(map_at(e, "survey", false, &path)),
+                };
+                if stat.num_children > 0 {
+                    dirs.push(path.clone());
+                }
+                if stat.ephemeral_owner == 0 {
+                    continue;
+                }
+                let rel = path.strip_prefix(&namespace).unwrap_or(&path);
+                if let Some((dir, name)) = rel.rsplit_once('/') {
+                    found.push(Surveyed {
+                        dir: dir.to_owned(),
+                        name: name.to_owned(),
+                        token: FencingToken(stat.czxid as u64),
+                        value,
+                        owner: stat.ephemeral_owner as u64,
+                        created_ms: u64::try_from(stat.ctime).ok(),
+                    });
+                }
+            }
+        }
+        found.sort_by(|a: &Surveyed, b: &Surveyed| (&a.dir, a.token).cmp(&(&b.dir, b.token)));
+        Ok(found)
+    }
 }
 
 /// Sends `first`, then what `read` returns after every change any of `watchers` (armed
@@ -694,6 +765,14 @@ mod tests {
                 ("cd__lock__0000000004".to_owned(), 1),
             ]
         );
+    }
+
+    #[test]
+    fn coord_guids_are_version_8() {
+        let guid = coord_guid();
+        assert_eq!(guid.get_version_num(), 8);
+        assert_eq!(guid.to_string().as_bytes()[14], b'8');
+        assert_ne!(coord_guid(), guid);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod double_barrier;
 pub mod election;
 pub mod fencing;
 pub mod input;
+pub mod inspect;
 pub mod lock;
 pub mod outside_recipe;
 pub mod queue;
@@ -213,6 +214,7 @@ pub fn all() -> Vec<Case> {
         case!(rw_lock::independent_of_the_plain_lock),
         case!(rw_lock::waiter_session_lost_fails_and_leaves_nothing, KILL),
         case!(outside_recipe::turnstile_admits_permits_in_order),
+        case!(inspect::shows_every_recipe_as_it_stands),
         case!(semaphore::at_most_permits_hold),
         case!(semaphore::one_client_holds_several),
         case!(semaphore::never_more_than_permits_under_contention),

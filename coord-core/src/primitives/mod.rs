@@ -8,6 +8,7 @@ pub(crate) mod config;
 pub(crate) mod counter;
 pub(crate) mod double_barrier;
 pub(crate) mod election;
+pub(crate) mod inspect;
 pub(crate) mod leader_selector;
 pub(crate) mod lock;
 pub(crate) mod registry;

@@ -53,5 +53,5 @@ pub use instances::{InstanceStore, RegistryStore};
 pub use kv::{KvStore, batched, version, version_mismatch, version_parts};
 pub use queue::{
     Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
-    Slot, Ticket,
+    Slot, Surveyed, Ticket,
 };

@@ -20,6 +20,7 @@
 //! | one removal attempt ([`Queue::leave`]) | removal retried until confirmed or the session ended, on drop too |
 //! | the first entry and its changes ([`Queue::head`], [`Queue::watch_head`]) | leader observation: no duplicates, tokens never going back |
 //! | every entry and its changes ([`Queue::watch_entries`]) | a double barrier's members |
+//! | every session-bound entry under a directory ([`Queue::survey`]) | what each recipe's entries mean (`coord inspect`) |
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -295,6 +296,26 @@ pub enum EntriesEvent {
     Gap,
 }
 
+/// A session-bound entry found by [`Queue::survey`], in whatever layout made it (coord's,
+/// Curator's, kazoo's, Go's `concurrency`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Surveyed {
+    /// Its directory, relative to the namespace (`locks/a`, `rwlocks/b/read`).
+    pub dir: String,
+    /// Its name in that directory (`_c_<guid>-lock-0000000003`, `694d7a1b2c3d4e5f`).
+    pub name: String,
+    /// Its creation order and fencing token (`czxid`, create revision).
+    pub token: FencingToken,
+    /// Its value.
+    pub value: Vec<u8>,
+    /// The session it is bound to: ZooKeeper's ephemeral owner, etcd's lease, mem's
+    /// session.
+    pub owner: u64,
+    /// When the server created it, in milliseconds since the Unix epoch, where the
+    /// server keeps it (ZooKeeper's `ctime`); `None` on etcd, which keeps no times.
+    pub created_ms: Option<u64>,
+}
+
 /// A change of the first entry of a queue, for leader observation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeadEvent {
@@ -421,4 +442,19 @@ pub trait Queue: Send + Sync {
     ///
     /// Dropping the stream stops watching.
     async fn watch_entries(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<EntriesEvent>>>;
+
+    /// Every session-bound entry at or below `root` (a directory relative to the
+    /// namespace), in any queue and any layout, sorted by directory and then token. One
+    /// consistent read where the server has one (etcd, mem); on ZooKeeper a walk of the
+    /// tree, level by level, so an entry that comes or goes meanwhile may be missed or
+    /// seen. For inspection, not for decisions: the recipes never call it.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `Closed`, `PermissionDenied`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (reads).
+    async fn survey(&self, root: &str) -> Result<Vec<Surveyed>>;
 }
