@@ -53,7 +53,10 @@ Examples:
   export COORD_URL=etcd://127.0.0.1:2379/myapp
   coord lock nightly-report -- ./report.sh        # one at a time, token in $COORD_FENCING_TOKEN
   coord elect scheduler \"$(hostname)\" -- ./scheduler
+  coord lock -n 3 gpu -- ./train.sh              # at most 3 at once
   coord config put feature/x on && coord config get feature/x
+  coord queue push jobs 'resize 1.png' && coord queue take jobs
+  coord inspect                                  # who holds what, who waits
   coord session                                  # health check: exit 0 when connected
 
 Set RUST_LOG=coord=debug for the library's logs on standard error.
@@ -64,19 +67,29 @@ Set RUST_LOG=coord=debug for the library's logs on standard error.
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a command while holding a lock.
+    /// Run a command while holding a lock, a semaphore lease or a read/write lock.
     ///
     /// Waits for the lock (showing who holds it meanwhile), runs the command with
     /// COORD_FENCING_TOKEN and COORD_LOCK in its environment, releases the lock when it
-    /// exits and exits with its status. If the lock is lost while the command runs
-    /// (session expired, entry deleted), the command gets SIGTERM, then SIGKILL after
-    /// --grace, and coord exits with 125: pass the token to whatever the command writes
-    /// so that a stale holder's writes are rejected meanwhile.
+    /// exits and exits with its status. With -n N, up to N commands hold the name at
+    /// once (a semaphore's leases); with --read, any number of readers hold it together
+    /// while no writer does, and --write holds it alone (a read/write lock).
+    ///
+    /// If the lock is lost while the command runs (session expired, entry deleted), the
+    /// command gets SIGTERM at once and SIGKILL after --grace, and coord exits with 125.
+    /// The default grace ends before the server can expire the session and grant the
+    /// lock to anyone else: half the time between coord declaring the session lost and
+    /// the earliest expiry (ZooKeeper: 15% of the session timeout, 1.5s at 10s; etcd:
+    /// 5% of the lease TTL, 500ms at 10s). Pass the token to whatever the command
+    /// writes, so that a stale holder's writes are rejected whatever the timing.
     #[command(after_help = "\
 Examples:
   coord lock backups -- ./backup.sh
-  coord lock --timeout 5m --grace 30s db-migrate -- ./migrate --fence \"$COORD_FENCING_TOKEN\"
+  coord lock --timeout 5m db-migrate -- ./migrate --fence \"$COORD_FENCING_TOKEN\"
   coord lock --try cron/cleanup -- ./cleanup || echo \"another host runs it\"
+  coord lock -n 3 gpu -- ./train.sh                 # at most 3 at once
+  coord lock --read schema -- ./report.sh           # readers share; a --write waits
+  coord lock --write schema -- ./migrate.sh
 
 The signal goes to the command's process: a shell script should `exec` its last
 command or trap TERM to stop its own children.")]
@@ -119,6 +132,44 @@ Examples:
     #[command(subcommand)]
     Registry(RegistryCommand),
 
+    /// A bounded FIFO queue of items: push, take (waiting), and its length.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+
+    /// A shared 64-bit counter: get, add, set (ASCII decimal at a config key).
+    #[command(subcommand)]
+    Counter(CounterCommand),
+
+    /// A barrier: raise it, remove it, or wait until it is removed.
+    #[command(subcommand)]
+    Barrier(BarrierCommand),
+
+    /// Two-phase commits: read a transaction's decision.
+    #[command(subcommand)]
+    Txn(TxnCommand),
+
+    /// Show who holds what and who waits: locks, read/write locks, semaphores,
+    /// elections, services, queues, double barriers and two-phase commits.
+    ///
+    /// Reads the layouts coord writes, and Curator's, kazoo's and Go's `concurrency`
+    /// on the same paths (each entry says which made it). A snapshot for people: each
+    /// kind is read separately. With --watch, prints again whenever it changes (read
+    /// every second) until interrupted.
+    #[command(after_help = "\
+Examples:
+  coord inspect                         # everything in the namespace
+  coord inspect jobs                    # names at or below jobs/
+  coord inspect --json | jq 'select(.kind == \"lock\") | .holders[0].token'
+  coord inspect --watch scheduler")]
+    Inspect {
+        /// Only names at or below this prefix (whole segments).
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print again whenever something changes, until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
+
     /// Connect and report the backend, session and server: a health check.
     ///
     /// Exits 0 when connected, 69 when the servers cannot be reached, 77 for wrong
@@ -131,15 +182,28 @@ Examples:
 struct LockArgs {
     /// The lock's name: segments of [A-Za-z0-9._-] separated by '/'.
     name: String,
+    /// Let up to N commands hold the name at once (a semaphore with N permits; every
+    /// holder must use the same N).
+    #[arg(short = 'n', long = "permits", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_PERMITS)), conflicts_with_all = ["read", "write"])]
+    permits: Option<u32>,
+    /// Hold the read side of a read/write lock: shared with other readers, excluded by
+    /// a writer.
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Hold the write side of a read/write lock: alone, excluding readers.
+    #[arg(long)]
+    write: bool,
     /// Give up waiting after this long (e.g. 30s, 5m); exit 124.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     timeout: Option<Duration>,
     /// Do not wait: exit 75 at once if the lock is held.
     #[arg(long = "try", conflicts_with = "timeout")]
     try_once: bool,
-    /// After SIGTERM on a lost lock, wait this long before SIGKILL.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", value_name = "DURATION")]
-    grace: Duration,
+    /// After SIGTERM on a lost lock, wait this long before SIGKILL. The default is safe
+    /// (the command is gone before anyone else can be granted the lock); a longer one
+    /// lets a command that ignores SIGTERM run on beside the next holder.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    grace: Option<Duration>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -154,9 +218,10 @@ struct ElectArgs {
     /// Give up campaigning after this long; exit 124.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     timeout: Option<Duration>,
-    /// After SIGTERM on a lost leadership, wait this long before SIGKILL.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", value_name = "DURATION")]
-    grace: Duration,
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL (default: as
+    /// `coord lock`, before the server can expire the session).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    grace: Option<Duration>,
     /// A command to run while leading, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -262,6 +327,118 @@ Examples:
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub(crate) enum QueueCommand {
+    /// Add an item at the tail; prints its sequence number.
+    #[command(
+        after_help = "Examples:\n  coord queue push jobs 'resize 1.png'\n  coord queue push jobs - < job.json"
+    )]
+    Push {
+        /// The queue's name.
+        name: String,
+        /// The item, or - to read it from standard input.
+        item: String,
+        /// Refuse the push (exit 69, retry later) while the queue holds this many items.
+        #[arg(long, default_value_t = coord::MAX_QUEUE_ITEMS, value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_QUEUE_ITEMS)))]
+        max: u32,
+    },
+    /// Take the oldest item (each item goes to exactly one taker) and print it; waits
+    /// for one unless --try.
+    #[command(
+        after_help = "Examples:\n  coord queue take jobs\n  coord queue take --try jobs || echo empty\n  coord queue take --timeout 30s --json jobs"
+    )]
+    Take {
+        /// The queue's name.
+        name: String,
+        /// Give up waiting after this long; exit 124.
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        timeout: Option<Duration>,
+        /// Do not wait: exit 3 at once if the queue is empty.
+        #[arg(long = "try", conflicts_with = "timeout")]
+        try_once: bool,
+    },
+    /// Print how many items the queue holds.
+    #[command(after_help = "Examples:\n  coord queue len jobs")]
+    Len {
+        /// The queue's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CounterCommand {
+    /// Print the counter (0 when absent).
+    #[command(after_help = "Examples:\n  coord counter get visits")]
+    Get {
+        /// The counter's config key.
+        key: String,
+    },
+    /// Add DELTA (may be negative) and print the new value; every add lands once.
+    #[command(after_help = "Examples:\n  coord counter add visits 1\n  coord counter add visits -5")]
+    Add {
+        /// The counter's config key.
+        key: String,
+        /// What to add.
+        #[arg(allow_negative_numbers = true)]
+        delta: i64,
+    },
+    /// Set the counter.
+    #[command(after_help = "Examples:\n  coord counter set visits 0")]
+    Set {
+        /// The counter's config key.
+        key: String,
+        /// The new value.
+        #[arg(allow_negative_numbers = true)]
+        value: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BarrierCommand {
+    /// Raise the barrier (a persistent key: it stays up until removed).
+    #[command(after_help = "Examples:\n  coord barrier raise deploy/freeze")]
+    Raise {
+        /// The barrier's config key.
+        key: String,
+    },
+    /// Remove the barrier, releasing everyone waiting.
+    #[command(after_help = "Examples:\n  coord barrier remove deploy/freeze")]
+    Remove {
+        /// The barrier's config key.
+        key: String,
+    },
+    /// Wait until the barrier is removed (at once if it is not raised).
+    #[command(
+        after_help = "Examples:\n  coord barrier wait deploy/freeze && ./deploy.sh\n  coord barrier wait --timeout 10m deploy/freeze"
+    )]
+    Wait {
+        /// The barrier's config key.
+        key: String,
+        /// Give up waiting after this long; exit 124.
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        timeout: Option<Duration>,
+    },
+    /// Print whether the barrier is raised (exit 3 when it is not).
+    #[command(after_help = "Examples:\n  coord barrier status deploy/freeze")]
+    Status {
+        /// The barrier's config key.
+        key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TxnCommand {
+    /// Print a two-phase commit's persisted decision, commit or abort (exit 3 when it
+    /// has none yet).
+    #[command(
+        after_help = "Examples:\n  coord txn decision orders/4711\n  coord txn decision --json orders/4711"
+    )]
+    Decision {
+        /// The transaction's name.
+        name: String,
+    },
+}
+
 fn parse_meta(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -312,6 +489,12 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
                 &client,
                 cmd::lock::Lock {
                     name: &a.name,
+                    mode: match (a.permits, a.read, a.write) {
+                        (Some(n), _, _) => cmd::lock::Mode::Permits(n),
+                        (None, true, _) => cmd::lock::Mode::Read,
+                        (None, false, true) => cmd::lock::Mode::Write,
+                        (None, false, false) => cmd::lock::Mode::Exclusive,
+                    },
                     timeout: a.timeout,
                     try_once: a.try_once,
                     grace: a.grace,
@@ -347,6 +530,13 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
             one_shot(&mut stop, cmd::registry::list(&client, &service, out)).await
         }
         Command::Registry(c) => cmd::registry::run(&client, c, &mut stop, out).await,
+        Command::Queue(c) => cmd::recipes::queue(&client, c, &mut stop, out).await,
+        Command::Counter(c) => one_shot(&mut stop, cmd::recipes::counter(&client, c, out)).await,
+        Command::Barrier(c) => cmd::recipes::barrier(&client, c, &mut stop, out).await,
+        Command::Txn(c) => one_shot(&mut stop, cmd::recipes::txn(&client, c, out)).await,
+        Command::Inspect { prefix, watch } => {
+            cmd::inspect::run(&client, &prefix, watch, &mut stop, out).await
+        }
         Command::Session => one_shot(&mut stop, cmd::session::run(&client, out)).await,
     };
     // Ends the session now: whatever it still holds is released at once, not by timeout

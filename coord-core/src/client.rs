@@ -198,6 +198,15 @@ impl Client {
         Ok(self.core.backend.path(&crate::primitives::semaphore::dir(name)))
     }
 
+    /// The least time between this client reporting its session `Lost` and the earliest
+    /// moment the server may expire the session and grant what it held to someone else:
+    /// a process that must stop when it loses a lock has this long (ZooKeeper: 3/10 of
+    /// the negotiated session timeout; etcd: a tenth of the lease TTL, at least 100 ms;
+    /// mem: a tenth of the TTL). `coord lock` kills its command within half of it.
+    pub fn loss_margin(&self) -> std::time::Duration {
+        self.core.backend.loss_margin()
+    }
+
     /// The server's id of the current session.
     pub fn session_id(&self) -> u64 {
         self.core.backend.session_id()

@@ -220,6 +220,10 @@ impl Backend for EtcdClient {
         self.inner.stats.snapshot()
     }
 
+    fn loss_margin(&self) -> std::time::Duration {
+        session::loss_margin(self.inner.options.lease_ttl)
+    }
+
     async fn server_version(&self) -> Result<Option<String>> {
         let status = self
             .inner

@@ -504,7 +504,7 @@ impl Inner {
     async fn keep_alive(&self, lease: Lease, granted: &Granted) -> Option<&'static str> {
         let ttl = granted.ttl;
         let interval = ttl / 3;
-        let margin = (ttl / 10).max(Duration::from_millis(100));
+        let margin = loss_margin(ttl);
         // The server started the TTL when it handled the grant: no earlier than its send.
         let mut last_ok_sent = granted.sent;
         let mut stream: Option<(MemberId, etcd::LeaseKeeper, etcd::LeaseKeepAliveStream)> = None;
@@ -731,4 +731,10 @@ impl std::fmt::Debug for Members {
             .field("current", &self.current.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
+}
+
+/// How long before the server may expire a lease of `ttl` the client reports it lost:
+/// a tenth of the TTL, at least 100 ms.
+pub(crate) fn loss_margin(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(100))
 }

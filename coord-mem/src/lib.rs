@@ -428,6 +428,10 @@ impl Backend for MemClient {
         self.inner.stats.snapshot()
     }
 
+    fn loss_margin(&self) -> std::time::Duration {
+        self.inner.options.session_ttl / 10
+    }
+
     async fn server_version(&self) -> Result<Option<String>> {
         Ok(Some(format!("coord-mem {}", env!("CARGO_PKG_VERSION"))))
     }

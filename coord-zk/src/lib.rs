@@ -316,6 +316,16 @@ impl Backend for ZkClient {
         self.inner.stats.snapshot()
     }
 
+    fn loss_margin(&self) -> std::time::Duration {
+        // Lost at 7/10 of the negotiated timeout (the session loop's rule); before the
+        // first session, the timeout asked for.
+        let timeout = self
+            .inner
+            .current()
+            .map_or(self.inner.options.session_timeout, |c| c.zk.session_timeout());
+        timeout * 3 / 10
+    }
+
     async fn server_version(&self) -> Result<Option<String>> {
         session::server_version(&self.inner.options).await
     }

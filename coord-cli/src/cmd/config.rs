@@ -94,7 +94,7 @@ pub async fn watch(client: &Client, prefix: &str, stop: &mut Stop, out: Out) -> 
 }
 
 /// The value argument, or standard input for `-`.
-fn read_value(arg: &str) -> Result<Vec<u8>, Failure> {
+pub fn read_value(arg: &str) -> Result<Vec<u8>, Failure> {
     if arg != "-" {
         return Ok(arg.as_bytes().to_vec());
     }

@@ -17,7 +17,7 @@ pub struct Campaign<'a> {
     pub name: &'a str,
     pub value: &'a str,
     pub timeout: Option<Duration>,
-    pub grace: Duration,
+    pub grace: Option<Duration>,
     pub command: &'a [OsString],
 }
 
@@ -30,12 +30,7 @@ pub async fn campaign(
     out: Out,
 ) -> Result<ExitCode, Failure> {
     let name = args.name;
-    let leader = || async {
-        Ok(client.leader(name).await?.map(|l| Holder {
-            token: l.token,
-            who: l.value,
-        }))
-    };
+    let leader = || async { Ok(client.leader(name).await?.map(|l| Holder::one(l.token, l.value))) };
     let waiting = Waiting {
         what: "leadership",
         name,
@@ -75,12 +70,13 @@ pub async fn campaign(
         }
     } else {
         out.notice(format!("leading {name:?} with fencing token {token}"), event);
+        let grace = crate::cmd::lock::checked_grace(client, args.grace, "leadership", out);
         let env = [
             ("COORD_FENCING_TOKEN", token.get().to_string()),
             ("COORD_ELECTION", name.to_owned()),
             ("COORD_LEADER_VALUE", args.value.to_owned()),
         ];
-        child::run_while_held(args.command, &env, held, leadership.lost(), args.grace, stop, out).await
+        child::run_while_held(args.command, &env, held, leadership.lost(), grace, stop, out).await
     };
     if ran.is_ok() {
         if let Err(e) = leadership.resign().await {

@@ -1,10 +1,11 @@
-//! `coord lock NAME -- CMD…`.
+//! `coord lock [-n N | --read | --write] NAME -- CMD…`: a lock, a semaphore's lease, or
+//! either side of a read/write lock, held while a command runs.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use coord::{Client, Lock as _};
+use coord::{Client, FencingToken, Lease, Lock as _, LockGuard, ReadGuard, RecipeKind, WriteGuard};
 use serde_json::json;
 
 use crate::child::{self, Held, Stop};
@@ -12,70 +13,225 @@ use crate::cmd::wait::{self, Holder, Waiting};
 use crate::exit::{self, Failure};
 use crate::output::Out;
 
+/// Which grant the command runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The lock: one holder at a time.
+    Exclusive,
+    /// A lease of a semaphore with this many permits.
+    Permits(u32),
+    /// The shared (reading) side of a read/write lock.
+    Read,
+    /// The exclusive (writing) side of a read/write lock.
+    Write,
+}
+
+impl Mode {
+    /// What is held, for messages and `--json`.
+    fn what(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "lock",
+            Mode::Permits(_) => "semaphore lease",
+            Mode::Read => "read lock",
+            Mode::Write => "write lock",
+        }
+    }
+}
+
 /// The arguments of `coord lock`.
 pub struct Lock<'a> {
     pub name: &'a str,
+    pub mode: Mode,
     pub timeout: Option<Duration>,
     pub try_once: bool,
-    pub grace: Duration,
+    pub grace: Option<Duration>,
     pub command: &'a [OsString],
 }
 
-/// Takes the lock, runs the command while holding it, and releases it.
-pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
-    let name = args.name;
+/// The grant, whichever recipe made it.
+enum Grant {
+    Lock(LockGuard),
+    Lease(Lease),
+    Read(ReadGuard),
+    Write(WriteGuard),
+}
+
+impl Grant {
+    fn token(&self) -> FencingToken {
+        match self {
+            Grant::Lock(g) => g.token(),
+            Grant::Lease(g) => g.token(),
+            Grant::Read(g) => g.token(),
+            Grant::Write(g) => g.token(),
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            Grant::Lock(g) => g.lost().await,
+            Grant::Lease(g) => g.lost().await,
+            Grant::Read(g) => g.lost().await,
+            Grant::Write(g) => g.lost().await,
+        }
+    }
+
+    async fn release(self) -> coord::Result<()> {
+        match self {
+            Grant::Lock(g) => g.release().await,
+            Grant::Lease(g) => g.release().await,
+            Grant::Read(g) => g.release().await,
+            Grant::Write(g) => g.release().await,
+        }
+    }
+}
+
+/// Takes the grant (waiting, or once with `--try`); `None` when `--try` found it taken.
+async fn take(client: &Client, name: &str, mode: Mode, wait: bool) -> coord::Result<Option<Grant>> {
     let me = super::identity();
-    let holder = || async {
-        Ok(client.holder(name).await?.map(|h| Holder {
-            token: h.token,
-            who: h.holder,
-        }))
-    };
-    let guard = if args.try_once {
-        match client.try_lock_as(name, me).await? {
-            Some(guard) => guard,
+    Ok(match (mode, wait) {
+        (Mode::Exclusive, true) => Some(Grant::Lock(client.lock_as(name, me).await?)),
+        (Mode::Exclusive, false) => client.try_lock_as(name, me).await?.map(Grant::Lock),
+        (Mode::Permits(n), true) => Some(Grant::Lease(client.semaphore(name, n)?.acquire().await?)),
+        (Mode::Permits(n), false) => client.semaphore(name, n)?.try_acquire().await?.map(Grant::Lease),
+        (Mode::Read, true) => Some(Grant::Read(client.rw_lock(name)?.read().await?)),
+        (Mode::Read, false) => client.rw_lock(name)?.try_read().await?.map(Grant::Read),
+        (Mode::Write, true) => Some(Grant::Write(client.rw_lock(name)?.write().await?)),
+        (Mode::Write, false) => client.rw_lock(name)?.try_write().await?.map(Grant::Write),
+    })
+}
+
+/// Who holds it now, as the progress line shows it.
+async fn holders(client: &Client, name: &str, mode: Mode) -> coord::Result<Option<Holder>> {
+    match mode {
+        Mode::Exclusive => Ok(client.holder(name).await?.map(|h| Holder::one(h.token, h.holder))),
+        Mode::Permits(n) => {
+            let view = client.inspect_one(RecipeKind::Semaphore, name).await?;
+            Ok(Holder::several(&view.holders, &format!("of {n} leases"), false))
+        }
+        Mode::Read | Mode::Write => {
+            let view = client.inspect_one(RecipeKind::RwLock, name).await?;
+            let what = match view.holders.first().map(|p| p.role) {
+                Some("write") => "writer",
+                _ => "readers",
+            };
+            Ok(Holder::several(&view.holders, what, true))
+        }
+    }
+}
+
+/// The default `--grace`: half the time between coord learning that its session is lost
+/// and the earliest moment the server can expire it, so that the command is killed
+/// before anyone else can be granted what it held.
+pub fn default_grace(client: &Client) -> Duration {
+    client.loss_margin() / 2
+}
+
+/// Takes the grant, runs the command while holding it, and releases it.
+pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
+    let (name, mode) = (args.name, args.mode);
+    let grace = checked_grace(client, args.grace, mode.what(), out);
+    let grant = if args.try_once {
+        match take(client, name, mode, false).await? {
+            Some(grant) => grant,
             None => {
-                let held = match holder().await {
+                let held = match holders(client, name, mode).await {
                     Ok(Some(h)) => format!(" by {}", h.describe()),
                     _ => String::new(),
                 };
                 return Err(Failure::new(
                     exit::BUSY,
                     "busy",
-                    format!("lock {name:?} is held{held}; try again later, or wait without --try"),
+                    format!(
+                        "{} {name:?} is held{held}; try again later, or wait without --try",
+                        mode.what()
+                    ),
                 ));
             }
         }
     } else {
-        let waiting = Waiting { what: "lock", name };
-        match wait::wait(waiting, client.lock_as(name, me), holder, args.timeout, stop, out).await? {
-            Ok(guard) => guard,
+        let waiting = Waiting {
+            what: mode.what(),
+            name,
+        };
+        let acquire = async { take(client, name, mode, true).await?.ok_or_else(no_grant) };
+        match wait::wait(
+            waiting,
+            acquire,
+            || holders(client, name, mode),
+            args.timeout,
+            stop,
+            out,
+        )
+        .await?
+        {
+            Ok(grant) => grant,
             Err(signal) => return Ok(child::stopped_by(signal)),
         }
     };
-    let token = guard.token();
+    let token = grant.token();
+    let mut event = json!({
+        "event": "acquired",
+        "lock": name,
+        "what": mode.what(),
+        "token": token.get(),
+        "session": format!("{:x}", client.session_id()),
+    });
+    if let Mode::Permits(n) = mode {
+        event["permits"] = json!(n);
+    }
     out.notice(
-        format!("holding lock {name:?} with fencing token {token}"),
-        json!({
-            "event": "acquired",
-            "lock": name,
-            "token": token.get(),
-            "session": format!("{:x}", client.session_id()),
-        }),
+        format!("holding {} {name:?} with fencing token {token}", mode.what()),
+        event,
     );
     let env = [
         ("COORD_FENCING_TOKEN", token.get().to_string()),
         ("COORD_LOCK", name.to_owned()),
     ];
-    let held = Held { what: "lock", name };
-    let ran = child::run_while_held(args.command, &env, held, guard.lost(), args.grace, stop, out).await;
+    let held = Held {
+        what: mode.what(),
+        name,
+    };
+    let ran = child::run_while_held(args.command, &env, held, grant.lost(), grace, stop, out).await;
     if ran.is_ok() {
-        if let Err(e) = guard.release().await {
+        if let Err(e) = grant.release().await {
             out.notice(
-                format!("could not confirm the release of lock {name:?} ({e}); it ends with the session"),
+                format!(
+                    "could not confirm the release of {} {name:?} ({e}); it ends with the session",
+                    mode.what()
+                ),
                 json!({"event": "release_failed", "lock": name, "message": e.to_string()}),
             );
         }
     }
     ran
+}
+
+/// `--grace`, or its safe default; a grace past the safe margin is the user's choice,
+/// said once on standard error.
+pub fn checked_grace(client: &Client, grace: Option<Duration>, what: &str, out: Out) -> Duration {
+    let margin = client.loss_margin();
+    match grace {
+        None => default_grace(client),
+        Some(g) => {
+            if g >= margin {
+                out.notice(
+                    format!(
+                        "--grace {} is longer than the {} between a lost session and its expiry on the server: \
+                         a command that ignores SIGTERM may run on while the next holder of the {what} works",
+                        humantime::format_duration(g),
+                        humantime::format_duration(margin),
+                    ),
+                    json!({"event": "unsafe_grace", "grace_ms": g.as_millis() as u64, "margin_ms": margin.as_millis() as u64}),
+                );
+            }
+            g
+        }
+    }
+}
+
+fn no_grant() -> coord::Error {
+    coord::Error::new(
+        coord::ErrorKind::Unavailable,
+        "the wait ended without a grant; try again",
+    )
 }

@@ -9,7 +9,9 @@ use crate::exit::{self, Failure};
 
 pub mod config;
 pub mod elect;
+pub mod inspect;
 pub mod lock;
+pub mod recipes;
 pub mod registry;
 pub mod session;
 pub mod wait;

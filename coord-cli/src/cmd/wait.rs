@@ -23,14 +23,43 @@ pub struct Waiting<'a> {
 }
 
 /// The holder as others see it: its token and identity (`host:pid` for coord's own).
+/// Several holders (a semaphore's leases, a read/write lock's readers) are one `Holder`
+/// with the newest token and a description of them all in `shown`.
 pub struct Holder {
     pub token: FencingToken,
     pub who: Vec<u8>,
+    pub shown: Option<String>,
 }
 
 impl Holder {
+    /// One holder.
+    pub fn one(token: FencingToken, who: Vec<u8>) -> Holder {
+        Holder {
+            token,
+            who,
+            shown: None,
+        }
+    }
+
+    /// Several holders, as the inspector sees them; `None` when there are none.
+    /// A semaphore's leases hold its permit count, not an identity: `identities` false.
+    pub fn several(holders: &[coord::Participant], what: &str, identities: bool) -> Option<Holder> {
+        let newest = holders.iter().map(|p| p.token).max()?;
+        let each: Vec<String> = holders
+            .iter()
+            .map(|p| Holder::one(p.token, if identities { p.value.clone() } else { Vec::new() }).describe())
+            .collect();
+        Some(Holder {
+            token: newest,
+            who: Vec::new(),
+            shown: Some(format!("{} {what}: {}", holders.len(), each.join(", "))),
+        })
+    }
+
     pub fn describe(&self) -> String {
-        if self.who.is_empty() {
+        if let Some(shown) = &self.shown {
+            shown.clone()
+        } else if self.who.is_empty() {
             format!("token {}", self.token)
         } else {
             format!("{} (token {})", output::text(&self.who), self.token)

@@ -47,6 +47,12 @@ pub trait Backend: Queue + KvStore + RegistryStore + Send + Sync + 'static {
     /// The client's counters.
     fn stats(&self) -> Stats;
 
+    /// The least time between this client reporting its session `Lost` and the earliest
+    /// moment the server may expire the session and hand what it held on (ZooKeeper:
+    /// 3/10 of the negotiated timeout; etcd: a tenth of the lease TTL, at least 100 ms;
+    /// mem: a tenth of the TTL). Whatever a holder must stop, it must stop within this.
+    fn loss_margin(&self) -> std::time::Duration;
+
     /// The version the server reports of itself (e.g. `3.4.30`), or `None` when the
     /// backend cannot ask (the default).
     ///
