@@ -55,10 +55,19 @@ pub struct Held<'a> {
     pub name: &'a str,
 }
 
+/// Why a hold ended under a running command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The hold was lost (session ended, entry deleted).
+    Lost,
+    /// Someone asked the holder to let go (`coord revoke`), and it does.
+    Revoked,
+}
+
 /// Runs `command` with `env` added to its environment until it exits, and returns its
-/// status. If `lost` completes first — or had completed when the command exited — the
+/// status. If `ended` completes first — or had completed when the command exited — the
 /// command gets SIGTERM, then SIGKILL after `grace`, and the result is the
-/// [`exit::LOST`] failure. SIGTERM sent to coord is passed on to the command, and SIGINT
+/// [`exit::LOST`] failure (or [`exit::REVOKED`]). SIGTERM sent to coord is passed on to the command, and SIGINT
 /// too unless coord runs in the terminal's foreground (the terminal sent it to both);
 /// coord keeps waiting for the command.
 ///
@@ -69,7 +78,7 @@ pub async fn run_while_held(
     command: &[OsString],
     env: &[(&str, String)],
     held: Held<'_>,
-    lost: impl Future<Output = ()>,
+    ended: impl Future<Output = Ending>,
     grace: Duration,
     stop: &mut Stop,
     out: Out,
@@ -79,14 +88,16 @@ pub async fn run_while_held(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
-    tokio::pin!(lost);
+    tokio::pin!(ended);
     loop {
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::new(exit::FAILED, "io", format!("cannot wait for the command: {e}")))?;
-                // Lost before the command finished: its status does not count.
-                if futures::FutureExt::now_or_never(&mut lost).is_none() {
-                    return Ok(exit::of_child(status));
+                // Lost before the command finished: its status does not count. (A
+                // revocation that came as it finished changes nothing: it finished.)
+                match futures::FutureExt::now_or_never(&mut ended) {
+                    Some(Ending::Lost) => {}
+                    None | Some(Ending::Revoked) => return Ok(exit::of_child(status)),
                 }
                 out.notice(
                     format!("the {} {:?} was lost before the command finished", held.what, held.name),
@@ -94,13 +105,24 @@ pub async fn run_while_held(
                 );
                 return Err(lost_failure(&held));
             }
-            () = &mut lost => {
+            ending = &mut ended => {
+                let (event, why) = match ending {
+                    Ending::Lost => ("lost", "was lost"),
+                    Ending::Revoked => ("revoked", "was asked for (coord revoke)"),
+                };
                 out.notice(
-                    format!("the {} {:?} was lost; stopping the command (SIGTERM, SIGKILL after {})", held.what, held.name, humantime::format_duration(grace)),
-                    json!({"event": "lost", "what": held.what, "name": held.name}),
+                    format!("the {} {:?} {why}; stopping the command (SIGTERM, SIGKILL after {})", held.what, held.name, humantime::format_duration(grace)),
+                    json!({"event": event, "what": held.what, "name": held.name}),
                 );
                 terminate(&mut child, pid, grace).await;
-                return Err(lost_failure(&held));
+                return Err(match ending {
+                    Ending::Lost => lost_failure(&held),
+                    Ending::Revoked => Failure::new(
+                        exit::REVOKED,
+                        "revoked",
+                        format!("the {} {:?} was asked for; the command was stopped and the {} given up", held.what, held.name, held.what),
+                    ),
+                });
             }
             signal = stop.next() => {
                 if signal != Signal::SIGINT || !in_terminal_foreground() {

@@ -23,6 +23,9 @@ pub const BROKEN_PIPE: u8 = 141;
 pub const BUSY: u8 = 75;
 /// Wrong credentials, or not allowed.
 pub const PERMISSION: u8 = 77;
+/// `coord lock --revocable`: someone asked for the lock (`coord revoke`); the command
+/// was stopped and the lock released.
+pub const REVOKED: u8 = 123;
 /// `--timeout` passed, or the servers did not answer in time.
 pub const TIMEOUT: u8 = 124;
 /// The lock or leadership was lost while the command ran; the command was stopped.
@@ -46,6 +49,8 @@ Exit status:
   69   unavailable: servers unreachable, session not kept
   75   busy: --try and the lock is held elsewhere
   77   permission denied: wrong credentials or not allowed
+  123  revoked: lock --revocable was asked to let go (coord revoke); the command
+       was stopped and the lock released
   124  timed out: --timeout passed, or no answer in time
   125  lost: the lock or leadership was lost while the command ran; it was stopped
   126  the command could not be started

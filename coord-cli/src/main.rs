@@ -90,10 +90,25 @@ Examples:
   coord lock -n 3 gpu -- ./train.sh                 # at most 3 at once
   coord lock --read schema -- ./report.sh           # readers share; a --write waits
   coord lock --write schema -- ./migrate.sh
+  coord lock --revocable cache-warm -- ./warm.sh    # `coord revoke cache-warm` stops it
 
 The signal goes to the command's process: a shell script should `exec` its last
 command or trap TERM to stop its own children.")]
     Lock(LockArgs),
+
+    /// Ask the holder of a lock to let it go.
+    ///
+    /// Marks the holder's entry as Curator's `Revoker` does: a `coord lock --revocable`
+    /// holder stops its command and releases; a holder that does not watch for requests
+    /// keeps the lock. Prints the token of the holder asked; exit 3 when nobody holds
+    /// the lock.
+    #[command(
+        after_help = "Examples:\n  coord revoke nightly-report\n  coord revoke --json nightly-report   # {\"lock\":…,\"token\":…}"
+    )]
+    Revoke {
+        /// The lock's name.
+        name: String,
+    },
 
     /// Campaign for leadership; print it, or run a command while leading.
     ///
@@ -204,6 +219,11 @@ struct LockArgs {
     /// lets a command that ignores SIGTERM run on beside the next holder.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     grace: Option<Duration>,
+    /// Let go when asked: `coord revoke NAME` (or Curator's `Revoker`) stops the command
+    /// as a lost lock does (SIGTERM, SIGKILL after --grace), releases the lock, and coord
+    /// exits 123.
+    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
+    revocable: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -498,6 +518,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
                     timeout: a.timeout,
                     try_once: a.try_once,
                     grace: a.grace,
+                    revocable: a.revocable,
                     command: &a.command,
                 },
                 &mut stop,
@@ -505,6 +526,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
             )
             .await
         }
+        Command::Revoke { name } => one_shot(&mut stop, cmd::lock::revoke(&client, &name, out)).await,
         Command::Elect(a) => {
             cmd::elect::campaign(
                 &client,

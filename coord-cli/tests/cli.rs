@@ -872,7 +872,11 @@ fn main() {
         ("config_json", config_json),
         ("session_json", session_json),
     ];
-    let real_only: [(&str, Case); 11] = [
+    let real_only: [(&str, Case); 12] = [
+        (
+            "revoke_stops_a_revocable_holder",
+            recipes::revoke_stops_a_revocable_holder,
+        ),
         ("semaphore_admits_n", recipes::semaphore_admits_n),
         ("read_write_lock", recipes::read_write_lock),
         ("recipes_one_shot", recipes::recipes_one_shot),

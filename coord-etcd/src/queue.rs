@@ -452,6 +452,34 @@ impl Queue for EtcdClient {
         }
     }
 
+    async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool> {
+        // Only that incarnation (its create revision), and under its own lease.
+        let (k, rev) = (entry.path.clone(), entry.token.get() as i64);
+        let resp = self
+            .inner
+            .call(Counter::Txn, "mark", true, move |mut c: etcd::KvClient| {
+                let (k, value) = (k.clone(), value.clone());
+                async move {
+                    c.txn(
+                        etcd::Txn::new()
+                            .when([etcd::Compare::create_revision(
+                                k.clone(),
+                                etcd::CompareOp::Equal,
+                                rev,
+                            )])
+                            .and_then([etcd::TxnOp::put(
+                                k,
+                                value,
+                                Some(etcd::PutOptions::new().with_ignore_lease()),
+                            )]),
+                    )
+                    .await
+                }
+            })
+            .await?;
+        Ok(resp.succeeded())
+    }
+
     async fn update(&self, ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
         let (k, rev, lease) = (own.path.clone(), own.token.get() as i64, ticket.session_id);
         let resp = self

@@ -142,6 +142,19 @@ impl Queue for MemClient {
             .await?
     }
 
+    async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool> {
+        self.inner
+            .call(Counter::Txn, |s| match s.get(&entry.path) {
+                Some(d) if d.create_rev == entry.token.get() => {
+                    // `put` keeps the key's owner.
+                    s.put(&entry.path, value, None);
+                    true
+                }
+                _ => false,
+            })
+            .await
+    }
+
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
         let session = ticket.session_id as u64;
         self.inner

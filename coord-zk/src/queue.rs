@@ -373,6 +373,43 @@ impl Queue for ZkClient {
         }
     }
 
+    async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool> {
+        // A sequential node's path is never reused while its directory lives: the path
+        // names the incarnation; a token, when known, is checked against its czxid. The
+        // write is conditional on the data version read with it, so a node replaced in
+        // between is never written; a value changed in between (its holder proclaimed)
+        // is read again.
+        let path = entry.path.clone();
+        let token = entry.token.get();
+        loop {
+            let read = self
+                .inner
+                .call(Counter::Read, "mark", false, |zk| {
+                    let p = path.clone();
+                    async move { zk.get_data(&p).await }
+                })
+                .await?;
+            let stat = match read {
+                Ok((_, stat)) if token == 0 || stat.czxid as u64 == token => stat,
+                Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(map_at(e, "mark", false, &path)),
+            };
+            let written = self
+                .inner
+                .call(Counter::Write, "mark", true, |zk| {
+                    let (p, v) = (path.clone(), value.clone());
+                    async move { zk.set_data(&p, &v, Some(stat.version)).await }
+                })
+                .await?;
+            match written {
+                Ok(_) => return Ok(true),
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(zk::Error::BadVersion) => continue,
+                Err(e) => return Err(map_at(e, "mark", true, &path)),
+            }
+        }
+    }
+
     async fn update(&self, ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
         let path = own.path.clone();
         // The grant's session only: a proclaim never writes on a later session.

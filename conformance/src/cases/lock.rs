@@ -842,3 +842,55 @@ pub async fn try_calls_fail_fast_during_an_outage(ctx: Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// A revocation request reaches the holder that watches for it — asked before or after
+/// it started watching — and nobody else: the waiter keeps waiting, a holder not asked
+/// is not told, and the lock passes on only when the holder releases it.
+pub async fn revocation_reaches_the_holder(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    ensure!(
+        c.revoke_lock("res").await?.is_none(),
+        "a free lock has a holder to ask"
+    );
+    let held = within(QUICK, "a locks", a.lock_as("res", "a")).await??;
+    let other = within(QUICK, "a locks another", a.lock("other")).await??;
+    let b2 = b.clone();
+    let mut waiter = tokio::spawn(async move { b2.lock("res").await });
+    settle().await;
+    stays_pending(
+        Duration::from_millis(500),
+        "a holder nobody asked was told",
+        held.revocation_requested(),
+    )
+    .await?;
+    let asked = c.revoke_lock("res").await?;
+    ensure!(
+        asked == Some(held.token()),
+        "revoke_lock asked {asked:?}, the holder has {}",
+        held.token()
+    );
+    within(QUICK, "the holder hears the request", held.revocation_requested()).await?;
+    // Asked before it looked: it still hears it.
+    within(QUICK, "the request is still there", held.revocation_requested()).await?;
+    stays_pending(
+        Duration::from_millis(300),
+        "the other lock's holder was told",
+        other.revocation_requested(),
+    )
+    .await?;
+    ensure!(held.state() == HoldState::Held, "a request is not a loss");
+    still_waiting(&mut waiter, "the waiter took a lock only asked to go").await?;
+    let token = held.token();
+    held.release().await?;
+    let next = within(QUICK, "the waiter gets the released lock", waiter).await???;
+    ensure!(next.token() > token, "tokens");
+    stays_pending(
+        Duration::from_millis(300),
+        "the next holder inherited the request",
+        next.revocation_requested(),
+    )
+    .await?;
+    next.release().await?;
+    other.release().await?;
+    Ok(())
+}

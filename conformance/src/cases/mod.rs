@@ -172,6 +172,7 @@ pub fn smoke() -> Vec<Case> {
 /// Every shared case.
 pub fn all() -> Vec<Case> {
     vec![
+        case!(lock::revocation_reaches_the_holder),
         case!(lock::acquire_and_release),
         case!(lock::try_lock_none_when_held),
         case!(lock::holder_is_visible),

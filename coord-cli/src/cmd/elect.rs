@@ -76,7 +76,19 @@ pub async fn campaign(
             ("COORD_ELECTION", name.to_owned()),
             ("COORD_LEADER_VALUE", args.value.to_owned()),
         ];
-        child::run_while_held(args.command, &env, held, leadership.lost(), grace, stop, out).await
+        child::run_while_held(
+            args.command,
+            &env,
+            held,
+            async {
+                leadership.lost().await;
+                child::Ending::Lost
+            },
+            grace,
+            stop,
+            out,
+        )
+        .await
     };
     if ran.is_ok() {
         if let Err(e) = leadership.resign().await {

@@ -45,6 +45,8 @@ pub struct Lock<'a> {
     pub timeout: Option<Duration>,
     pub try_once: bool,
     pub grace: Option<Duration>,
+    /// Stop the command and release when someone asks (`coord revoke`).
+    pub revocable: bool,
     pub command: &'a [OsString],
 }
 
@@ -72,6 +74,26 @@ impl Grant {
             Grant::Lease(g) => g.lost().await,
             Grant::Read(g) => g.lost().await,
             Grant::Write(g) => g.lost().await,
+        }
+    }
+
+    /// Resolves when the grant is lost, or — with `revocable` — someone asked for it.
+    async fn ended(&self, revocable: bool) -> child::Ending {
+        let lost = async {
+            self.lost().await;
+            child::Ending::Lost
+        };
+        let revoked = async {
+            match self {
+                Grant::Lock(g) if revocable => g.revocation_requested().await,
+                _ => std::future::pending().await,
+            }
+            child::Ending::Revoked
+        };
+        tokio::select! {
+            biased;
+            ending = lost => ending,
+            ending = revoked => ending,
         }
     }
 
@@ -191,8 +213,17 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
         what: mode.what(),
         name,
     };
-    let ran = child::run_while_held(args.command, &env, held, grant.lost(), grace, stop, out).await;
-    if ran.is_ok() {
+    let ran = child::run_while_held(
+        args.command,
+        &env,
+        held,
+        grant.ended(args.revocable),
+        grace,
+        stop,
+        out,
+    )
+    .await;
+    if ran.as_ref().is_ok() || ran.as_ref().is_err_and(|f| f.code == exit::REVOKED) {
         if let Err(e) = grant.release().await {
             out.notice(
                 format!(
@@ -234,4 +265,22 @@ fn no_grant() -> coord::Error {
         coord::ErrorKind::Unavailable,
         "the wait ended without a grant; try again",
     )
+}
+
+/// `coord revoke NAME`: asks the lock's holder to let go.
+pub async fn revoke(client: &Client, name: &str, out: Out) -> Result<ExitCode, Failure> {
+    match client.revoke_lock(name).await? {
+        Some(token) => {
+            let _ = out.result(
+                format!("asked the holder of lock {name:?} (token {token}) to let go"),
+                json!({"lock": name, "token": token.get()}),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        None => Err(Failure::new(
+            exit::NOT_FOUND,
+            "not found",
+            format!("nobody holds lock {name:?}"),
+        )),
+    }
 }

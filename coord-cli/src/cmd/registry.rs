@@ -82,7 +82,7 @@ pub async fn run(
                     what: "registration",
                     name: &service,
                 };
-                let never = std::future::pending::<()>();
+                let never = std::future::pending::<child::Ending>();
                 child::run_while_held(&command, &[], held, never, Duration::ZERO, stop, out).await
             };
             if let Err(e) = registration.deregister().await {

@@ -378,3 +378,83 @@ pub fn recipe_usage_errors() -> Result {
     }
     Ok(())
 }
+
+/// `coord revoke` stops a `--revocable` holder's command and hands the lock to the next
+/// waiter (exit 123); a holder that is not revocable keeps its lock; a free lock has
+/// nobody to ask (exit 3).
+pub fn revoke_stops_a_revocable_holder(b: &Backend) -> Result {
+    let url = b.url("revoke", "");
+    let dir = tempdir()?;
+    let pidfile = dir.path().join("pid");
+    let out = output(coord(&url).args(["revoke", "res"]), Duration::from_secs(20))?;
+    expect_code(&out, 3, "revoke on a free lock")?;
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut holder = spawn_json(&url, &["lock", "--revocable", "res"], &script)?;
+    let events = Events::of(&mut holder)?;
+    let acquired = events.until("acquired", Duration::from_secs(20))?;
+    let command: i32 = wait_for_file(&pidfile, Duration::from_secs(20))?
+        .trim()
+        .parse()
+        .map_err(|_| "bad pid file")?;
+    let ran = dir.path().join("ran");
+    let mut waiter = spawn_json(&url, &["lock", "res"], &format!("touch {}", ran.display()))?;
+    Events::of(&mut waiter)?.until("waiting", Duration::from_secs(20))?;
+    let out = output(
+        coord(&url).args(["--json", "revoke", "res"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 0, "revoke")?;
+    let asked = json_lines(&out.stdout)?;
+    ensure!(
+        asked.first().is_some_and(|a| a["token"] == acquired["token"]),
+        "revoke asked {asked:?}, holder {acquired}"
+    );
+    let revoked = events.until("revoked", Duration::from_secs(20))?;
+    ensure!(revoked["name"] == "res", "{revoked}");
+    expect_code(
+        &finish(holder, Duration::from_secs(20))?,
+        123,
+        "the revoked holder",
+    )?;
+    ensure!(!alive(command), "the revoked holder's command still runs");
+    expect_code(
+        &finish(waiter, Duration::from_secs(20))?,
+        0,
+        "the waiter after the revocation",
+    )?;
+    ensure!(ran.exists(), "the waiter's command did not run");
+
+    // Not revocable: asked, it keeps the lock.
+    let (held, go) = (dir.path().join("held"), dir.path().join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        held.display(),
+        go.display()
+    );
+    let keeper = spawn_json(&url, &["lock", "res"], &script)?;
+    wait_for_file_exists(&held)?;
+    let out = output(coord(&url).args(["revoke", "res"]), Duration::from_secs(20))?;
+    expect_code(&out, 0, "revoke a holder that does not listen")?;
+    std::thread::sleep(Duration::from_secs(1));
+    let out = output(
+        coord(&url).args(["lock", "--try", "res", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 75, "a holder that is not revocable keeps its lock")?;
+    std::fs::write(&go, "").map_err(|e| e.to_string())?;
+    expect_code(
+        &finish(keeper, Duration::from_secs(20))?,
+        0,
+        "the holder that kept its lock",
+    )?;
+    Ok(())
+}
+
+fn wait_for_file_exists(path: &Path) -> Result {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        ensure!(Instant::now() < deadline, "{} did not appear", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

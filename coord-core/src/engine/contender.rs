@@ -36,6 +36,10 @@ type Turn = SharedTurn;
 /// locked.
 type Joining = Mutex<Pin<Box<dyn Future<Output = Result<Joined>> + Send>>>;
 
+/// The value that asks an entry's holder to let go (Curator's `Revoker` writes the
+/// same into the lock node).
+pub(crate) const REVOKE: &[u8] = b"__REVOKE__";
+
 /// One contender's entry. Removed exactly once: by [`Contender::leave`], or on drop —
 /// which covers a dropped guard, a cancelled acquisition, and a `join` whose outcome is
 /// unknown (the backend finds the entry by its ticket).
@@ -64,6 +68,42 @@ impl Contender {
             .as_ref()
             .ok_or_else(|| Error::new(ErrorKind::Fenced, "the contender has no entry"))?;
         self.backend.update(&self.ticket, own, value).await
+    }
+
+    /// Resolves once someone has asked this contender to let go: its entry's value was
+    /// replaced by [`REVOKE`] (Curator's `Revoker` protocol). Watches the queue's
+    /// entries from the first poll (nothing before), through connection trouble; never
+    /// resolves once the entry is gone (the hold is lost then, which its own signal
+    /// says).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping it stops watching.
+    pub(crate) async fn revocation_requested(&self) {
+        use futures::StreamExt as _;
+        let Some(own) = self.own.as_ref() else {
+            return std::future::pending().await;
+        };
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        loop {
+            match self.backend.watch_entries(&self.ticket.queue).await {
+                Ok(mut events) => {
+                    while let Some(event) = events.next().await {
+                        let Ok(crate::raw::EntriesEvent::Entries(members)) = event else {
+                            continue;
+                        };
+                        match members.iter().find(|m| m.path == own.path) {
+                            Some(m) if m.value == REVOKE => return,
+                            Some(_) => {}
+                            None => return std::future::pending().await,
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Closed => return std::future::pending().await,
+                Err(_) => {}
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
     }
 
     /// Removes the entry, retrying until the server confirms it is gone or its session

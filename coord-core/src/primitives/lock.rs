@@ -201,6 +201,38 @@ impl LockGuard {
         self.hold.lost().await
     }
 
+    /// Resolves once someone asked this holder to let the lock go
+    /// ([`Client::revoke_lock`](crate::Client::revoke_lock), `coord revoke`, Curator's
+    /// `Revoker.attemptRevoke`). A request, not a loss: the lock stays held until this
+    /// holder releases it, which is what a cooperating holder then does. Opt-in and
+    /// free until used: the first poll starts watching the lock's entries (Curator's
+    /// `makeRevocable`); never resolves once the lock is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping it stops watching.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> coord_core::Result<()> {
+    /// use coord_core::Lock as _;
+    /// let client = coord_mem::connect("mem://revoke-doc")?;
+    /// let guard = client.lock("nightly").await?;
+    /// let other = client.clone();
+    /// tokio::spawn(async move { other.revoke_lock("nightly").await });
+    /// guard.revocation_requested().await; // asked to let go
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn revocation_requested(&self) {
+        match &self.contender {
+            Some(contender) => contender.revocation_requested().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Releases the lock: removes this contender's node or key, retrying through
     /// connection trouble until the server confirms it is gone or the session that owns
     /// it has ended (then the server has removed it). The next waiter is granted the lock
@@ -287,6 +319,15 @@ macro_rules! guard_type {
                 self.0.lost().await
             }
 
+            #[doc = concat!("Resolves once someone asked this holder to let the ", $what, " go (as [`LockGuard::revocation_requested`]($crate::LockGuard::revocation_requested)).")]
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel-safe.
+            pub async fn revocation_requested(&self) {
+                self.0.revocation_requested().await
+            }
+
             #[doc = concat!("Gives the ", $what, " up, retrying until the server confirms its entry is gone or its session has ended.")]
             ///
             /// # Errors
@@ -319,6 +360,50 @@ macro_rules! guard_type {
     };
 }
 pub(crate) use guard_type;
+
+impl crate::Client {
+    /// Asks the holder of lock `name` to let it go (Curator's `Revoker.attemptRevoke`):
+    /// marks the holder's entry with `__REVOKE__`, which a holder watching
+    /// [`LockGuard::revocation_requested`] (or a Curator mutex made revocable) sees.
+    /// Returns the token of the holder asked; `None` when nobody holds the lock. A
+    /// request, not a removal: a holder that does not watch keeps the lock; to take a
+    /// lock away, end its holder's session.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name; `PermissionDenied`; `Unavailable`, `Timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the request may or may not have been written.
+    pub async fn revoke_lock(&self, name: &str) -> Result<Option<FencingToken>> {
+        let span = tracing::debug_span!("coord.revoke_lock", backend = self.kind(), name);
+        async {
+            loop {
+                let view = self.inspect_one(crate::RecipeKind::Lock, name).await?;
+                let Some(holder) = view.holders.into_iter().next() else {
+                    return Ok(None);
+                };
+                let entry = crate::raw::QueueEntry {
+                    path: self.backend().path(&holder.path),
+                    token: holder.token,
+                    seen_at: 0,
+                };
+                if self
+                    .backend()
+                    .mark(&entry, crate::engine::contender::REVOKE.to_vec())
+                    .await?
+                {
+                    return Ok(Some(holder.token));
+                }
+                // Released meanwhile: ask whoever holds it now.
+            }
+        }
+        .instrument(span)
+        .await
+        .map_err(|e: Error| e.with_operation("revoke_lock"))
+    }
+}
 
 /// A lock's contenders: Curator's `InterProcessMutex` (`lock-`) and kazoo's `Lock`
 /// (`__lock__`); a kazoo reader on the same path (`__rlock__`) is waited for like any

@@ -20,6 +20,7 @@
 //! | one removal attempt ([`Queue::leave`]) | removal retried until confirmed or the session ended, on drop too |
 //! | the first entry and its changes ([`Queue::head`], [`Queue::watch_head`]) | leader observation: no duplicates, tokens never going back |
 //! | every entry and its changes ([`Queue::watch_entries`]) | a double barrier's members |
+//! | another's entry's value ([`Queue::mark`]) | revocation requests and who watches for them |
 //! | every session-bound entry under a directory ([`Queue::survey`]) | what each recipe's entries mean (`coord inspect`) |
 
 use async_trait::async_trait;
@@ -404,6 +405,20 @@ pub trait Queue: Send + Sync {
     ///
     /// If dropped, the removal may or may not have happened.
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()>;
+
+    /// Replaces the value of `entry` — anyone's, not only this client's — if that
+    /// incarnation of it (its token) still exists, keeping it bound to its own session
+    /// (etcd: `ignore_lease`). `false` when it is gone. A revocation request is written
+    /// this way (Curator's `Revoker`).
+    ///
+    /// # Errors
+    ///
+    /// `PermissionDenied`; `Unavailable`, `Timeout` (outcome unknown).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the value may or may not have been written.
+    async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool>;
 
     /// The first entry of `queue` and its value.
     ///
