@@ -67,9 +67,16 @@ pub trait Factory: Send + Sync + 'static {
     /// The faults this factory can inject.
     fn faults(&self) -> Faults;
 
-    /// The session timeout / lease TTL of the clients it opens. Cases wait at most a
-    /// small multiple of it for expiry-driven changes.
+    /// The session timeout / lease TTL of the clients it opens — the one the server
+    /// granted, where it grants more than asked (ZooKeeper's `minSessionTimeout`). Cases
+    /// wait at most a small multiple of it for expiry-driven changes.
     fn session_timeout(&self) -> Duration;
+
+    /// The server settings beyond the defaults this backend's server has (all of them
+    /// unless the factory finds otherwise); cases needing one it lacks are ignored.
+    fn server_settings(&self) -> crate::harness::ServerSettings {
+        crate::harness::ServerSettings::ALL
+    }
 
     /// Opens a new, independent client (its own session) under `namespace`.
     async fn open(&self, namespace: &str) -> Result<Client>;

@@ -30,6 +30,35 @@ pub struct Needs {
     /// The case disturbs the whole cluster (e.g. compacts etcd's history, which every
     /// namespace shares): it runs alone, never overlapping another case.
     pub exclusive: bool,
+    /// Server settings beyond the defaults the case depends on.
+    pub settings: ServerSettings,
+}
+
+/// Server settings some cases depend on, which servers do not have by default. Against
+/// a server without one, such a case is reported *ignored*, and its line names the
+/// setting (`[zk, needs …]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerSettings {
+    /// ZooKeeper sweeps empty container nodes within a second
+    /// (`-Dznode.container.checkIntervalMs=100`; its default is a minute), so a case
+    /// can check that nothing is left behind.
+    pub fast_container_sweep: bool,
+}
+
+impl ServerSettings {
+    /// Every setting: what coord's scripts start servers with.
+    pub const ALL: ServerSettings = ServerSettings {
+        fast_container_sweep: true,
+    };
+
+    /// What `have` lacks of these, each as the setting to make.
+    pub fn missing(&self, have: ServerSettings) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.fast_container_sweep && !have.fast_container_sweep {
+            out.push("-Dznode.container.checkIntervalMs=100");
+        }
+        out
+    }
 }
 
 impl Needs {
@@ -52,6 +81,9 @@ impl Needs {
         every_watch_event: false,
         every_leader_change: false,
         exclusive: false,
+        settings: ServerSettings {
+            fast_container_sweep: false,
+        },
     };
 
     /// What `faults` and `caps` lack of these needs, as words; empty when satisfied.
@@ -313,9 +345,16 @@ fn trial(
                 );
                 return Trial::test(name, move || Err(Failed::from(msg))).with_kind(backend);
             }
-            let ignored = !missing.is_empty();
+            // A missing server setting is named on the case's line, so that a server's
+            // configuration is never mistaken for a coord bug.
+            let settings = case.needs.settings.missing(factory.server_settings());
+            let kind = match settings.as_slice() {
+                [] => backend.to_owned(),
+                s => format!("{backend}, needs {}", s.join(" ")),
+            };
+            let ignored = !missing.is_empty() || !settings.is_empty();
             Trial::test(name, move || run_case(factory, case))
-                .with_kind(backend)
+                .with_kind(kind)
                 .with_ignored_flag(ignored)
         }
     }

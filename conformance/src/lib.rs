@@ -39,5 +39,5 @@ pub mod util;
 
 pub use coord_testkit::{Cluster, FaultProxy, Links, ProxyMap};
 pub use factory::{Factory, Faults};
-pub use harness::{Case, CaseResult, Ctx, Group, Needs, run_groups, run_main, run_main_with};
+pub use harness::{Case, CaseResult, Ctx, Group, Needs, ServerSettings, run_groups, run_main, run_main_with};
 pub use real_server::{RealServer, UrlFactory};

@@ -198,6 +198,13 @@ impl Client {
         Ok(self.core.backend.path(&crate::primitives::semaphore::dir(name)))
     }
 
+    /// The session timeout (ZooKeeper, as the server negotiated it) or lease TTL (etcd)
+    /// of the current session: how long the server keeps the session after it last heard
+    /// from this client.
+    pub fn session_timeout(&self) -> std::time::Duration {
+        self.core.backend.session_timeout()
+    }
+
     /// The least time between this client reporting its session `Lost` and the earliest
     /// moment the server may expire the session and grant what it held to someone else:
     /// a process that must stop when it loses a lock has this long (ZooKeeper: 3/10 of

@@ -220,6 +220,10 @@ impl Backend for EtcdClient {
         self.inner.stats.snapshot()
     }
 
+    fn session_timeout(&self) -> std::time::Duration {
+        self.inner.options.lease_ttl
+    }
+
     fn loss_margin(&self) -> std::time::Duration {
         session::loss_margin(self.inner.options.lease_ttl)
     }

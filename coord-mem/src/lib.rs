@@ -428,6 +428,10 @@ impl Backend for MemClient {
         self.inner.stats.snapshot()
     }
 
+    fn session_timeout(&self) -> std::time::Duration {
+        self.inner.options.session_ttl
+    }
+
     fn loss_margin(&self) -> std::time::Duration {
         self.inner.options.session_ttl / 10
     }

@@ -77,6 +77,12 @@ pub struct ClusterOptions {
     /// services) are swept. 100 ms by default, so tests see empty ones go; ZooKeeper's
     /// own default is a minute (what benchmarks use, as deployments do).
     pub container_sweep: Duration,
+    /// Run with the server's own defaults instead of the short settings above, as a
+    /// deployment (or Debian's and Docker's packages) does: ZooKeeper with `tickTime=2000`
+    /// (sessions of 4 s to 40 s) and the container sweep once a minute; etcd with its
+    /// 100 ms heartbeat and 1 s election timeout. For running the suite as a user
+    /// would against their own servers.
+    pub server_defaults: bool,
 }
 
 impl ClusterOptions {
@@ -90,6 +96,7 @@ impl ClusterOptions {
             extra: Vec::new(),
             port: None,
             container_sweep: Duration::from_millis(100),
+            server_defaults: false,
         }
     }
 }
@@ -763,10 +770,26 @@ fn zk_argv(dir: &Path, i: usize, members: &[MemberSpec], options: &ClusterOption
     let me = &members[i];
     let data = dir.join("data");
     let mut cfg = vec![
-        // 100 ms ticks: session timeouts of 200 ms .. 2 s are allowed.
-        "tickTime=100".to_owned(),
-        "initLimit=20".to_owned(),
-        "syncLimit=10".to_owned(),
+        // 100 ms ticks: session timeouts of 200 ms .. 2 s are allowed; ZooKeeper's own
+        // (Debian's, Docker's) 2 s ticks allow 4 s .. 40 s.
+        if options.server_defaults {
+            "tickTime=2000"
+        } else {
+            "tickTime=100"
+        }
+        .to_owned(),
+        if options.server_defaults {
+            "initLimit=10"
+        } else {
+            "initLimit=20"
+        }
+        .to_owned(),
+        if options.server_defaults {
+            "syncLimit=5"
+        } else {
+            "syncLimit=10"
+        }
+        .to_owned(),
         format!("dataDir={}", data.display()),
         "clientPortAddress=127.0.0.1".to_owned(),
         "maxClientCnxns=0".to_owned(),
@@ -811,27 +834,33 @@ fn zk_argv(dir: &Path, i: usize, members: &[MemberSpec], options: &ClusterOption
     let cfg_path = dir.join("zoo.cfg");
     std::fs::write(&cfg_path, cfg.join("\n") + "\n")
         .map_err(|e| err(format!("cannot write {}: {e}", cfg_path.display())))?;
-    Ok(zk_command(&cfg_path, options.container_sweep))
+    Ok(zk_command(
+        &cfg_path,
+        (!options.server_defaults).then_some(options.container_sweep),
+    ))
 }
 
-fn zk_command(cfg: &Path, container_sweep: Duration) -> Vec<String> {
+/// The server's command line; `container_sweep` `None` keeps ZooKeeper's own (a minute).
+fn zk_command(cfg: &Path, container_sweep: Option<Duration>) -> Vec<String> {
     // netty-codec is not on zookeeper.jar's manifest class path, but its Netty connection
     // factory (the TLS port) needs it.
     let cp = format!("{ZK_JAR}:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar");
-    vec![
+    let mut argv = vec![
         "java".to_owned(),
         "-Xmx256m".to_owned(),
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn".to_owned(),
-        format!(
-            "-Dznode.container.checkIntervalMs={}",
-            container_sweep.as_millis()
-        ),
-        "-Dznode.container.maxPerMinute=1000000".to_owned(),
+    ];
+    if let Some(sweep) = container_sweep {
+        argv.push(format!("-Dznode.container.checkIntervalMs={}", sweep.as_millis()));
+        argv.push("-Dznode.container.maxPerMinute=1000000".to_owned());
+    }
+    argv.extend([
         "-cp".to_owned(),
         cp,
         "org.apache.zookeeper.server.quorum.QuorumPeerMain".to_owned(),
         cfg.display().to_string(),
-    ]
+    ]);
+    argv
 }
 
 fn etcd_argv(
@@ -869,16 +898,20 @@ fn etcd_argv(
         initial.join(","),
         "--initial-cluster-token".into(),
         cluster_dir.display().to_string(),
-        "--heartbeat-interval".into(),
-        "50".into(),
-        "--election-timeout".into(),
-        election.into(),
         "--unsafe-no-fsync".into(),
         "--logger".into(),
         "zap".into(),
         "--log-level".into(),
         "error".into(),
     ];
+    if !options.server_defaults {
+        argv.extend([
+            "--heartbeat-interval".into(),
+            "50".into(),
+            "--election-timeout".into(),
+            election.into(),
+        ]);
+    }
     if let Some(certs) = &options.tls {
         for (flag, file) in [
             ("--cert-file", "server.pem"),

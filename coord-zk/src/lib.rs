@@ -316,14 +316,15 @@ impl Backend for ZkClient {
         self.inner.stats.snapshot()
     }
 
-    fn loss_margin(&self) -> std::time::Duration {
-        // Lost at 7/10 of the negotiated timeout (the session loop's rule); before the
-        // first session, the timeout asked for.
-        let timeout = self
-            .inner
+    fn session_timeout(&self) -> std::time::Duration {
+        self.inner
             .current()
-            .map_or(self.inner.options.session_timeout, |c| c.zk.session_timeout());
-        timeout * 3 / 10
+            .map_or(self.inner.options.session_timeout, |c| c.zk.session_timeout())
+    }
+
+    fn loss_margin(&self) -> std::time::Duration {
+        // Lost at 7/10 of the negotiated timeout (the session loop's rule).
+        self.session_timeout() * 3 / 10
     }
 
     async fn server_version(&self) -> Result<Option<String>> {

@@ -62,6 +62,18 @@ const GAP: Needs = Needs {
     exclusive: true,
     ..Needs::NONE
 };
+/// Checks that nothing is left on the server: ZooKeeper must sweep empty containers
+/// quickly.
+const OPERATOR_AND_SWEEP: Needs = Needs {
+    faults: Faults {
+        operator: true,
+        ..Needs::NONE.faults
+    },
+    settings: crate::harness::ServerSettings {
+        fast_container_sweep: true,
+    },
+    ..Needs::NONE
+};
 const OPERATOR: Needs = Needs {
     faults: Faults {
         operator: true,
@@ -198,7 +210,7 @@ pub fn all() -> Vec<Case> {
             lock::holder_entry_deleted_during_gap_reports_lost,
             GAP_AND_OPERATOR
         ),
-        case!(lock::distinct_names_leave_nothing_behind, OPERATOR),
+        case!(lock::distinct_names_leave_nothing_behind, OPERATOR_AND_SWEEP),
         case!(lock::ambiguous_create_is_not_made_twice, LINKS),
         case!(
             lock::late_release_never_removes_a_newer_contender,

@@ -47,6 +47,7 @@ pub async fn campaign(
         "value": args.value,
         "token": token.get(),
         "session": format!("{:x}", client.session_id()),
+        "session_timeout_ms": client.session_timeout().as_millis() as u64,
     });
     let held = Held {
         what: "leadership",

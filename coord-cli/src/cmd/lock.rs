@@ -197,6 +197,7 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
         "what": mode.what(),
         "token": token.get(),
         "session": format!("{:x}", client.session_id()),
+        "session_timeout_ms": client.session_timeout().as_millis() as u64,
     });
     if let Mode::Permits(n) = mode {
         event["permits"] = json!(n);

@@ -37,6 +37,7 @@ pub async fn run(client: &Client, out: Out) -> Result<ExitCode, Failure> {
             "backend": client.kind(),
             "namespace": client.namespace(),
             "session": format!("{:x}", client.session_id()),
+        "session_timeout_ms": client.session_timeout().as_millis() as u64,
             "state": state.to_string(),
             "server_version": server,
             "round_trip_ms": round_trip.as_secs_f64() * 1e3,

@@ -47,6 +47,11 @@ pub trait Backend: Queue + KvStore + RegistryStore + Send + Sync + 'static {
     /// The client's counters.
     fn stats(&self) -> Stats;
 
+    /// The session timeout / lease TTL of the current session as the server granted it
+    /// (ZooKeeper negotiates it within its `minSessionTimeout`..`maxSessionTimeout`);
+    /// before the first session, the one asked for.
+    fn session_timeout(&self) -> std::time::Duration;
+
     /// The least time between this client reporting its session `Lost` and the earliest
     /// moment the server may expire the session and hand what it held on (ZooKeeper:
     /// 3/10 of the negotiated timeout; etcd: a tenth of the lease TTL, at least 100 ms;

@@ -2,7 +2,7 @@
 //! run by other processes, and inject member faults into them.
 //!
 //! ```text
-//! coord-testkit start zk --members 3 --dir DIR [--tls CERTS] [--extra LINE]…
+//! coord-testkit start zk --members 3 --dir DIR [--tls CERTS] [--extra LINE]… [--server-defaults]
 //!     starts the members, prints `host:port,host:port,…` and leaves them running
 //! coord-testkit member DIR I kill|stop|start|restart|pause|resume [--for SECONDS]
 //! coord-testkit leader DIR     prints the leader member's index
@@ -46,6 +46,12 @@ enum Cmd {
         /// The first member's client port (default: a free one).
         #[arg(long)]
         port: Option<u16>,
+        /// Run with the server's own default settings, as a deployment does (ZooKeeper:
+        /// 2 s ticks, so sessions of 4 s at least, and empty containers swept once a
+        /// minute; etcd: 100 ms heartbeats, 1 s election timeout), not the short ones
+        /// tests use.
+        #[arg(long)]
+        server_defaults: bool,
     },
     /// Act on one member.
     Member {
@@ -90,12 +96,14 @@ fn run(cli: Cli) -> Result<(), coord_testkit::Error> {
             tls,
             extra,
             port,
+            server_defaults,
         } => {
             let cluster = Cluster::start(ClusterOptions {
                 dir: Some(dir),
                 tls,
                 extra,
                 port,
+                server_defaults,
                 ..ClusterOptions::new(kind, members)
             })?;
             println!("{}", cluster.hosts());

@@ -31,14 +31,14 @@ pub fn acl_cases() -> Vec<Case> {
 pub fn tls_factory() -> Option<Arc<dyn Factory>> {
     let server = RealServer::from_env("zk-tls").unwrap_or_else(|e| panic!("{e}"))?;
     let certs = certs_dir().ok()?;
-    Some(Arc::new(ZkFactory {
+    Some(Arc::new(ZkFactory::new(
         server,
-        scheme: "zk+tls",
-        query: format!(
+        "zk+tls",
+        format!(
             "&tls_ca={0}/ca.pem&tls_cert={0}/client.pem&tls_key={0}/client.key",
             certs
         ),
-    }))
+    )))
 }
 
 /// `host:port,…` of the plain server's members, reached directly (not through fault
