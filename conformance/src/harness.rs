@@ -165,9 +165,15 @@ impl Ctx {
     }
 
     /// How long to wait for something driven by session expiry: twice the timeout plus
-    /// slack for a loaded machine.
+    /// slack for a loaded machine; on a cluster whose members are being killed, the
+    /// liveness bound there (3 session timeouts + 10 s), since a new session waits for
+    /// the cluster to elect a leader.
     pub fn expiry_wait(&self) -> Duration {
-        self.session_timeout() * 2 + Duration::from_secs(5)
+        if self.factory.faults().member_faults {
+            self.session_timeout() * 3 + Duration::from_secs(10)
+        } else {
+            self.session_timeout() * 2 + Duration::from_secs(5)
+        }
     }
 
     /// Opens a new independent client in this case's namespace.
