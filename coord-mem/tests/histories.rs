@@ -33,7 +33,13 @@
 //!   `Txn::fenced_by(fence)`, each naming its holder, token and mode. The log the store
 //!   accepted, read back at the end in key order, is judged by `sections::check`: that
 //!   resolves every write of unknown outcome. An acknowledged write missing from the log,
-//!   or a refused one present, is a violation too. Negative control: the lock family again
+//!   or a refused one present, is a violation too. Once every client let go, nothing may
+//!   be left under the recipe's directory (a dropped contender, a lost release or a ghost
+//!   entry would block the next user forever). In the lock family the operator also calls
+//!   `revoke_lock` (from a client of its own with slow replies, so holders release in the
+//!   middle of it); holders that watch release when asked, and a holder may only see a
+//!   request `revoke_lock` reported making of its token. Mutant `MarkUnchecked` (a plain
+//!   put for the request) must be caught. Negative control: the lock family again
 //!   with the fence dropped, under a nemesis of session expiries and operator deletes —
 //!   the checker must catch it in at least one seed.
 //! - **Queue**: pushes of unique values and takes, recorded (`Unknown` for an outcome-unknown
@@ -571,6 +577,14 @@ impl Held {
         on_guard!(self, g => g.lost().await)
     }
 
+    /// Resolves when an operator asked this lock holder to let go (locks only).
+    async fn revocation_requested(&self) {
+        match self {
+            Held::Lock(g) => g.revocation_requested().await,
+            _ => std::future::pending().await,
+        }
+    }
+
     fn token(&self) -> u64 {
         on_guard!(self, g => g.token().get())
     }
@@ -630,6 +644,14 @@ struct ExclShared {
     acked: Mutex<BTreeSet<u64>>,
     /// Log writes the store refused (nothing written).
     refused: Mutex<BTreeSet<u64>>,
+    /// The holders' tokens `revoke_lock` reported asking (the lock family's operator).
+    revoked: Mutex<BTreeSet<u64>>,
+    /// `revoke_lock` calls whose outcome is unknown (an error or no answer in time).
+    revokes_unknown: AtomicU64,
+    /// The tokens of holders that saw a revocation request.
+    revocations_seen: Mutex<Vec<u64>>,
+    /// The operator's `revoke_lock` calls, awaited before the checks.
+    revokes: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// One exclusion history's result.
@@ -641,8 +663,12 @@ struct ExclRun {
     entries: usize,
     /// What `sections::check` reported.
     violations: Vec<String>,
-    /// Acknowledged writes missing from the log, refused ones in it.
+    /// Acknowledged writes missing from the log, refused ones in it; entries left behind
+    /// once every client let go; revocations seen by a holder nobody asked.
     log_violations: Vec<String>,
+    /// Holders asked to let go by `revoke_lock`, and holders that saw it.
+    revoked: usize,
+    revocations_seen: usize,
     nemesis: String,
 }
 
@@ -683,8 +709,9 @@ async fn excl_worker(
         // Half the holders watch for their loss between writes, as users do (which also
         // lets the client's next contender in once an operator deleted the entry).
         let watching = rng.random_bool(0.5);
+        let mut revoked = false;
         for _ in 0..rng.random_range(2..=4) {
-            if node.crashed() {
+            if node.crashed() || revoked {
                 break;
             }
             // Taken after the grant and before the write: accepted writes of successive
@@ -731,12 +758,17 @@ async fn excl_worker(
                         // (the fence must refuse it), then release.
                         sleep(ms(rng.random_range(0..5))).await;
                     }
+                    _ = held.revocation_requested() => {
+                        // Asked to let go: a cooperating holder releases.
+                        lock(&shared.revocations_seen).push(token);
+                        revoked = true;
+                    }
                 }
             } else {
                 pause.await;
             }
         }
-        if rng.random_bool(0.75) {
+        if revoked || rng.random_bool(0.75) {
             let limit = if rng.random_bool(0.3) {
                 ms(rng.random_range(0..3))
             } else {
@@ -800,13 +832,46 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
             )));
         }
     }
+    let dir = format!("{NS}/{}/{RES}/", kind.dir());
+    let delete = delete_entry_under(dir.clone());
+    let operator: Operator = if kind == Kind::Lock {
+        // The lock's operator also asks its holder to let go, through a client of its own
+        // whose replies travel slowly: the holder may release between the request's read
+        // and its write.
+        let revoker = connect(&world.cluster, world.ttl)?;
+        if let Some(mem) = revoker.backend_as::<MemClient>() {
+            mem.delay_replies(ms(rng.random_range(5..25)));
+        }
+        let shared = shared.clone();
+        Box::new(move |world, rng| {
+            if rng.random_bool(0.5) {
+                return delete(world, rng);
+            }
+            let (revoker, shared2) = (revoker.clone(), shared.clone());
+            let call = tokio::spawn(async move {
+                match timeout(ms(2000), revoker.revoke_lock(RES)).await {
+                    Ok(Ok(Some(token))) => {
+                        lock(&shared2.revoked).insert(token.get());
+                    }
+                    Ok(Ok(None)) => {}
+                    _ => {
+                        shared2.revokes_unknown.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            lock(&shared.revokes).push(call);
+            Some("operator revokes the lock".to_owned())
+        })
+    } else {
+        delete
+    };
     let nemesis = Nemesis {
         profile: if fenced {
             Profile::Full
         } else {
             Profile::HolderLoss
         },
-        operator: delete_entry_under(format!("{NS}/{}/{RES}/", kind.dir())),
+        operator,
         on_crash: Box::new(|_| {}),
     };
     tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
@@ -814,12 +879,39 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         .map_err(|e| format!("the nemesis failed: {e}"))?;
     world.settle().await;
     world.join(workers).await?;
+    let revokes = std::mem::take(&mut *lock(&shared.revokes));
+    for call in revokes {
+        call.await
+            .map_err(|e| format!("a revoke_lock call failed: {e}"))?;
+    }
+    let mut log_violations = Vec::new();
+    // Nothing is left behind: every grant was released, dropped or lost and every
+    // contender dropped, so the entries go (the crashed client's with its session).
+    let until = Instant::now() + world.ttl * 4 + ms(2000);
+    let left = loop {
+        let left = world.cluster.keys_with_prefix(&dir);
+        if left.is_empty() || Instant::now() >= until {
+            break left;
+        }
+        sleep(ms(20)).await;
+    };
+    if !left.is_empty() {
+        log_violations.push(format!("entries left behind once every client let go: {left:?}"));
+    }
+    let revoked = lock(&shared.revoked).clone();
+    let seen = lock(&shared.revocations_seen).clone();
+    if shared.revokes_unknown.load(Ordering::Relaxed) == 0 {
+        for token in seen.iter().filter(|t| !revoked.contains(t)) {
+            log_violations.push(format!(
+                "the holder with token {token} saw a revocation no revoke_lock asked of it"
+            ));
+        }
+    }
 
     let log = read_log(&world).await?;
     let entries: Vec<LogEntry> = log.iter().map(|(_, e)| e.clone()).collect();
     let report = sections::check(kind.admission(), &entries);
     let in_log: BTreeSet<u64> = log.iter().map(|(seq, _)| *seq).collect();
-    let mut log_violations = Vec::new();
     for seq in lock(&shared.acked).iter().filter(|s| !in_log.contains(s)) {
         log_violations.push(format!("acknowledged write log/{seq:020} is not in the log"));
     }
@@ -834,6 +926,8 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         entries: entries.len(),
         violations: report.violations.iter().map(ToString::to_string).collect(),
         log_violations,
+        revoked: revoked.len(),
+        revocations_seen: seen.len(),
         nemesis: world.nemesis_log(),
     })
 }
@@ -845,6 +939,7 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
     let mut failures: Vec<String> = Vec::new();
     let (mut ops, mut unknown, mut violating) = (0, 0, 0);
     let (mut grants, mut fenced, mut entries) = (0, 0, 0);
+    let (mut revoked, mut revocations_seen) = (0, 0);
     let mut mutant_line = String::new();
     block_on(async {
         for (seed, run) in run_all(&plan.seeds, move |seed| exclusion_history(seed, kind, true)).await {
@@ -864,6 +959,8 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
             grants += run.grants;
             fenced += run.fenced;
             entries += run.entries;
+            revoked += run.revoked;
+            revocations_seen += run.revocations_seen;
             if !run.violations.is_empty() || !run.log_violations.is_empty() {
                 violating += 1;
                 failures.push(format!(
@@ -913,9 +1010,14 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
             mutant_line = format!("; mutant fence-dropped caught in {caught}/{tried}");
         }
     });
+    let revocations = if kind == Kind::Lock {
+        format!(", {revoked} holders asked to let go ({revocations_seen} saw it)")
+    } else {
+        String::new()
+    };
     println!(
         "histories {}: {} seeds, {ops} ops, {unknown} unknown, {violating} violations; {grants} grants, \
-         {entries} log entries, {fenced} writes fenced off{mutant_line}; {:.1}s",
+         {entries} log entries, {fenced} writes fenced off{revocations}{mutant_line}; {:.1}s",
         kind.label(),
         plan.seeds.len(),
         started.elapsed().as_secs_f64()
@@ -2067,6 +2169,7 @@ fn library_mutants_are_caught() {
             .map(|r| !r.violations.is_empty())
             .unwrap_or(false)
     };
+    caught_with(Mutant::MarkUnchecked, "mark unchecked", exclusion(Kind::Lock));
     caught_with(Mutant::TakeInPlace, "take in place", queue);
     caught_with(Mutant::TakeUnchecked, "take unchecked", queue);
 }

@@ -30,11 +30,16 @@ pub enum Mutant {
     WatchGapSilent,
     /// A double barrier lets a member in before it is full.
     BarrierEnterEarly,
+    /// The in-memory store's `mark` (a revocation request) writes the entry's key whether
+    /// or not the incarnation it names exists, as a plain put would: a request racing the
+    /// holder's release re-creates the entry with no session behind it, a ghost holder
+    /// the lock never gets past.
+    MarkUnchecked,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -43,6 +48,7 @@ impl Mutant {
         Mutant::DecisionOverwritten,
         Mutant::WatchGapSilent,
         Mutant::BarrierEnterEarly,
+        Mutant::MarkUnchecked,
     ];
 
     fn bit(self) -> u32 {
