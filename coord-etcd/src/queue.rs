@@ -199,28 +199,18 @@ impl Queue for EtcdClient {
         let scan = if own_scanned { 3 } else { 2 };
         let resp = self
             .inner
-            .call(Counter::Txn, "join queue", true, move |mut c: etcd::KvClient| {
-                let (k, d, value) = (k.clone(), d.clone(), value.clone());
-                async move {
-                    let txn = etcd::Txn::new()
-                        .when([etcd::Compare::create_revision(
-                            k.clone(),
-                            etcd::CompareOp::Equal,
-                            0,
-                        )])
-                        .and_then([
-                            etcd::TxnOp::put(
-                                k.clone(),
-                                value,
-                                Some(etcd::PutOptions::new().with_lease(lease)),
-                            ),
-                            etcd::TxnOp::get(d, Some(newest(scan, None))),
-                        ])
-                        // Already there (a retried join): where it stands is read next.
-                        .or_else([etcd::TxnOp::get(k, None)]);
-                    c.txn(txn).await
-                }
-            })
+            .at_incarnation(
+                Counter::Txn,
+                "join queue",
+                &k,
+                0,
+                vec![
+                    etcd::TxnOp::put(k.clone(), value, Some(etcd::PutOptions::new().with_lease(lease))),
+                    etcd::TxnOp::get(d, Some(newest(scan, None))),
+                ],
+                // Already there (a retried join): where it stands is read next.
+                vec![etcd::TxnOp::get(k.clone(), None)],
+            )
             .await?;
         let seen_at = header_rev(resp.header());
         let created = resp.succeeded();
@@ -454,55 +444,41 @@ impl Queue for EtcdClient {
 
     async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool> {
         // Only that incarnation (its create revision), and under its own lease.
-        let (k, rev) = (entry.path.clone(), entry.token.get() as i64);
+        let put = etcd::TxnOp::put(
+            entry.path.clone(),
+            value,
+            Some(etcd::PutOptions::new().with_ignore_lease()),
+        );
         let resp = self
             .inner
-            .call(Counter::Txn, "mark", true, move |mut c: etcd::KvClient| {
-                let (k, value) = (k.clone(), value.clone());
-                async move {
-                    c.txn(
-                        etcd::Txn::new()
-                            .when([etcd::Compare::create_revision(
-                                k.clone(),
-                                etcd::CompareOp::Equal,
-                                rev,
-                            )])
-                            .and_then([etcd::TxnOp::put(
-                                k,
-                                value,
-                                Some(etcd::PutOptions::new().with_ignore_lease()),
-                            )]),
-                    )
-                    .await
-                }
-            })
+            .at_incarnation(
+                Counter::Txn,
+                "mark",
+                &entry.path,
+                entry.token.get() as i64,
+                vec![put],
+                vec![],
+            )
             .await?;
         Ok(resp.succeeded())
     }
 
     async fn update(&self, ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
-        let (k, rev, lease) = (own.path.clone(), own.token.get() as i64, ticket.session_id);
+        let put = etcd::TxnOp::put(
+            own.path.clone(),
+            value,
+            Some(etcd::PutOptions::new().with_lease(ticket.session_id)),
+        );
         let resp = self
             .inner
-            .call(Counter::Txn, "proclaim", true, move |mut c: etcd::KvClient| {
-                let (k, value) = (k.clone(), value.clone());
-                async move {
-                    c.txn(
-                        etcd::Txn::new()
-                            .when([etcd::Compare::create_revision(
-                                k.clone(),
-                                etcd::CompareOp::Equal,
-                                rev,
-                            )])
-                            .and_then([etcd::TxnOp::put(
-                                k,
-                                value,
-                                Some(etcd::PutOptions::new().with_lease(lease)),
-                            )]),
-                    )
-                    .await
-                }
-            })
+            .at_incarnation(
+                Counter::Txn,
+                "proclaim",
+                &own.path,
+                own.token.get() as i64,
+                vec![put],
+                vec![],
+            )
             .await?;
         if resp.succeeded() {
             Ok(())
@@ -520,30 +496,31 @@ impl Queue for EtcdClient {
         // client may hold the same key, and a plain delete would remove that one. A join
         // of unknown outcome names the key alone: no later contender can hold it before
         // this removal is confirmed (the local turn waits for it).
-        let (k, rev) = (ticket.locator.clone(), own.map(|o| o.token.get() as i64));
-        let deleted = self
-            .inner
-            .call(Counter::Write, "release", true, move |mut c: etcd::KvClient| {
-                let k = k.clone();
-                async move {
-                    match rev {
-                        Some(rev) => c
-                            .txn(
-                                etcd::Txn::new()
-                                    .when([etcd::Compare::create_revision(
-                                        k.clone(),
-                                        etcd::CompareOp::Equal,
-                                        rev,
-                                    )])
-                                    .and_then([etcd::TxnOp::delete(k, None)]),
-                            )
-                            .await
-                            .map(drop),
-                        None => c.delete(k, None).await.map(drop),
-                    }
-                }
-            })
-            .await;
+        let k = ticket.locator.clone();
+        let deleted = match own {
+            Some(own) => {
+                let delete = etcd::TxnOp::delete(k.clone(), None);
+                self.inner
+                    .at_incarnation(
+                        Counter::Write,
+                        "release",
+                        &k,
+                        own.token.get() as i64,
+                        vec![delete],
+                        vec![],
+                    )
+                    .await
+                    .map(drop)
+            }
+            None => {
+                self.inner
+                    .call(Counter::Write, "release", true, move |mut c: etcd::KvClient| {
+                        let k = k.clone();
+                        async move { c.delete(k, None).await.map(drop) }
+                    })
+                    .await
+            }
+        };
         if deleted.is_err() {
             self.inner.bump_key_epoch();
         }

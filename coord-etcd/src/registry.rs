@@ -20,28 +20,20 @@ use crate::watch::{self, Kv, Raw};
 /// `AlreadyExists` if another live client owns it.
 pub(crate) async fn create_instance(inner: &Inner, key: &str, data: &[u8]) -> Result<()> {
     let lease = inner.lease()?;
-    let (k, d) = (key.to_owned(), data.to_vec());
+    let put = etcd::TxnOp::put(
+        key,
+        data.to_vec(),
+        Some(etcd::PutOptions::new().with_lease(lease.id)),
+    );
     let resp = inner
-        .call(Counter::Txn, "register", true, move |mut c: etcd::KvClient| {
-            let (k, d) = (k.clone(), d.clone());
-            async move {
-                c.txn(
-                    etcd::Txn::new()
-                        .when([etcd::Compare::create_revision(
-                            k.clone(),
-                            etcd::CompareOp::Equal,
-                            0,
-                        )])
-                        .and_then([etcd::TxnOp::put(
-                            k.clone(),
-                            d,
-                            Some(etcd::PutOptions::new().with_lease(lease.id)),
-                        )])
-                        .or_else([etcd::TxnOp::get(k, None)]),
-                )
-                .await
-            }
-        })
+        .at_incarnation(
+            Counter::Txn,
+            "register",
+            key,
+            0,
+            vec![put],
+            vec![etcd::TxnOp::get(key, None)],
+        )
         .await?;
     if resp.succeeded() {
         return Ok(());

@@ -323,6 +323,34 @@ impl Inner {
         self.request(counter, op, write, f).await
     }
 
+    /// One transaction on one incarnation of `key`: `then` if its create revision is
+    /// `created` (0: the key is absent), else `otherwise`. Every conditional write of a
+    /// contender's or an instance's own key goes through here, so none touches a later
+    /// incarnation of the same key or re-creates a key that is gone.
+    pub(crate) async fn at_incarnation(
+        &self,
+        counter: Counter,
+        op: &'static str,
+        key: &str,
+        created: i64,
+        then: Vec<etcd::TxnOp>,
+        otherwise: Vec<etcd::TxnOp>,
+    ) -> Result<etcd::TxnResponse> {
+        let key = key.to_owned();
+        self.call(counter, op, true, move |mut c: etcd::KvClient| {
+            let txn = etcd::Txn::new()
+                .when([etcd::Compare::create_revision(
+                    key.clone(),
+                    etcd::CompareOp::Equal,
+                    created,
+                )])
+                .and_then(then.clone())
+                .or_else(otherwise.clone());
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
     /// [`Inner::call`], even after `close` (for the revoke that ends the session).
     async fn request<T, S, F, Fut>(&self, counter: Counter, op: &'static str, write: bool, f: F) -> Result<T>
     where
