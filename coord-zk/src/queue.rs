@@ -464,59 +464,27 @@ impl Queue for ZkClient {
     }
 
     async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
-        let dir = self.queue_dir(queue);
-        let spec = queue.clone();
-        let inner = self.inner.clone();
-        // Read once up front so errors surface to the caller.
-        let (first, watchers) = read_head(&inner, &dir, &spec, true).await?;
-        let (tx, rx) = mpsc::channel(64);
-        let read = {
-            let inner = inner.clone();
-            move || {
-                let (inner, dir, spec) = (inner.clone(), dir.clone(), spec.clone());
-                async move {
-                    let (head, w) = read_head(&inner, &dir, &spec, true).await?;
-                    Ok((HeadEvent::Head(head), w))
-                }
+        let (inner, dir, spec) = (self.inner.clone(), self.queue_dir(queue), queue.clone());
+        let read = move || {
+            let (inner, dir, spec) = (inner.clone(), dir.clone(), spec.clone());
+            async move {
+                let (head, w) = read_head(&inner, &dir, &spec, true).await?;
+                Ok((HeadEvent::Head(head), w))
             }
         };
-        tokio::spawn(follow(
-            inner,
-            HeadEvent::Head(first),
-            watchers,
-            HeadEvent::Gap,
-            read,
-            tx,
-        ));
-        Ok(Box::pin(ReceiverStream::new(rx)))
+        followed(self.inner.clone(), read, HeadEvent::Gap).await
     }
 
     async fn watch_entries(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<EntriesEvent>>> {
-        let dir = self.queue_dir(queue);
-        let spec = queue.clone();
-        let inner = self.inner.clone();
-        // Read once up front so errors surface to the caller.
-        let (first, watchers) = read_entries(&inner, &dir, &spec).await?;
-        let (tx, rx) = mpsc::channel(64);
-        let read = {
-            let inner = inner.clone();
-            move || {
-                let (inner, dir, spec) = (inner.clone(), dir.clone(), spec.clone());
-                async move {
-                    let (entries, w) = read_entries(&inner, &dir, &spec).await?;
-                    Ok((EntriesEvent::Entries(entries), w))
-                }
+        let (inner, dir, spec) = (self.inner.clone(), self.queue_dir(queue), queue.clone());
+        let read = move || {
+            let (inner, dir, spec) = (inner.clone(), dir.clone(), spec.clone());
+            async move {
+                let (entries, w) = read_entries(&inner, &dir, &spec).await?;
+                Ok((EntriesEvent::Entries(entries), w))
             }
         };
-        tokio::spawn(follow(
-            inner,
-            EntriesEvent::Entries(first),
-            watchers,
-            EntriesEvent::Gap,
-            read,
-            tx,
-        ));
-        Ok(Box::pin(ReceiverStream::new(rx)))
+        followed(self.inner.clone(), read, EntriesEvent::Gap).await
     }
 
     async fn survey(&self, root: &str) -> Result<Vec<Surveyed>> {
@@ -579,6 +547,25 @@ impl Queue for ZkClient {
         found.sort_by(|a: &Surveyed, b: &Surveyed| (&a.dir, a.token).cmp(&(&b.dir, b.token)));
         Ok(found)
     }
+}
+
+/// A stream of what `read` returns: once now (its error is the caller's), then after
+/// every change the watches of the last read report; `gap_event` when the session ends,
+/// then a read on the next session.
+async fn followed<E, R, Fut>(
+    inner: std::sync::Arc<Inner>,
+    read: R,
+    gap_event: E,
+) -> Result<BoxStream<'static, Result<E>>>
+where
+    E: Clone + Send + 'static,
+    R: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(E, Vec<zk::OneshotWatcher>)>> + Send + 'static,
+{
+    let (first, watchers) = read().await?;
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(follow(inner, first, watchers, gap_event, read, tx));
+    Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
 /// Sends `first`, then what `read` returns after every change any of `watchers` (armed
