@@ -139,9 +139,10 @@ mod watch;
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_core::raw::Backend;
+use coord_core::raw::{Backend, Backoff};
 use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
 use tracing::Instrument;
 
@@ -234,11 +235,24 @@ impl ZkClient {
         options.validate()?;
         let span = tracing::info_span!("coord.zk.connect", hosts = %options.connect_string(), namespace = %options.namespace);
         let establish = async {
+            let started = tokio::time::Instant::now();
             let first = session::open_session(&options, options.connect_timeout).await?;
             let inner = Inner::new(options.clone(), first);
             inner.stats.incr(coord_core::raw::Counter::SessionRequest);
             if !inner.root.is_empty() {
-                inner.ensure_dir(&inner.root).await?;
+                // Idempotent: a connection lost on the way (a member going down, the
+                // ensemble electing a leader) is retried, within the connect timeout.
+                let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+                loop {
+                    match inner.ensure_dir(&inner.root).await {
+                        Ok(()) => break,
+                        Err(e) if e.is_retryable() && started.elapsed() < options.connect_timeout => {
+                            tracing::debug!(error = %e, "coord.zk.connect_retry");
+                            backoff.wait().await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
             Ok::<_, coord_core::Error>(inner)
         };

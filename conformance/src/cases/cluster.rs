@@ -191,3 +191,64 @@ pub async fn member_killed_clients_keep_working(ctx: Ctx) -> CaseResult {
     drop(lock_guard);
     Ok(())
 }
+
+/// Clients opened one after another while the cluster's leader member, then a follower,
+/// is killed and restarted: every open succeeds within the bound (one that meets the
+/// member's death or the cluster electing a leader waits and retries what it sends,
+/// which is idempotent), and every client opened works.
+pub async fn clients_open_while_members_die(ctx: Ctx) -> CaseResult {
+    let cluster = ctx.factory().cluster()?;
+    let _faults = {
+        let c = cluster.clone();
+        blocking(move || c.fault_lock()).await?
+    };
+    for role in ["leader", "follower"] {
+        let c = cluster.clone();
+        let victim = blocking(move || {
+            let leader = c.wait_leader(Duration::from_secs(30))?;
+            Ok(if role == "leader" {
+                leader
+            } else {
+                (leader + 1) % c.len()
+            })
+        })
+        .await?;
+        let until = tokio::time::Instant::now() + Duration::from_secs(4);
+        let opening = async {
+            let mut opened = 0usize;
+            while tokio::time::Instant::now() < until {
+                let client = within(
+                    bound(&ctx),
+                    "opening a client",
+                    ctx.factory().open(ctx.namespace()),
+                )
+                .await?
+                .with_context(|| format!("opening client {opened}, the {role} member being killed"))?;
+                let wrote = within(
+                    bound(&ctx),
+                    "a config write",
+                    retrying(|| client.put("k", b"v".to_vec())),
+                )
+                .await;
+                let _ = client.close().await;
+                wrote?.with_context(|| format!("client {opened}'s first write"))?;
+                opened += 1;
+            }
+            anyhow::Ok(opened)
+        };
+        let faults = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let c = cluster.clone();
+            blocking(move || c.kill(victim)).await?;
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            let c = cluster.clone();
+            blocking(move || c.restart_member(victim)).await?;
+            anyhow::Ok(())
+        };
+        let (opened, restarted) = tokio::join!(opening, faults);
+        restarted.with_context(|| format!("killing and restarting the {role} member {victim}"))?;
+        let opened = opened?;
+        ensure!(opened > 1, "only {opened} clients opened in 4 s");
+    }
+    Ok(())
+}

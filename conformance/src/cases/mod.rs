@@ -351,6 +351,7 @@ pub fn all() -> Vec<Case> {
         case!(cluster::client_follows_the_live_member, LINKS),
         case!(cluster::short_cut_of_every_link_keeps_session, LINKS),
         case!(cluster::member_killed_clients_keep_working, MEMBERS),
+        case!(cluster::clients_open_while_members_die, MEMBERS),
         case!(input::bad_names_rejected_everywhere),
         case!(input::oversized_values_rejected),
         case!(input::bad_transactions_rejected),
