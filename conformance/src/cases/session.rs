@@ -8,7 +8,7 @@ use coord_core::{
 };
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, settle, still_waiting, within};
+use crate::util::{eventually, retrying, settle, still_waiting, within};
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -44,7 +44,13 @@ pub async fn kill_reported_then_new_session(ctx: Ctx) -> CaseResult {
         "transitions not counted: {:?}",
         a.stats()
     );
-    a.put("after", b"ok".to_vec()).await?;
+    // On a cluster a member may be down meanwhile: the client keeps working, retrying.
+    within(
+        ctx.expiry_wait(),
+        "a write on the new session",
+        retrying(|| a.put("after", b"ok".to_vec())),
+    )
+    .await??;
     Ok(())
 }
 
