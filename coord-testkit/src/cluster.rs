@@ -167,6 +167,20 @@ impl Cluster {
     /// The binaries are missing (naming the package to install), ports or directories
     /// cannot be had, or a member does not come up within 60 s (with its log's tail).
     pub fn start(options: ClusterOptions) -> Result<Cluster> {
+        // A port is free when picked and taken when the member binds it if another
+        // socket got it meanwhile (an outgoing connection's ephemeral port, say): then
+        // the cluster starts again on new ports.
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(&options) {
+                Err(e) if attempt < 3 && options.port.is_none() && port_taken(&e) => attempt += 1,
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once(options: &ClusterOptions) -> Result<Cluster> {
+        let options = options.clone();
         if options.members == 0 {
             return Err(err("a cluster needs at least one member"));
         }
@@ -738,6 +752,12 @@ impl Drop for Cluster {
             let _ = self.shutdown();
         }
     }
+}
+
+/// Whether a member failed to start because a port it was given is in use.
+fn port_taken(e: &Error) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("address already in use")
 }
 
 /// Whether `pid` runs (a zombie does not).
