@@ -165,7 +165,9 @@ impl Cluster {
     /// # Errors
     ///
     /// The binaries are missing (naming the package to install), ports or directories
-    /// cannot be had, or a member does not come up within 60 s (with its log's tail).
+    /// cannot be had, or a member does not come up within 60 s (with its log's tail). A
+    /// member whose free port was taken by another socket before it bound it starts the
+    /// cluster again on new ports, up to 3 times in all (not when `port` is set).
     pub fn start(options: ClusterOptions) -> Result<Cluster> {
         // A port is free when picked and taken when the member binds it if another
         // socket got it meanwhile (an outgoing connection's ephemeral port, say): then

@@ -13,6 +13,7 @@
 //! timeout 500 ms; ZooKeeper: a few ticks of 100 ms plus the new leader syncing), the
 //! client's move to a live member, and a new session if the old one could not be kept.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
@@ -43,6 +44,21 @@ async fn works(ctx: &Ctx, client: &Client, round: usize) -> anyhow::Result<()> {
     let guard = within(bound(ctx), "a lock", retrying(|| client.lock("l"))).await??;
     within(bound(ctx), "a release", guard.release()).await??;
     Ok(())
+}
+
+/// The member to kill in a round: the cluster's leader (`role` "leader") or a follower,
+/// once the cluster has a leader.
+async fn victim(cluster: &Arc<coord_testkit::Cluster>, role: &'static str) -> anyhow::Result<usize> {
+    let c = cluster.clone();
+    Ok(blocking(move || {
+        let leader = c.wait_leader(Duration::from_secs(30))?;
+        Ok(if role == "leader" {
+            leader
+        } else {
+            (leader + 1) % c.len()
+        })
+    })
+    .await?)
 }
 
 /// On a cluster, the fault lock, so that no member is killed while a link case runs:
@@ -145,16 +161,7 @@ pub async fn member_killed_clients_keep_working(ctx: Ctx) -> CaseResult {
     let waiter = ctx.client().await?;
     let mut last = None;
     for role in ["leader", "follower"] {
-        let c = cluster.clone();
-        let victim = blocking(move || {
-            let leader = c.wait_leader(Duration::from_secs(30))?;
-            Ok(if role == "leader" {
-                leader
-            } else {
-                (leader + 1) % c.len()
-            })
-        })
-        .await?;
+        let victim = victim(&cluster, role).await?;
         let held = within(bound(&ctx), "the holder's lock", retrying(|| holder.lock("m"))).await??;
         if let Some(previous) = last {
             ensure!(held.token() > previous, "a token went back");
@@ -203,16 +210,7 @@ pub async fn clients_open_while_members_die(ctx: Ctx) -> CaseResult {
         blocking(move || c.fault_lock()).await?
     };
     for role in ["leader", "follower"] {
-        let c = cluster.clone();
-        let victim = blocking(move || {
-            let leader = c.wait_leader(Duration::from_secs(30))?;
-            Ok(if role == "leader" {
-                leader
-            } else {
-                (leader + 1) % c.len()
-            })
-        })
-        .await?;
+        let victim = victim(&cluster, role).await?;
         let until = tokio::time::Instant::now() + Duration::from_secs(4);
         let opening = async {
             let mut opened = 0usize;
