@@ -486,6 +486,9 @@ fn member_failure(message: &str) -> bool {
         "session lost",
         "the session was replaced",
         "lost the session",
+        // The same errors shown with `{:?}` in a case's message.
+        "kind: sessionlost",
+        "outcome_unknown: true",
     ]
     .iter()
     .any(|w| m.contains(w))

@@ -169,6 +169,12 @@ impl FaultProxy {
             .is_some()
     }
 
+    /// Drops a reset armed by [`FaultProxy::reset_after_next_request`] or
+    /// [`FaultProxy::reset_after_reply`] that has not fired yet.
+    pub fn disarm(&self) {
+        *self.trip.armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// Lets traffic through again.
     pub fn pass(&self) {
         self.mode.send_replace(Mode::Pass);

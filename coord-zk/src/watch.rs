@@ -19,7 +19,10 @@
 //!   reports `Resync` (out of sync: held events dropped, memory bounded) and, at the
 //!   next consistent point, the follower's current state as a snapshot.
 //! - A reconnect (changes during the outage may not be replayed) asks the follower for
-//!   everything since what it has reported. On a reconnect the watch is first added
+//!   everything since what it has reported. So does a read during which the
+//!   connection changed (sent again after its connection was lost, or sent while the
+//!   client reconnected): the server that answered it may hold changes never notified,
+//!   so its answer is not known to be a state until everything is read again. On a reconnect the watch is first added
 //!   again: the client library re-registers only one-shot watches when it resumes a
 //!   session, not persistent ones. A read that fails is retried with backoff until it
 //!   succeeds or the session ends, so a change is never dropped because the read after
@@ -180,9 +183,26 @@ pub(crate) async fn follow<F: DirFollower>(
                 if !resynced {
                     held.extend(events);
                 }
-                // Consistent if what arrived during the read names only nodes it read.
                 let mut more = Vec::new();
                 drain(&mut watcher, &mut more, &mut stash, &inner);
+                // The connection changed during the read (it was sent again after one
+                // was lost, or went out while the client was reconnecting): the server
+                // that answered it may hold changes the lost connection never notified,
+                // and on a resumed session the watch is not registered again. What it
+                // read is then not known to be a state: once the client is connected
+                // again, everything is read again. A session event is the only thing
+                // `drain` leaves in `stash`.
+                if let Some(event) = stash.take() {
+                    match reconnected(&inner, &mut watcher, event, &tx).await {
+                        None => return,
+                        Some(false) => break true,
+                        Some(true) => {
+                            batch = None;
+                            continue;
+                        }
+                    }
+                }
+                // Consistent if what arrived during the read names only nodes it read.
                 let covered = match &batch {
                     Some(read) => more.iter().all(|e| read.iter().any(|r| r.path == e.path)),
                     None => more.is_empty(),
@@ -248,6 +268,34 @@ pub(crate) async fn follow<F: DirFollower>(
                 }
             }
         }
+    }
+}
+
+/// Waits out the connection change that session event `event` reports: `Some(true)`
+/// once the session is connected again, `Some(false)` if it ended, `None` if the stream
+/// is gone. Node events meanwhile are dropped: the caller reads everything again.
+async fn reconnected<T>(
+    inner: &Inner,
+    watcher: &mut zk::PersistentWatcher,
+    mut event: zk::WatchedEvent,
+    tx: &mpsc::Sender<T>,
+) -> Option<bool> {
+    loop {
+        match (event.event_type, event.session_state) {
+            (
+                zk::EventType::Session,
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly,
+            ) => return Some(true),
+            (zk::EventType::Session, zk::SessionState::Disconnected) => {}
+            // Terminal: the watcher must not be polled again.
+            (zk::EventType::Session, _) => return Some(false),
+            _ => {}
+        }
+        event = tokio::select! {
+            e = watcher.changed() => e,
+            _ = tx.closed() => return None,
+        };
+        inner.stats.incr(Counter::WatchEvent);
     }
 }
 

@@ -510,11 +510,41 @@ pub async fn caches_reject_bad_names(ctx: Ctx) -> CaseResult {
 /// re-reading the key shows it newer than keys whose notifications are still queued —
 /// such a mix. The cache must also end on the final state.
 pub async fn config_cache_shows_only_states_that_existed(ctx: Ctx) -> CaseResult {
+    let reader = ctx.client().await?;
+    storm_shows_only_states_that_existed(&ctx, &reader, None).await
+}
+
+/// The same storm, while the cache's client loses its connection again and again (each
+/// cut on its next request 100 ms after it is connected again, the link refusing for
+/// 50 ms, the session kept): a
+/// read whose answer is lost is sent again on the new connection, where changes made
+/// meanwhile were never notified, so what it returns must not be taken as the whole
+/// state. The cache shows only states that existed, or says it is out of sync, and ends
+/// on the final state.
+pub async fn config_cache_shows_only_states_that_existed_through_reconnects(ctx: Ctx) -> CaseResult {
+    let reader = ctx.factory().open_links(ctx.namespace(), 1).await?;
+    let links = ctx.factory().links(&reader)?;
+    let generation = reader.session().borrow().generation;
+    storm_shows_only_states_that_existed(&ctx, &reader, Some(&links)).await?;
+    ensure!(
+        reader.session().borrow().generation == generation,
+        "the session was replaced: the cuts were meant to be survivable, so this proves nothing"
+    );
+    Ok(())
+}
+
+/// A write storm under a cache of `reader`'s, judged as
+/// [`config_cache_shows_only_states_that_existed`] says; with `cuts`, the links are cut
+/// on their next request every 100 ms until the storm ends.
+async fn storm_shows_only_states_that_existed(
+    ctx: &Ctx,
+    reader: &Client,
+    cuts: Option<&coord_testkit::Links>,
+) -> CaseResult {
     use std::sync::{Arc, Mutex};
     use tokio::time::Instant;
     const K: usize = 4;
     const WRITES: usize = 600;
-    let reader = ctx.client().await?;
     let mut writers = Vec::new();
     for _ in 0..K {
         writers.push(ctx.client().await?);
@@ -566,10 +596,40 @@ pub async fn config_cache_shows_only_states_that_existed(ctx: Ctx) -> CaseResult
             anyhow::Ok(())
         }));
     }
-    for s in storm {
-        s.await.context("a writer panicked")??;
+    // The cuts go on until every writer is done.
+    let cut = std::sync::atomic::AtomicUsize::new(0);
+    let cutting = async {
+        let Some(links) = cuts else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if reader.session_state() != SessionState::Connected {
+                continue;
+            }
+            for link in links.all() {
+                if !link.reset_pending() {
+                    link.reset_after_next_request(Duration::from_millis(50));
+                    cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    };
+    let storming = async {
+        for s in storm {
+            s.await.context("a writer panicked")??;
+        }
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        done = storming => done?,
+        never = cutting => never,
     }
-    let truth = config_truth(&reader, "storm").await?;
+    for link in cuts.iter().flat_map(|l| l.all()) {
+        link.disarm();
+        link.pass();
+    }
+    let truth = config_truth(reader, "storm").await?;
     converges(&mut cache, &truth, QUICK, "after the storm", |_| Ok(())).await?;
     drop(cache);
     let (views, out_of_sync) = within(QUICK, "the cache's subscriber ends with it", watcher)
@@ -593,7 +653,17 @@ pub async fn config_cache_shows_only_states_that_existed(ctx: Ctx) -> CaseResult
             );
         }
     }
-    tracing::info!(views = views.len(), out_of_sync, "views judged during the storm");
+    let cut = cut.into_inner();
+    ensure!(
+        cuts.is_none() || cut >= 3,
+        "only {cut} cuts were made during the storm"
+    );
+    tracing::info!(
+        views = views.len(),
+        out_of_sync,
+        cuts = cut,
+        "views judged during the storm"
+    );
     ensure!(
         views.len() > 10,
         "only {} views were judged ({out_of_sync} out of sync)",

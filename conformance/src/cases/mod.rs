@@ -333,6 +333,10 @@ pub fn all() -> Vec<Case> {
         case!(cache::config_cache_resyncs_after_a_gap, GAP),
         case!(cache::service_cache_resyncs_after_a_gap, GAP),
         case!(cache::config_cache_shows_only_states_that_existed),
+        case!(
+            cache::config_cache_shows_only_states_that_existed_through_reconnects,
+            LINKS
+        ),
         case!(cache::caches_end_when_the_client_closes),
         case!(cache::dropped_cache_stops_its_task),
         case!(cache::caches_reject_bad_names),
