@@ -72,7 +72,8 @@ pub async fn expire_session(client: &Client, hosts: &str) -> Result<()> {
 #[cfg(feature = "zk")]
 async fn expire_zk(session: coord_zk::ZkSessionHandle, hosts: &str) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut last = String::from("no attempt");
+    // Each outcome and how often it happened, for the error if every attempt fails.
+    let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
     while tokio::time::Instant::now() < deadline {
         // Reattaching renegotiates the timeout; the close follows at once. Each attempt is
         // short (a connect gives up after about its session timeout): the client being
@@ -81,14 +82,25 @@ async fn expire_zk(session: coord_zk::ZkSessionHandle, hosts: &str) -> Result<()
         match session.close_elsewhere(hosts).await {
             // The server no longer knows the session: it and its nodes are gone.
             Ok(true) => return Ok(()),
-            Ok(false) => last = "attached and closed, but the session still exists".into(),
-            Err(e) => last = e.to_string(),
+            Ok(false) => {
+                *outcomes
+                    .entry("attached and closed, but the session still exists".into())
+                    .or_default() += 1
+            }
+            Err(e) => *outcomes.entry(e.to_string()).or_default() += 1,
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(Error::new(
         ErrorKind::Timeout,
-        format!("could not expire the session within 30 s ({last})"),
+        format!(
+            "could not expire the session within 30 s ({})",
+            outcomes
+                .iter()
+                .map(|(outcome, n)| format!("{n}x {outcome}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
     ))
 }
 
