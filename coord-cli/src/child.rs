@@ -67,9 +67,20 @@ pub enum Ending {
 /// Runs `command` with `env` added to its environment until it exits, and returns its
 /// status. If `ended` completes first — or had completed when the command exited — the
 /// command gets SIGTERM, then SIGKILL after `grace`, and the result is the
-/// [`exit::LOST`] failure (or [`exit::REVOKED`]). SIGTERM sent to coord is passed on to the command, and SIGINT
-/// too unless coord runs in the terminal's foreground (the terminal sent it to both);
-/// coord keeps waiting for the command.
+/// [`exit::LOST`] failure (or [`exit::REVOKED`]). SIGTERM sent to coord is passed on to
+/// the command, and SIGINT too unless the terminal sent it to both; coord keeps waiting
+/// for the command.
+///
+/// # Process group
+///
+/// Unless coord runs in a terminal's foreground, the command runs in a process group of
+/// its own, and every signal goes to that group: what the command started (a script's
+/// children, a pipeline) is stopped with it, also when the command itself has already
+/// exited after a loss — nothing it started runs on beside the next holder. In a
+/// terminal's foreground the command stays in coord's group, so that it can read the
+/// terminal and Ctrl-C and Ctrl-Z reach it as usual (as `timeout --foreground` does);
+/// signals then go to the command's process only. What a command leaves running after
+/// it exits normally is not stopped.
 ///
 /// The command's environment is coord's, without `COORD_URL` (it may hold credentials).
 /// If coord itself is killed (SIGKILL), the command keeps running: its fencing token is
@@ -83,11 +94,15 @@ pub async fn run_while_held(
     stop: &mut Stop,
     out: Out,
 ) -> Result<ExitCode, Failure> {
-    let mut child = spawn(command, env)?;
-    let pid = child
+    let interactive = in_terminal_foreground();
+    let mut child = spawn(command, env, !interactive)?;
+    let target = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+        .map(|pid| Target {
+            pid: Pid::from_raw(pid),
+            group: !interactive,
+        });
     tokio::pin!(ended);
     loop {
         tokio::select! {
@@ -103,6 +118,8 @@ pub async fn run_while_held(
                     format!("the {} {:?} was lost before the command finished", held.what, held.name),
                     json!({"event": "lost", "what": held.what, "name": held.name}),
                 );
+                // What the command started may still run: stopped as the command would be.
+                terminate(&mut child, target, grace).await;
                 return Err(lost_failure(&held));
             }
             ending = &mut ended => {
@@ -114,7 +131,7 @@ pub async fn run_while_held(
                     format!("the {} {:?} {why}; stopping the command (SIGTERM, SIGKILL after {})", held.what, held.name, humantime::format_duration(grace)),
                     json!({"event": event, "what": held.what, "name": held.name}),
                 );
-                terminate(&mut child, pid, grace).await;
+                terminate(&mut child, target, grace).await;
                 return Err(match ending {
                     Ending::Lost => lost_failure(&held),
                     Ending::Revoked => Failure::new(
@@ -125,9 +142,10 @@ pub async fn run_while_held(
                 });
             }
             signal = stop.next() => {
-                if signal != Signal::SIGINT || !in_terminal_foreground() {
-                    if let Some(pid) = pid {
-                        let _ = kill(pid, signal);
+                // In the terminal's foreground, a Ctrl-C reached the command too.
+                if signal != Signal::SIGINT || !interactive {
+                    if let Some(target) = target {
+                        target.signal(Some(signal));
                     }
                 }
             }
@@ -152,12 +170,36 @@ fn in_terminal_foreground() -> bool {
     nix::unistd::tcgetpgrp(std::io::stdin()).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 
-fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure> {
+/// Where coord's signals to the command go.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    pid: Pid,
+    /// The command leads a process group of its own (its id is `pid`): signals go to
+    /// the whole group.
+    group: bool,
+}
+
+impl Target {
+    /// Sends `signal` (`None`: only checks); whether anything received it.
+    fn signal(self, signal: Option<Signal>) -> bool {
+        let to = if self.group {
+            Pid::from_raw(-self.pid.as_raw())
+        } else {
+            self.pid
+        };
+        kill(to, signal).is_ok()
+    }
+}
+
+fn spawn(command: &[OsString], env: &[(&str, String)], own_group: bool) -> Result<Child, Failure> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("no command given after --"));
     };
     let mut cmd = Command::new(program);
     cmd.args(args).env_remove("COORD_URL").kill_on_drop(true);
+    if own_group {
+        cmd.process_group(0);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -175,14 +217,23 @@ fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure>
     })
 }
 
-/// SIGTERM, then SIGKILL if the command is still running after `grace`.
-async fn terminate(child: &mut Child, pid: Option<Pid>, grace: Duration) {
-    if let Some(pid) = pid {
-        let _ = kill(pid, Signal::SIGTERM);
+/// SIGTERM, then SIGKILL to whatever of the command (its process group, see
+/// [`run_while_held`]) still runs after `grace`. Returns once the command has exited.
+async fn terminate(child: &mut Child, target: Option<Target>, grace: Duration) {
+    let deadline = tokio::time::Instant::now() + grace;
+    if let Some(target) = target {
+        target.signal(Some(Signal::SIGTERM));
     }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.kill().await;
+    let _ = tokio::time::timeout_at(deadline, child.wait()).await;
+    if let Some(target) = target.filter(|t| t.group) {
+        // The command is gone (or the grace is): what it started gets the rest of the
+        // grace, then SIGKILL.
+        while target.signal(None) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        target.signal(Some(Signal::SIGKILL));
     }
+    let _ = child.kill().await;
 }
 
 /// Waits for `fut` unless a stop signal comes first (then `Err(signal)`); dropping `fut`

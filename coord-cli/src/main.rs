@@ -92,8 +92,11 @@ Examples:
   coord lock --write schema -- ./migrate.sh
   coord lock --revocable cache-warm -- ./warm.sh    # `coord revoke cache-warm` stops it
 
-The signal goes to the command's process: a shell script should `exec` its last
-command or trap TERM to stop its own children.")]
+The command runs in a process group of its own, and SIGTERM and SIGKILL reach
+everything it started (a script's children too) - unless coord runs in a terminal's
+foreground, where the command stays in the terminal's job (it can read the terminal;
+Ctrl-C and Ctrl-Z reach it) and the signals reach its own process only: a shell script
+run that way should `exec` its last command or trap TERM to stop its children.")]
     Lock(LockArgs),
 
     /// Ask the holder of a lock to let it go.
@@ -238,8 +241,10 @@ struct ElectArgs {
     /// Give up campaigning after this long; exit 124.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     timeout: Option<Duration>,
-    /// After SIGTERM on a lost leadership, wait this long before SIGKILL (default: as
-    /// `coord lock`, before the server can expire the session).
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL. The default is
+    /// safe, as `coord lock`'s (the command is gone before the server can expire the
+    /// session and another candidate lead); a longer one lets a command that ignores
+    /// SIGTERM run on beside the next leader.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     grace: Option<Duration>,
     /// A command to run while leading, after `--`.

@@ -214,11 +214,24 @@ fn help_reads_well() -> Result {
             "coord --help does not mention {word}:\n{help}"
         );
     }
-    let subcommands: [&[&str]; 14] = [
+    let subcommands: [&[&str]; 27] = [
         &["lock"],
+        &["revoke"],
         &["elect"],
         &["leader"],
         &["observe"],
+        &["queue", "push"],
+        &["queue", "take"],
+        &["queue", "len"],
+        &["counter", "get"],
+        &["counter", "add"],
+        &["counter", "set"],
+        &["barrier", "raise"],
+        &["barrier", "remove"],
+        &["barrier", "wait"],
+        &["barrier", "status"],
+        &["txn", "decision"],
+        &["inspect"],
         &["config", "get"],
         &["config", "put"],
         &["config", "cas"],
@@ -351,6 +364,70 @@ fn lock_runs_command_with_token(b: &Backend) -> Result {
         Duration::from_secs(30),
     )?;
     expect_code(&out, 128 + 15, "lock running a command killed by SIGTERM")?;
+    Ok(())
+}
+
+/// SIGTERM sent to coord reaches everything its command started (the command runs in a
+/// process group of its own), not only the command's process: nothing the command
+/// started keeps running once coord has let go.
+fn stop_reaches_the_commands_children(b: &Backend) -> Result {
+    let url = b.url("stop-group", "");
+    let dir = tempdir()?;
+    let started = dir.path().join("started");
+    let script = format!("sleep 120 & echo $! > {}; wait", started.display());
+    let holder = coord(&url)
+        .args(["lock", "group", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let grandchild: i32 = wait_for_file(&started, Duration::from_secs(20))?
+        .trim()
+        .parse()
+        .map_err(|_| "bad pid file")?;
+    ensure!(alive(grandchild), "the command's child is not running");
+    signal(holder.id(), "-TERM")?;
+    let out = finish(holder, Duration::from_secs(20))?;
+    expect_code(&out, 128 + 15, "coord passing SIGTERM on to its command")?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(grandchild) {
+        ensure!(
+            Instant::now() < deadline,
+            "the command's child (pid {grandchild}) still runs after coord passed on SIGTERM and exited"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// In a terminal's foreground the command keeps the terminal: it reads what is typed
+/// there (in a process group of its own it would be stopped by SIGTTIN instead).
+fn command_in_a_terminal_reads_it(b: &Backend) -> Result {
+    use std::io::Write as _;
+    let url = b.url("terminal", "");
+    // `script` runs the line on a new pseudo-terminal, in the terminal's foreground.
+    let line = format!(r#"{BIN} --url {url} lock tty -- sh -c 'read typed; echo "got $typed"'"#);
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("COORD_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run script (util-linux): {e}"))?;
+    let mut typed = child.stdin.take().ok_or("stdin")?;
+    typed.write_all(b"hello\n").map_err(|e| e.to_string())?;
+    let out = finish(child, Duration::from_secs(20));
+    drop(typed);
+    let out = out?;
+    expect_code(&out, 0, "coord lock in a terminal")?;
+    ensure!(
+        text(&out.stdout).contains("got hello"),
+        "the command did not read the terminal: {}",
+        text(&out.stdout)
+    );
     Ok(())
 }
 
@@ -583,13 +660,19 @@ fn loss_stops(b: &Backend, elect: bool) -> Result {
     let url = b.url(if elect { "elect-loss" } else { "loss" }, &options);
     let dir = tempdir()?;
     let pidfile = dir.path().join("pid");
-    // The lock's command ignores SIGTERM: only the default grace's SIGKILL stops it, and
-    // it must come before the server can expire the session. The election's command
-    // stops on SIGTERM, under a grace longer than is safe (which coord warns about).
+    let started = dir.path().join("started");
+    // The lock's command ignores SIGTERM, and so does a child it started: only the
+    // default grace's SIGKILL to the command's process group stops them, and it must
+    // come before the server can expire the session. The election's command stops on
+    // SIGTERM, under a grace longer than is safe (which coord warns about).
     let script = if elect {
         format!("echo $$ > {}; exec sleep 120", pidfile.display())
     } else {
-        format!("trap '' TERM; echo $$ > {}; exec sleep 120", pidfile.display())
+        format!(
+            "trap '' TERM; sleep 120 & echo $! > {}; echo $$ > {}; wait",
+            started.display(),
+            pidfile.display()
+        )
     };
     let hold: &[&str] = if elect {
         &["elect", "--grace", "2s", "guarded", "node-1"]
@@ -619,25 +702,40 @@ fn loss_stops(b: &Backend, elect: bool) -> Result {
         .parse()
         .map_err(|_| "bad pid file")?;
     ensure!(alive(child), "the command is not running");
+    let mut processes = vec![("the command", child)];
+    if !elect {
+        let grandchild: i32 = wait_for_file(&started, Duration::from_secs(20))?
+            .trim()
+            .parse()
+            .map_err(|_| "bad pid file")?;
+        ensure!(alive(grandchild), "the command's child is not running");
+        processes.push(("the command's child", grandchild));
+    }
     kill_session(b, &guarded, &acquired)?;
     let lost = events.until("lost", Duration::from_secs(30))?;
     let lost_at = Instant::now();
     ensure!(lost["name"] == "guarded", "lost event {lost}");
     // The least time between coord's Lost and the server's earliest expiry (3/10 of
-    // the timeout on ZooKeeper, a tenth on etcd); the default grace is half of it.
+    // the timeout the server granted on ZooKeeper, a tenth on etcd); the default grace
+    // is half of it.
+    let granted = acquired["session_timeout_ms"]
+        .as_u64()
+        .map_or(SESSION_TIMEOUT, Duration::from_millis);
     let margin = if b.name == "zk" {
-        SESSION_TIMEOUT * 3 / 10
+        granted * 3 / 10
     } else {
-        SESSION_TIMEOUT / 10
+        granted / 10
     };
     let limit = if elect { Duration::from_secs(5) } else { margin };
-    while alive(child) {
-        ensure!(
-            lost_at.elapsed() < limit,
-            "the command (pid {child}) still runs {:?} after the loss",
-            lost_at.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(5));
+    for (what, pid) in processes {
+        while alive(pid) {
+            ensure!(
+                lost_at.elapsed() < limit,
+                "{what} (pid {pid}) still runs {:?} after the loss",
+                lost_at.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     let out = finish(guarded, Duration::from_secs(20))?;
     expect_code(&out, 125, "coord after its hold was lost")?;
@@ -872,8 +970,13 @@ fn main() {
         Trial::test("recipe_usage_errors", recipes::recipe_usage_errors),
     ];
     type Case = fn(&Backend) -> Result;
-    let everywhere: [(&str, Case); 3] = [
+    let everywhere: [(&str, Case); 5] = [
         ("lock_runs_command_with_token", lock_runs_command_with_token),
+        (
+            "stop_reaches_the_commands_children",
+            stop_reaches_the_commands_children,
+        ),
+        ("command_in_a_terminal_reads_it", command_in_a_terminal_reads_it),
         ("config_json", config_json),
         ("session_json", session_json),
     ];

@@ -99,6 +99,12 @@ pub async fn oversized_values_rejected(ctx: Ctx) -> CaseResult {
         inv,
     )?;
     expect_kind("campaign(oversized)", c.campaign("e", big.clone()).await, inv)?;
+    expect_kind("lock_as(oversized)", c.lock_as("l", big.clone()).await, inv)?;
+    expect_kind(
+        "rw_lock.with_holder(oversized)",
+        c.rw_lock("rw")?.with_holder(big.clone()).map(|_| ()),
+        inv,
+    )?;
     let fat = ServiceInstance::new("n1", "h").with_metadata("blob", "x".repeat(MAX_VALUE_LEN));
     expect_kind("register(oversized)", c.register("svc", fat).await, inv)?;
     let mut l = c.campaign("e", b"ok".to_vec()).await?;

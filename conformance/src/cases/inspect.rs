@@ -35,9 +35,9 @@ pub async fn shows_every_recipe_as_it_stands(ctx: Ctx) -> CaseResult {
     let b2 = b.clone();
     let mut lock_waiter = tokio::spawn(async move { b2.lock_as("jobs/nightly", "b:2").await });
     // A read/write lock read by a and b, a writer c waiting.
-    let ra = a.rw_lock("files")?.read().await?;
+    let ra = a.rw_lock("files")?.with_holder("a:1")?.read().await?;
     let rb = b.rw_lock("files")?.read().await?;
-    let wc = c.rw_lock("files")?;
+    let wc = c.rw_lock("files")?.with_holder("c:3")?;
     let mut writer = tokio::spawn(async move { wc.write().await });
     // A semaphore of 2 held by a and b, c waiting.
     let la = a.semaphore("pool", 2)?.acquire().await?;
@@ -99,6 +99,11 @@ pub async fn shows_every_recipe_as_it_stands(ctx: Ctx) -> CaseResult {
     let roles = |ps: &[coord_core::Participant]| ps.iter().map(|p| p.role).collect::<Vec<_>>();
     ensure!(roles(&rw.holders) == ["read", "read"], "rwlock holders: {rw:#?}");
     ensure!(roles(&rw.waiters) == ["write"], "rwlock waiters: {rw:#?}");
+    let values = |ps: &[coord_core::Participant]| ps.iter().map(|p| p.value.clone()).collect::<Vec<_>>();
+    ensure!(
+        values(&rw.holders) == [b"a:1".to_vec(), Vec::new()] && values(&rw.waiters) == [b"c:3".to_vec()],
+        "each hold says who holds it (with_holder), or nothing: {rw:#?}"
+    );
 
     let pool = find(&views, RecipeKind::Semaphore, "pool")?;
     ensure!(

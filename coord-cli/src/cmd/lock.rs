@@ -115,10 +115,22 @@ async fn take(client: &Client, name: &str, mode: Mode, wait: bool) -> coord::Res
         (Mode::Exclusive, false) => client.try_lock_as(name, me).await?.map(Grant::Lock),
         (Mode::Permits(n), true) => Some(Grant::Lease(client.semaphore(name, n)?.acquire().await?)),
         (Mode::Permits(n), false) => client.semaphore(name, n)?.try_acquire().await?.map(Grant::Lease),
-        (Mode::Read, true) => Some(Grant::Read(client.rw_lock(name)?.read().await?)),
-        (Mode::Read, false) => client.rw_lock(name)?.try_read().await?.map(Grant::Read),
-        (Mode::Write, true) => Some(Grant::Write(client.rw_lock(name)?.write().await?)),
-        (Mode::Write, false) => client.rw_lock(name)?.try_write().await?.map(Grant::Write),
+        (Mode::Read, true) => Some(Grant::Read(client.rw_lock(name)?.with_holder(me)?.read().await?)),
+        (Mode::Read, false) => client
+            .rw_lock(name)?
+            .with_holder(me)?
+            .try_read()
+            .await?
+            .map(Grant::Read),
+        (Mode::Write, true) => Some(Grant::Write(
+            client.rw_lock(name)?.with_holder(me)?.write().await?,
+        )),
+        (Mode::Write, false) => client
+            .rw_lock(name)?
+            .with_holder(me)?
+            .try_write()
+            .await?
+            .map(Grant::Write),
     })
 }
 

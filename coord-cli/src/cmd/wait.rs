@@ -122,6 +122,7 @@ where
                         "what": waiting.what,
                         "name": waiting.name,
                         "token": h.token.get(),
+                        "holder": h.describe(),
                         "seen_for_ms": since.elapsed().as_millis() as u64,
                     }),
                     &h.who,

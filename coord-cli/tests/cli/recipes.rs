@@ -58,6 +58,12 @@ pub fn semaphore_admits_n(b: &Backend) -> Result {
     let mut third = spawn_json(&url, &["lock", "-n", "2", "pool"], &script)?;
     let waiting = Events::of(&mut third)?.until("waiting", Duration::from_secs(20))?;
     ensure!(waiting["what"] == "semaphore lease", "waiting event {waiting}");
+    ensure!(
+        waiting["holder"]
+            .as_str()
+            .is_some_and(|h| h.contains("2 of 2 leases")),
+        "the waiting line shows the leases out: {waiting}"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while lines(&log).len() < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -87,6 +93,11 @@ pub fn semaphore_admits_n(b: &Backend) -> Result {
     }
     let log = lines(&log);
     ensure!(log.len() == 6, "{log:?}");
+    ensure!(
+        log.iter()
+            .all(|l| l.split(' ').nth(1).is_some_and(|t| t.parse::<u64>().is_ok())),
+        "each command got its lease's COORD_FENCING_TOKEN: {log:?}"
+    );
     ensure!(
         log[..2].iter().all(|l| l.starts_with("start")) && log[2].starts_with("end"),
         "the third started before a lease came back: {log:?}"
@@ -132,6 +143,16 @@ pub fn read_write_lock(b: &Backend) -> Result {
         "two readers hold: {rw}"
     );
     ensure!(rw["waiters"][0]["role"] == "write", "the writer waits: {rw}");
+    let identified = |list: &Value| {
+        list.as_array().is_some_and(|ps| {
+            ps.iter()
+                .all(|p| p["value"].as_str().is_some_and(|v| v.contains(':')))
+        })
+    };
+    ensure!(
+        identified(&rw["holders"]) && identified(&rw["waiters"]),
+        "each reader and writer says who it is (host:pid): {rw}"
+    );
     std::fs::write(&go, "").map_err(|e| e.to_string())?;
     for (p, what) in [(r1, "reader"), (r2, "reader"), (w, "writer")] {
         expect_code(&finish(p, Duration::from_secs(30))?, 0, what)?;

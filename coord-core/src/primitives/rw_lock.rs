@@ -10,7 +10,7 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::engine::contender::acquire;
 use crate::error::Result;
-use crate::name::validate_name;
+use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 
@@ -66,6 +66,8 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 pub struct RwLock {
     client: Client,
     name: String,
+    /// The value of each entry this handle makes (see [`RwLock::with_holder`]).
+    holder: Vec<u8>,
 }
 
 impl Client {
@@ -79,6 +81,7 @@ impl Client {
         Ok(RwLock {
             client: self.clone(),
             name: name.to_owned(),
+            holder: Vec::new(),
         })
     }
 }
@@ -87,6 +90,35 @@ impl RwLock {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The same lock, whose holds made from now on say who holds them: `holder` (an
+    /// address, `host:pid`) is the value of their entries, as
+    /// [`Lock::lock_as`](crate::Lock::lock_as) stores it for a lock, and what
+    /// [`Client::inspect`] and Curator's tools show as the holder. Empty by default.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when `holder` is over the value size limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> coord_core::Result<()> {
+    /// use coord_core::RecipeKind;
+    /// let client = coord_mem::connect("mem://rw-holder-doc")?;
+    /// let read = client.rw_lock("catalog")?.with_holder("host-a:41")?.read().await?;
+    /// let view = client.inspect_one(RecipeKind::RwLock, "catalog").await?;
+    /// assert_eq!(view.holders[0].value, b"host-a:41");
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_holder(mut self, holder: impl Into<Vec<u8>>) -> Result<RwLock> {
+        let holder = holder.into();
+        validate_value("read/write lock holder", &holder).map_err(|e| e.with_operation("rw_lock"))?;
+        self.holder = holder;
+        Ok(self)
     }
 }
 
@@ -203,7 +235,7 @@ impl RwLock {
 
     async fn acquire(&self, write: bool, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {
         let span = tracing::debug_span!("coord.rw_lock", backend = self.client.kind(), name = %self.name, op);
-        let grant = acquire(&self.client, queue(&self.name, write), Vec::new(), wait)
+        let grant = acquire(&self.client, queue(&self.name, write), self.holder.clone(), wait)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation(op))?;
