@@ -377,9 +377,11 @@ fn stop_reaches_the_commands_children(b: &Backend) -> Result {
     let script = format!("sleep 120 & echo $! > {}; wait", started.display());
     let holder = coord(&url)
         .args(["lock", "group", "--", "sh", "-c", &script])
+        // No pipes: a child left behind would hold them open, and reading coord's
+        // output would wait for it.
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
     let grandchild: i32 = wait_for_file(&started, Duration::from_secs(20))?
