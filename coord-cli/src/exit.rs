@@ -44,9 +44,11 @@ Exit status:
        128+N when it died of signal N)
   1    other failure
   2    usage: bad arguments, URL, name or value
-  3    not found: no such key, no leader
+  3    not found: no such key, no leader, no holder (revoke), empty queue
+       (queue take --try), no decision yet (txn decision)
   4    conflict: compare-and-set saw another version, fenced, id taken
-  69   unavailable: servers unreachable, session not kept
+  69   unavailable: servers unreachable, session not kept, queue full
+       (queue push --max)
   75   busy: --try and the lock is held elsewhere
   77   permission denied: wrong credentials or not allowed
   123  revoked: lock --revocable was asked to let go (coord revoke); the command

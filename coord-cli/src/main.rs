@@ -143,27 +143,42 @@ Examples:
     },
 
     /// Read, write and watch shared configuration keys.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  coord config put feature/x on\n  coord config get feature/x\n  coord config watch feature"
+    )]
     Config(ConfigCommand),
 
     /// List, watch and register service instances.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  coord registry register api node-1 10.0.0.7:8080 -- ./server\n  coord registry list api\n  coord registry watch api"
+    )]
     Registry(RegistryCommand),
 
     /// A bounded FIFO queue of items: push, take (waiting), and its length.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  coord queue push jobs \"resize 42.png\"\n  coord queue take jobs\n  coord queue len jobs"
+    )]
     Queue(QueueCommand),
 
     /// A shared 64-bit counter: get, add, set (ASCII decimal at a config key).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  coord counter add visits 1\n  coord counter get visits"
+    )]
     Counter(CounterCommand),
 
     /// A barrier: raise it, remove it, or wait until it is removed.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  coord barrier raise deploy/freeze\n  coord barrier wait deploy/freeze\n  coord barrier remove deploy/freeze"
+    )]
     Barrier(BarrierCommand),
 
     /// Two-phase commits: read a transaction's decision.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = "Examples:\n  coord txn decision orders/4711")]
     Txn(TxnCommand),
 
     /// Show who holds what and who waits: locks, read/write locks, semaphores,

@@ -243,7 +243,15 @@ fn help_reads_well() -> Result {
         &["registry", "register"],
         &["session"],
     ];
-    for sub in subcommands {
+    let groups: [&[&str]; 6] = [
+        &["config"],
+        &["registry"],
+        &["queue"],
+        &["counter"],
+        &["barrier"],
+        &["txn"],
+    ];
+    for sub in subcommands.into_iter().chain(groups) {
         let out = output(Command::new(BIN).args(sub).arg("--help"), Duration::from_secs(10))?;
         expect_code(&out, 0, &format!("coord {} --help", sub.join(" ")))?;
         let help = text(&out.stdout);
