@@ -7,6 +7,15 @@ use coord::Lock as _;
 use coord_testkit::{Cluster, ClusterOptions, Kind};
 
 async fn expire(kind: Kind) -> anyhow::Result<()> {
+    // The clients' own account of each connection attempt, shown when the case fails
+    // (`RUST_LOG` overrides): an attach that never completes says why.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "zookeeper_client=debug,coord_zk=debug,coord_testkit=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let cluster = Cluster::start(ClusterOptions::new(kind, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let url = cluster.session_url("expire", std::time::Duration::from_secs(4));
     let (victim, other) = (coord::connect(&url).await?, coord::connect(&url).await?);
