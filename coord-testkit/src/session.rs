@@ -74,22 +74,31 @@ async fn expire_zk(session: coord_zk::ZkSessionHandle, hosts: &str) -> Result<()
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     // Each outcome and how often it happened, for the error if every attempt fails.
     let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut failed_in_a_row = 0;
     while tokio::time::Instant::now() < deadline {
-        // Reattaching renegotiates the timeout; the close follows at once. Each attempt is
-        // short (a connect gives up after about its session timeout): the client being
-        // expired reconnects too and can take its session back before the handshake
-        // completes, so many quick attempts beat a few long ones.
+        // Reattaching renegotiates the timeout; the close follows at once. The client
+        // being expired reconnects too: at once when an attach takes its settled
+        // connection (and that reconnect can take the session back before the close is
+        // sent), but only after a pause when an attach takes it during its handshake.
+        // So a failed attach is followed at once by a second one, which lands in that
+        // handshake; after two failures in a row the next pair waits a little.
         match session.close_elsewhere(hosts).await {
             // The server no longer knows the session: it and its nodes are gone.
             Ok(true) => return Ok(()),
             Ok(false) => {
+                failed_in_a_row = 0;
                 *outcomes
                     .entry("attached and closed, but the session still exists".into())
                     .or_default() += 1
             }
-            Err(e) => *outcomes.entry(e.to_string()).or_default() += 1,
+            Err(e) => {
+                failed_in_a_row += 1;
+                *outcomes.entry(e.to_string()).or_default() += 1
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if failed_in_a_row % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     Err(Error::new(
         ErrorKind::Timeout,

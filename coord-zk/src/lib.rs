@@ -164,10 +164,17 @@ impl ZkSessionHandle {
     /// knows the session (it and its ephemeral nodes are gone); `Ok(false)` after an
     /// attach and close (attempt again to see it gone).
     ///
+    /// Each host is tried once, without waiting between attempts: when the session's
+    /// own client takes the session back (the server moves a session to the connection
+    /// that attached last), the attempt fails at once, so the caller can attach again
+    /// while that client is still in its handshake. The client then waits before its
+    /// next try, which lets the next attach and close through; an attempt that retried
+    /// by itself would come back only after the client is settled again.
+    ///
     /// # Errors
     ///
-    /// `Unavailable` when the attach failed (the session's own client may have taken
-    /// it back first: attempt again).
+    /// `Unavailable` when no host took the attach, or the session's own client took
+    /// the session back first: attempt again, at once.
     ///
     /// # Cancel safety
     ///
@@ -177,6 +184,7 @@ impl ZkSessionHandle {
         let attached = zookeeper_client::Client::connector()
             .with_session(self.0.clone())
             .with_session_timeout(std::time::Duration::from_secs(2))
+            .with_fail_eagerly()
             .connect(hosts)
             .await;
         match attached {
@@ -194,7 +202,9 @@ impl ZkSessionHandle {
             }
             Err(e) => Err(coord_core::Error::new(
                 coord_core::ErrorKind::Unavailable,
-                format!("cannot attach to the session: {e}"),
+                format!(
+                    "cannot attach to the session (no host took it, or its own client took it back): {e}"
+                ),
             )),
         }
     }
