@@ -164,9 +164,9 @@ impl ZkSessionHandle {
     /// knows the session (it and its ephemeral nodes are gone); `Ok(false)` after an
     /// attach and close (attempt again to see it gone).
     ///
-    /// Each host is tried once, without waiting between attempts: when the session's
-    /// own client takes the session back (the server moves a session to the connection
-    /// that attached last), the attempt fails at once, so the caller can attach again
+    /// Each host is tried once, in order, and the attempt does not retry by itself: when
+    /// the session's own client takes the session back (the server moves a session to
+    /// the connection that attached last), it fails at once, so the caller can attach again
     /// while that client is still in its handshake. The client then waits before its
     /// next try, which lets the next attach and close through; an attempt that retried
     /// by itself would come back only after the client is settled again.
