@@ -403,6 +403,10 @@ fn runtime(threads: &str) -> std::io::Result<tokio::runtime::Runtime> {
 /// In the failure of a case during which a task panicked; such a case never runs again.
 const PANICKED: &str = "task(s) panicked during the case";
 
+/// A panic whose message holds this is one a case causes on purpose (a user's work that
+/// panics, to see coord survive it) and is not counted against the case.
+pub const EXPECTED_PANIC: &str = "[expected by this case]";
+
 static PANICS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
 
 fn record_panics() {
@@ -410,6 +414,9 @@ fn record_panics() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            if info.to_string().contains(EXPECTED_PANIC) {
+                return;
+            }
             if let Some(name) = std::thread::current().name()
                 && name.starts_with("coord-case-")
             {

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use crate::capabilities::Capabilities;
 use crate::engine::local_queue::LocalQueue;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::name::{validate_name, validate_prefix};
 use crate::primitives::config::{ConfigEvent, ConfigStore, Entry};
 use crate::primitives::registry::{Registration, Registry, RegistryEvent, ServiceInstance};
@@ -347,10 +347,20 @@ impl ConfigStore for Client {
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
         txn.validate().map_err(|e| e.with_operation("commit"))?;
         let span = tracing::debug_span!("coord.commit", backend = self.kind(), ops = txn.ops().len());
-        KvStore::commit(&*self.core.backend, txn)
-            .instrument(span)
-            .await
-            .map_err(|e| e.with_operation("commit"))
+        let fences = txn.fences();
+        let backend = self.core.backend.clone();
+        async move {
+            let result = KvStore::commit(&*backend, txn).await;
+            if let Err(e) = &result
+                && e.kind() == ErrorKind::Fenced
+            {
+                forfeit_refused(&*backend, &fences).await;
+            }
+            result
+        }
+        .instrument(span)
+        .await
+        .map_err(|e| e.with_operation("commit"))
     }
 
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
@@ -360,5 +370,27 @@ impl ConfigStore for Client {
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("watch"))
+    }
+}
+
+/// Tells the guards whose fence a commit was refused for that they are lost. With one
+/// fence the refusal names it; with several, each is checked on its own (a commit of
+/// its fence alone, which writes nothing), so that a guard still held is not declared
+/// lost. A check that cannot be made leaves its guard as it is: its entry watch and
+/// session still tell it.
+async fn forfeit_refused(backend: &dyn crate::raw::Backend, fences: &[crate::Fence]) {
+    match fences {
+        [] => {}
+        [only] => only.refused(),
+        several => {
+            for fence in several {
+                let alone = Txn::new().fenced_by(fence.clone());
+                if let Err(e) = KvStore::commit(backend, alone).await
+                    && e.kind() == ErrorKind::Fenced
+                {
+                    fence.refused();
+                }
+            }
+        }
     }
 }

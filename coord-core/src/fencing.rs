@@ -15,6 +15,9 @@
 //! and changes nothing once the guard is no longer held.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use crate::hold::Forfeit;
 
 /// A grant's fencing token. For one name on one cluster, successive grants have
 /// strictly increasing tokens, across session loss and server restarts.
@@ -49,19 +52,60 @@ impl fmt::Display for FencingToken {
 /// ```compile_fail
 /// let forged = coord_core::Fence::new("/", coord_core::FencingToken(1));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// A write refused because of this fence tells its guard: the store has proven the
+/// grant's entry gone, so the guard's [`state`](crate::LockGuard::state) is
+/// [`Lost`](crate::HoldState::Lost) from then on, in every process-local clone.
+///
+/// Two fences are equal when they name the same entry and token.
+#[derive(Clone)]
 pub struct Fence {
     resource: String,
     token: FencingToken,
+    /// Tells the grant's hold when a store refuses this fence.
+    forfeit: Option<Forfeit>,
+}
+
+impl PartialEq for Fence {
+    fn eq(&self, other: &Self) -> bool {
+        self.resource == other.resource && self.token == other.token
+    }
+}
+
+impl Eq for Fence {}
+
+impl Hash for Fence {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.resource.hash(state);
+        self.token.hash(state);
+    }
+}
+
+impl fmt::Debug for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fence")
+            .field("resource", &self.resource)
+            .field("token", &self.token)
+            .finish()
+    }
 }
 
 impl Fence {
     /// A fence on the contender node/key at `resource` (a backend path) created with
-    /// `token`. Only the contender recipe makes fences, from a grant.
-    pub(crate) fn new(resource: impl Into<String>, token: FencingToken) -> Self {
+    /// `token`, whose refusal makes the grant's hold lost through `forfeit`. Only the
+    /// contender recipe makes fences, from a grant.
+    pub(crate) fn new(resource: impl Into<String>, token: FencingToken, forfeit: Option<Forfeit>) -> Self {
         Fence {
             resource: resource.into(),
             token,
+            forfeit,
+        }
+    }
+
+    /// A store refused a write because of this fence: its grant's entry is gone.
+    pub(crate) fn refused(&self) {
+        if let Some(f) = &self.forfeit {
+            f.entry_gone();
         }
     }
 

@@ -34,6 +34,8 @@ pub struct HoldWatch {
     generation: u64,
     /// `true` once the grant's entry is known gone.
     gone: watch::Receiver<bool>,
+    /// Sets `gone` from outside the entry watch: a store's refusal of the grant's fence.
+    forfeit: Forfeit,
     /// Starts the entry watch (with the sender of `gone`); taken by the first waiter.
     arm: Arc<Mutex<Option<(Arm, EntryGone)>>>,
     /// The state the last [`HoldWatch::changed`] returned (at first, the initial one).
@@ -46,7 +48,7 @@ pub(crate) type Arm = Box<dyn FnOnce(EntryGone) + Send>;
 /// What a grant's entry watch reports to its [`HoldWatch`]es.
 #[derive(Debug)]
 pub(crate) struct EntryGone {
-    tx: watch::Sender<bool>,
+    tx: Arc<watch::Sender<bool>>,
 }
 
 impl EntryGone {
@@ -65,6 +67,36 @@ impl EntryGone {
     }
 }
 
+/// Makes a hold `Lost` when the store proves its entry gone outside the entry watch: a
+/// guarded write refused with `Fenced` because of this grant's own fence. Carried by the
+/// grant's [`Fence`](crate::Fence), so that whoever writes with it tells the guard.
+#[derive(Clone)]
+pub(crate) struct Forfeit {
+    tx: Arc<watch::Sender<bool>>,
+    /// What else the grant gives up once its entry is known gone (its local turn).
+    also: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Forfeit {
+    /// The grant's entry is gone (the store refused its fence): its hold is `Lost` for
+    /// every clone from now on.
+    pub(crate) fn entry_gone(&self) {
+        let first = self.tx.send_if_modified(|gone| !std::mem::replace(gone, true));
+        if first {
+            tracing::debug!("coord.fence_refused_hold_lost");
+            (self.also)();
+        }
+    }
+}
+
+impl std::fmt::Debug for Forfeit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forfeit")
+            .field("gone", &*self.tx.borrow())
+            .finish()
+    }
+}
+
 /// What session `generation`'s status means for a hold bound to it.
 fn hold_for(status: SessionStatus, generation: u64) -> HoldState {
     if status.generation != generation {
@@ -80,22 +112,35 @@ fn hold_for(status: SessionStatus, generation: u64) -> HoldState {
 impl HoldWatch {
     /// A hold bound to session `generation`, its state read from `session` when asked
     /// (a grant made while the session is suspended is `Suspended`, one whose session
-    /// has already ended is `Lost`). `arm` starts the entry watch when first needed.
+    /// has already ended is `Lost`). `arm` starts the entry watch when first needed;
+    /// `on_forfeit` runs once if the grant's entry is proven gone by a refused fence.
     pub(crate) fn new(
         session: watch::Receiver<SessionStatus>,
         generation: u64,
         arm: impl FnOnce(EntryGone) + Send + 'static,
+        on_forfeit: impl Fn() + Send + Sync + 'static,
     ) -> HoldWatch {
         let (tx, gone) = watch::channel(false);
+        let tx = Arc::new(tx);
+        let forfeit = Forfeit {
+            tx: tx.clone(),
+            also: Arc::new(on_forfeit),
+        };
         let mut hold = HoldWatch {
             session,
             generation,
             gone,
+            forfeit,
             arm: Arc::new(Mutex::new(Some((Box::new(arm) as Arm, EntryGone { tx })))),
             seen: HoldState::Held,
         };
         hold.seen = hold.state();
         hold
+    }
+
+    /// The signal that makes this hold `Lost` when a store refuses its grant's fence.
+    pub(crate) fn forfeit(&self) -> Forfeit {
+        self.forfeit.clone()
     }
 
     /// The current hold state (no request; see the type's docs for what it follows).
@@ -187,7 +232,7 @@ mod tests {
     #[tokio::test]
     async fn lost_is_terminal_and_wakes_waiters() {
         let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
-        let watch = HoldWatch::new(rx, 1, |_| {});
+        let watch = HoldWatch::new(rx, 1, |_| {}, || {});
         let waiter = tokio::spawn({
             let w = watch.clone();
             async move { w.lost().await }
@@ -204,7 +249,7 @@ mod tests {
     #[tokio::test]
     async fn follows_session_generation() {
         let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
-        let mut hold = HoldWatch::new(rx, 1, |_| {});
+        let mut hold = HoldWatch::new(rx, 1, |_| {}, || {});
         tx.send_replace(status(SessionState::Suspended, 1));
         assert_eq!(hold.changed().await, HoldState::Suspended);
         tx.send_replace(status(SessionState::Connected, 1));
@@ -217,7 +262,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_session_signal_is_lost() {
         let (tx, rx) = watch::channel(status(SessionState::Connected, 1));
-        let hold = HoldWatch::new(rx, 1, |_| {});
+        let hold = HoldWatch::new(rx, 1, |_| {}, || {});
         let waiter = tokio::spawn({
             let h = hold.clone();
             async move { h.lost().await }
@@ -233,9 +278,14 @@ mod tests {
     async fn the_entry_watch_starts_on_the_first_wait() {
         let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
         let (armed_tx, mut armed_rx) = tokio::sync::mpsc::unbounded_channel();
-        let hold = HoldWatch::new(rx, 1, move |gone| {
-            let _ = armed_tx.send(gone);
-        });
+        let hold = HoldWatch::new(
+            rx,
+            1,
+            move |gone| {
+                let _ = armed_tx.send(gone);
+            },
+            || {},
+        );
         let other = hold.clone();
         assert_eq!(hold.state(), HoldState::Held);
         assert!(armed_rx.try_recv().is_err(), "armed before anyone waited");
@@ -253,21 +303,45 @@ mod tests {
         assert!(armed_rx.try_recv().is_err(), "armed twice");
     }
 
+    /// A refused fence makes the hold `Lost` for every clone and wakes its waiters, once,
+    /// although the session is still connected and nobody armed the entry watch.
+    #[tokio::test]
+    async fn a_refused_fence_is_lost() {
+        let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let freed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hold = HoldWatch::new(rx, 1, |_| {}, {
+            let freed = freed.clone();
+            move || {
+                freed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let mut other = hold.clone();
+        let forfeit = hold.forfeit();
+        assert_eq!(hold.state(), HoldState::Held);
+        let waiter = tokio::spawn(async move { other.changed().await });
+        tokio::task::yield_now().await;
+        forfeit.entry_gone();
+        forfeit.entry_gone();
+        assert_eq!(waiter.await.expect("waiter"), HoldState::Lost);
+        assert_eq!(hold.state(), HoldState::Lost);
+        assert_eq!(freed.load(std::sync::atomic::Ordering::SeqCst), 1, "freed once");
+    }
+
     /// A grant made while its session is suspended (or already gone) must not start as
     /// `Held`.
     #[tokio::test(flavor = "current_thread")]
     async fn starts_in_the_session_state() {
         let (_tx, rx) = watch::channel(status(SessionState::Suspended, 3));
         assert_eq!(
-            HoldWatch::new(rx.clone(), 3, |_| {}).state(),
+            HoldWatch::new(rx.clone(), 3, |_| {}, || {}).state(),
             HoldState::Suspended
         );
         assert_eq!(
-            HoldWatch::new(rx, 2, |_| {}).state(),
+            HoldWatch::new(rx, 2, |_| {}, || {}).state(),
             HoldState::Lost,
             "an earlier generation's grant is lost"
         );
         let (_tx, rx) = watch::channel(status(SessionState::Lost, 3));
-        assert_eq!(HoldWatch::new(rx, 3, |_| {}).state(), HoldState::Lost);
+        assert_eq!(HoldWatch::new(rx, 3, |_| {}, || {}).state(), HoldState::Lost);
     }
 }

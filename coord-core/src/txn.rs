@@ -114,6 +114,17 @@ impl Txn {
         self
     }
 
+    /// The fences this transaction is conditional on.
+    pub(crate) fn fences(&self) -> Vec<Fence> {
+        self.checks
+            .iter()
+            .filter_map(|c| match c {
+                Check::Fence(f) => Some(f.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The checks, in order.
     pub fn checks(&self) -> &[Check] {
         &self.checks

@@ -451,6 +451,79 @@ pub async fn holder_entry_deleted_reports_lost(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A guard whose own fence the store refused is no longer `Held`: an operator deleted its
+/// entry (nobody waited on the guard, so no entry watch ran), another client took the
+/// lock, and the old guard's fenced write was refused with `Fenced`. From then on the old
+/// guard says `Lost` — in every clone, through its `lost()` future too — so two guards
+/// never both say `Held` after the store has told one it is not. A commit fenced by two
+/// guards, one of them still held, loses only the gone one. The same for a leadership
+/// whose `proclaim` is refused.
+pub async fn refused_fence_means_lost(ctx: Ctx) -> CaseResult {
+    use coord_core::{ConfigStore, Election, HoldState, Txn};
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let old = a.lock("res").await?;
+    let other = a.lock("other").await?;
+    ctx.factory().operator_delete(old.fence().resource()).await?;
+    let new = within(QUICK, "the next client acquires", b.lock("res")).await??;
+    ensure!(new.token() > old.token());
+    ensure!(
+        old.state() == HoldState::Held,
+        "precondition: nothing told the old guard yet, it says {:?}",
+        old.state()
+    );
+    let refused = a
+        .commit(
+            Txn::new()
+                .fenced_by(other.fence())
+                .fenced_by(old.fence())
+                .put("k", b"stale".to_vec()),
+        )
+        .await;
+    ensure!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.kind() == coord_core::ErrorKind::Fenced),
+        "the stale write was not refused: {refused:?}"
+    );
+    ensure!(
+        old.state() == HoldState::Lost,
+        "the guard whose fence was refused still says {:?} while another holds the lock",
+        old.state()
+    );
+    within(QUICK, "the refused guard's lost() resolves", old.lost()).await?;
+    ensure!(
+        other.state() == HoldState::Held,
+        "a guard still held was declared {:?} with the one refused beside it",
+        other.state()
+    );
+    ensure!(new.state() == HoldState::Held);
+    // A fenced write with the live guard still goes through.
+    a.commit(Txn::new().fenced_by(other.fence()).put("k", b"fresh".to_vec()))
+        .await?;
+    // The same client can take the lock again once the refused guard is gone.
+    old.release().await?;
+    new.release().await?;
+    let again = within(QUICK, "the same client locks again", a.lock("res")).await??;
+    ensure!(again.state() == HoldState::Held);
+
+    // An election: a refused proclaim ends the leadership.
+    let mut leading = a.campaign("elected", b"one".to_vec()).await?;
+    ctx.factory().operator_delete(leading.fence().resource()).await?;
+    let proclaimed = leading.proclaim(b"two".to_vec()).await;
+    ensure!(
+        proclaimed
+            .as_ref()
+            .is_err_and(|e| e.kind() == coord_core::ErrorKind::Fenced),
+        "a proclaim on a deleted entry was not refused: {proclaimed:?}"
+    );
+    ensure!(
+        leading.state() == HoldState::Lost,
+        "the leadership whose proclaim was refused still says {:?}",
+        leading.state()
+    );
+    Ok(())
+}
+
 /// A holder's entry deleted while the holder is cut off, with the history of that
 /// deletion compacted away before it reconnects, is still noticed; another entry of the
 /// same client, untouched, stays held — and following both across the gap costs a few

@@ -204,6 +204,7 @@ pub fn all() -> Vec<Case> {
         case!(lock::release_during_outage_is_retried, SUSPEND),
         case!(lock::try_calls_fail_fast_during_an_outage, SUSPEND),
         case!(lock::holder_entry_deleted_reports_lost, OPERATOR),
+        case!(lock::refused_fence_means_lost, OPERATOR),
         case!(lock::waiter_entry_deleted_is_never_a_valid_grant, OPERATOR),
         case!(lock::deleted_holder_release_spares_the_next_grant, OPERATOR),
         case!(
@@ -245,6 +246,8 @@ pub fn all() -> Vec<Case> {
         case!(selector::work_that_returns_hands_over),
         case!(selector::lost_term_cancels_work_and_requeues, KILL),
         case!(selector::lost_term_work_notes_its_loss, KILL),
+        case!(selector::lost_term_work_ends_before_the_next_term, BLACKHOLE),
+        case!(selector::panicking_work_ends_the_term),
         case!(selector::stop_and_drop_resign),
         case!(barrier::waiters_go_on_when_removed),
         case!(barrier::removal_during_outage_is_seen, SUSPEND),

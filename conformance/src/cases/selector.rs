@@ -155,6 +155,98 @@ pub async fn lost_term_work_notes_its_loss(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A lost term's work never runs beside the next leader's: `a` is cut off by a silent
+/// partition (a blackhole: only timeouts can tell) while its work ignores the loss; the
+/// selector cancels that work before the server can expire `a`'s session and let `b`'s
+/// work start. Also: the selector stops saying `Leading` as soon as the term is lost.
+pub async fn lost_term_work_ends_before_the_next_term(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let a_ended = Arc::new(std::sync::Mutex::new(None::<tokio::time::Instant>));
+    struct OnDrop(Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokio::time::Instant::now());
+        }
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let sa = a.lead("svc", b"a".to_vec(), {
+        let (tx, a_ended) = (tx.clone(), a_ended.clone());
+        move |leading| {
+            let (tx, a_ended) = (tx.clone(), a_ended.clone());
+            async move {
+                let _flag = OnDrop(a_ended);
+                let _ = tx.send(("a", leading.token(), tokio::time::Instant::now()));
+                // Ignores its loss: runs until cancelled.
+                std::future::pending::<()>().await;
+            }
+        }
+    })?;
+    let (who, ta, _) = within(QUICK, "a leads", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "a");
+    let sb = b.lead("svc", b"b".to_vec(), move |leading| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(("b", leading.token(), tokio::time::Instant::now()));
+            std::future::pending::<()>().await;
+        }
+    })?;
+    settle().await;
+    let mut a_state = sa.subscribe();
+    ctx.factory().blackhole(&a, ctx.session_timeout() * 3).await?;
+    let (who, tb, b_started) = within(ctx.expiry_wait(), "b leads after a was cut off", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("ended"))?;
+    ensure!(who == "b" && tb > ta, "{who} led with {tb} after a's {ta}");
+    let a_ended = (*a_ended.lock().unwrap_or_else(|p| p.into_inner()))
+        .ok_or_else(|| anyhow::anyhow!("a's lost term's work still runs while b leads"))?;
+    ensure!(
+        a_ended <= b_started,
+        "a's lost term's work ran {:?} beside b's term",
+        a_ended - b_started
+    );
+    ensure!(
+        !matches!(*a_state.borrow_and_update(), SelectorState::Leading(t) if t == ta),
+        "a's selector still says it leads its lost term"
+    );
+    sa.stop().await?;
+    sb.stop().await?;
+    Ok(())
+}
+
+/// A work that panics ends its term as a loss would: the selector does not stay
+/// `Leading` with nobody leading on the server, and it campaigns again and leads its
+/// next term.
+pub async fn panicking_work_ends_the_term(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let sa = a.lead("svc", b"a".to_vec(), move |leading| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(leading.token());
+            panic!("the work's own bug {}", crate::harness::EXPECTED_PANIC);
+        }
+    })?;
+    let first = within(QUICK, "a leads", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the selector ended"))?;
+    let second = within(QUICK, "a leads again after its work panicked", rx.recv())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the selector ended after the panic"))?;
+    ensure!(
+        second > first,
+        "the next term's token {second} is not above {first}"
+    );
+    // Between terms nobody is left leading a panicked term: another candidate can win.
+    sa.stop().await?;
+    ensure!(
+        b.leader("svc").await?.is_none(),
+        "a stopped selector left a leader behind"
+    );
+    Ok(())
+}
+
 /// Stopping a leading selector cancels its work and resigns at once; dropping one does
 /// the same in the background.
 pub async fn stop_and_drop_resign(ctx: Ctx) -> CaseResult {

@@ -367,10 +367,24 @@ pub(crate) async fn acquire(
             return Ok(None);
         }
     }
-    let hold = HoldWatch::new(backend.session(), generation, {
-        let (backend, own, turn) = (backend.clone(), own.clone(), contender.turn.clone());
-        move |gone| watch_own_entry(backend, own, generation, gone, turn)
-    });
+    let hold = HoldWatch::new(
+        backend.session(),
+        generation,
+        {
+            let (backend, own, turn) = (backend.clone(), own.clone(), contender.turn.clone());
+            move |gone| watch_own_entry(backend, own, generation, gone, turn)
+        },
+        {
+            // A refused fence proves the entry gone: the turn is free, as when the entry
+            // watch sees the deletion.
+            let turn = Arc::downgrade(&contender.turn);
+            move || {
+                if let Some(turn) = turn.upgrade() {
+                    release_turn(&turn);
+                }
+            }
+        },
+    );
     if hold.state() == HoldState::Lost {
         // Gone with its session already: the turn is free (the entry is gone).
         release_turn(&contender.turn);
@@ -380,7 +394,7 @@ pub(crate) async fn acquire(
     if wait && queue.admission != Admission::Immediate {
         metrics::granted(backend.kind(), queue.label, started.elapsed(), waited);
     }
-    let fence = Fence::new(own.path.clone(), own.token);
+    let fence = Fence::new(own.path.clone(), own.token, Some(hold.forfeit()));
     Ok(Some(Grant {
         contender,
         fence,

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::engine::contender::{Grant, acquire};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::{Fence, FencingToken};
 use crate::hold::{HoldState, HoldWatch};
 use crate::name::{validate_name, validate_value};
@@ -209,7 +209,14 @@ impl Leadership {
         let span =
             tracing::debug_span!("coord.election.proclaim", name = %self.name(), token = %self.token());
         let contender = self.guard.contender().ok_or_else(Error::closed)?;
-        contender.update(value.clone()).instrument(span).await?;
+        let updated = contender.update(value.clone()).instrument(span).await;
+        if let Err(e) = &updated
+            && e.kind() == ErrorKind::Fenced
+        {
+            // The store proved the candidate's entry gone: no longer leading.
+            self.guard.fence().refused();
+        }
+        updated?;
         self.value = value;
         Ok(())
     }

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -139,10 +140,15 @@ impl Client {
     ///
     /// - when `work` returns, resigns and campaigns again (at the back of the queue, so
     ///   other candidates get their turn);
-    /// - when leadership is lost (session lost, node or key deleted), lets `work` end on
-    ///   its own: its [`Leading::lost`] resolves, and it has [`LEADER_LOSS_GRACE`] (1 s) to
-    ///   note the loss, log, flush or clean up — nothing fenced by the term succeeds any
-    ///   more — before it is cancelled (its future dropped); then campaigns again;
+    /// - when leadership is lost (session lost, node or key deleted), says
+    ///   [`SelectorState::Campaigning`] at once and lets `work` end on its own: its
+    ///   [`Leading::lost`] resolves, and it has a grace — [`LEADER_LOSS_GRACE`] (1 s) or
+    ///   half of [`Client::loss_margin`], whichever is shorter — to note the loss, log,
+    ///   flush or clean up before it is cancelled (its future dropped); then campaigns
+    ///   again. Nothing fenced by the term succeeds any more. The grace ends before the
+    ///   server can expire a cut-off session, so a lost term's work never runs beside
+    ///   the next leader's (save for a paused process, which only fencing stops);
+    /// - when `work` panics, ends the term as when it returns (the panic is logged);
     /// - when the selector is stopped or dropped, cancels `work` and resigns.
     ///
     /// Campaign failures that retrying can help (`SessionLost`, `Unavailable`,
@@ -252,9 +258,17 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// How long a term's work may go on after the term is lost, to end on its own, before
-/// it is cancelled.
+/// The longest a term's work may go on after the term is lost, to end on its own,
+/// before it is cancelled. The grace is shorter where the session's loss margin is: half
+/// of [`Client::loss_margin`], so that a work cut off by a partition is cancelled before
+/// the server can expire the session and let the next leader's work start.
 pub const LEADER_LOSS_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a lost term's work may go on: [`LEADER_LOSS_GRACE`], or half the client's
+/// loss margin if that is shorter.
+fn loss_grace(client: &Client) -> Duration {
+    LEADER_LOSS_GRACE.min(client.loss_margin() / 2)
+}
 
 /// A term shorter than this is followed by a growing pause before the next campaign.
 const SHORT_TERM: Duration = Duration::from_millis(100);
@@ -302,21 +316,31 @@ where
         terms.send_modify(|n| *n += 1);
         tracing::debug!(token = %leadership.token(), "coord.lead_term_started");
         let began = tokio::time::Instant::now();
-        let mut term = Box::pin(work(leading));
+        // A panic in the work ends its term as a loss would (the selector resigns and
+        // campaigns again); it never takes the selector down with it.
+        let mut term = Box::pin(std::panic::AssertUnwindSafe(work(leading)).catch_unwind());
         let (stopping, lost) = tokio::select! {
             biased;
-            _ = &mut term => (false, false),
+            ended = &mut term => {
+                if ended.is_err() {
+                    tracing::error!(token = %leadership.token(), "coord.lead_work_panicked");
+                }
+                (false, false)
+            }
             _ = leadership.lost() => (false, true),
             _ = stopped(&mut stop) => (true, false),
         };
         if lost {
-            tracing::debug!(token = %leadership.token(), "coord.lead_term_lost");
+            // Nobody may believe this term leads any more.
+            state.send_replace(SelectorState::Campaigning);
+            let grace = loss_grace(&client);
+            tracing::debug!(token = %leadership.token(), grace_ms = grace.as_millis() as u64, "coord.lead_term_lost");
             // The work learns of the loss for sure: it is polled again now that the hold
             // is lost (so its own `Leading::lost` resolves at once — the session may have
-            // ended between its poll above and the selector's), and has `LEADER_LOSS_GRACE` to
-            // end on its own (log, flush, clean up; nothing fenced succeeds any more).
+            // ended between its poll above and the selector's), and has the grace to end
+            // on its own (log, flush, clean up; nothing fenced succeeds any more).
             let ended = tokio::select! {
-                r = tokio::time::timeout(LEADER_LOSS_GRACE, &mut term) => r.is_ok(),
+                r = tokio::time::timeout(grace, &mut term) => r.is_ok(),
                 _ = stopped(&mut stop) => false,
             };
             if !ended {
