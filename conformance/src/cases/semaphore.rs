@@ -98,6 +98,77 @@ pub async fn never_more_than_permits_under_contention(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// `try_acquire` answers from the leases, not from who happens to be at the internal
+/// lock: ten concurrent tries (five tasks of each of two clients) on an idle semaphore
+/// of ten permits all get a lease, an eleventh try gets `None`, and a try beside a
+/// waiting `acquire` (at the internal lock while every permit is held) gets `None` too
+/// and leaves nothing behind. A try with another count is refused even when it races.
+pub async fn concurrent_tries_on_an_idle_semaphore_all_hold(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut tasks = Vec::new();
+    for c in [&a, &b] {
+        for _ in 0..5 {
+            let s = c.semaphore("pool", 10)?;
+            tasks.push(tokio::spawn(async move { s.try_acquire().await }));
+        }
+    }
+    let mut leases = Vec::new();
+    for t in tasks {
+        if let Some(l) = within(QUICK, "a try answers", t).await??? {
+            leases.push(l);
+        }
+    }
+    ensure!(
+        leases.len() == 10,
+        "{} of 10 concurrent tries on an idle 10-permit semaphore got a lease",
+        leases.len()
+    );
+    let mut tokens: Vec<_> = leases.iter().map(|l| l.token()).collect();
+    tokens.sort();
+    tokens.dedup();
+    ensure!(tokens.len() == 10, "two leases share a token");
+    ensure!(
+        a.semaphore("pool", 10)?.try_acquire().await?.is_none(),
+        "an eleventh lease was granted"
+    );
+    // A waiting acquirer at the internal lock while every permit is held: tries still
+    // answer None at once, and a released permit goes to the waiter.
+    let waiter = {
+        let s = b.semaphore("pool", 10)?;
+        tokio::spawn(async move { s.acquire().await })
+    };
+    settle().await;
+    ensure!(
+        within(
+            QUICK,
+            "a try beside a waiter",
+            a.semaphore("pool", 10)?.try_acquire()
+        )
+        .await??
+        .is_none(),
+        "a try was granted an 11th lease beside a waiter"
+    );
+    leases
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("no lease"))?
+        .release()
+        .await?;
+    let got = within(QUICK, "the waiter gets the released permit", waiter).await???;
+    ensure!(got.state() == HoldState::Held);
+    got.release().await?;
+    for l in leases {
+        l.release().await?;
+    }
+    // Another count beside a held lease is refused, also on the try path.
+    let held = a.semaphore("pool", 10)?.try_acquire().await?;
+    ensure!(held.is_some());
+    match b.semaphore("pool", 3)?.try_acquire().await {
+        Err(e) if e.kind() == ErrorKind::InvalidArgument => {}
+        other => bail!("a try with another count beside a held lease: {other:?}"),
+    }
+    Ok(())
+}
+
 /// FIFO and herd-free: three clients wait behind one lease of one; each release grants
 /// the next in arrival order and notifies at most two waiting clients (the one at the
 /// front, watching the leases, and the next, watching the internal lock), however many

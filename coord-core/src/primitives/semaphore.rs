@@ -172,8 +172,10 @@ impl Semaphore {
             .ok_or_else(|| no_grant("acquire"))
     }
 
-    /// Takes a lease if one is free now; `None` when every permit is held or another
-    /// acquirer is at the front (which waits only while every permit is held).
+    /// Takes a lease if one is free now; `None` when every permit is held. An acquirer
+    /// busy at the internal lock (of this client or another) does not make it fail: a
+    /// try does not take that lock, so on an idle semaphore of `n` permits, `n`
+    /// concurrent tries all get a lease.
     ///
     /// # Errors
     ///
@@ -205,35 +207,73 @@ impl Semaphore {
     }
 
     async fn take_inner(&self, wait: bool) -> Result<Option<Lease>> {
-        let gate = gate_queue(&self.name);
         let leases = lease_queue(&self.name, self.permits);
-        let Some(gate) = acquire(&self.client, gate, Vec::new(), wait).await? else {
+        if !wait {
+            return self.try_take(leases).await;
+        }
+        let Some(gate) = acquire(&self.client, gate_queue(&self.name), Vec::new(), true).await? else {
             return Ok(None);
         };
         let gate = LockGuard::new(self.name.clone(), gate);
         // Leases are made only under the internal lock, so the oldest lease coord made
         // holds the count every held lease of coord's agrees on.
-        if let Some(oldest) = self.client.backend().head(&leases).await? {
-            if let Some(stored) = std::str::from_utf8(&oldest.value)
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-            {
-                if stored != self.permits {
-                    release_gate(gate).await;
-                    return Err(Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!(
-                            "semaphore {:?} is held with {stored} permits, not {}: every client must use the same count \
-                             (it can change once no lease is held)",
-                            self.name, self.permits
-                        ),
-                    ));
-                }
-            }
+        if let Err(e) = self.check_count(&leases).await {
+            release_gate(gate).await;
+            return Err(e);
         }
-        let lease = acquire(&self.client, leases, self.permits.to_string().into_bytes(), wait).await;
+        let lease = acquire(&self.client, leases, self.permits.to_string().into_bytes(), true).await;
         release_gate(gate).await;
         Ok(lease?.map(|g| Lease::from(LockGuard::new(self.name.clone(), g))))
+    }
+
+    /// A lease if fewer than `permits` are held now, without the internal lock: the
+    /// lock only keeps waiting acquirers from all watching the leases, and a try never
+    /// waits. Taking it would make a try fail whenever another acquirer (of this client
+    /// or another) held it for a moment on an idle semaphore. Admission is the same: a
+    /// lease holds while fewer than `permits` leases are older, so a try's lease never
+    /// makes more than `permits` hold, and one that finds them all held is removed.
+    async fn try_take(&self, leases: QueueSpec) -> Result<Option<Lease>> {
+        self.check_count(&leases).await?;
+        let Some(grant) = acquire(
+            &self.client,
+            leases.clone(),
+            self.permits.to_string().into_bytes(),
+            false,
+        )
+        .await?
+        else {
+            return Ok(None);
+        };
+        let lease = Lease::from(LockGuard::new(self.name.clone(), grant));
+        // Without the internal lock, a lease of another count may have been made beside
+        // this one: checked again now that this one holds.
+        if let Err(e) = self.check_count(&leases).await {
+            let _ = lease.release().await;
+            return Err(e);
+        }
+        Ok(Some(lease))
+    }
+
+    /// Refuses a permit count other than the one the oldest held lease of coord's was
+    /// made with.
+    async fn check_count(&self, leases: &QueueSpec) -> Result<()> {
+        let Some(oldest) = self.client.backend().head(leases).await? else {
+            return Ok(());
+        };
+        match std::str::from_utf8(&oldest.value)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            Some(stored) if stored != self.permits => Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "semaphore {:?} is held with {stored} permits, not {}: every client must use the same count \
+                     (it can change once no lease is held)",
+                    self.name, self.permits
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
