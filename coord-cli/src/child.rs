@@ -79,8 +79,13 @@ pub enum Ending {
 /// exited after a loss — nothing it started runs on beside the next holder. In a
 /// terminal's foreground the command stays in coord's group, so that it can read the
 /// terminal and Ctrl-C and Ctrl-Z reach it as usual (as `timeout --foreground` does);
-/// signals then go to the command's process only. What a command leaves running after
-/// it exits normally is not stopped.
+/// signals then go to the command's process only.
+///
+/// Nothing the command started outlives the hold: when the command exits — normally too
+/// — what it left running (its process group, and every descendant orphaned meanwhile,
+/// which coord adopts as the Linux child subreaper, also one that left the group) gets
+/// SIGTERM, then SIGKILL after `grace`, and this returns only once all of it is gone:
+/// the caller releases after that.
 ///
 /// The command's environment is coord's, without `COORD_URL` (it may hold credentials).
 /// If coord itself is killed (SIGKILL), the command keeps running: its fencing token is
@@ -95,6 +100,9 @@ pub async fn run_while_held(
     out: Out,
 ) -> Result<ExitCode, Failure> {
     let interactive = in_terminal_foreground();
+    // Descendants the command orphans are re-parented to coord rather than to init, so
+    // that coord can find and stop them when the command ends.
+    adopt_orphans();
     let mut child = spawn(command, env, !interactive)?;
     let target = child
         .id()
@@ -112,7 +120,11 @@ pub async fn run_while_held(
                 // revocation that came as it finished changes nothing: it finished.)
                 match futures::FutureExt::now_or_never(&mut ended) {
                     Some(Ending::Lost) => {}
-                    None | Some(Ending::Revoked) => return Ok(exit::of_child(status)),
+                    None | Some(Ending::Revoked) => {
+                        // What the command left running goes before the release.
+                        sweep(target, tokio::time::Instant::now() + grace).await;
+                        return Ok(exit::of_child(status));
+                    }
                 }
                 out.notice(
                     format!("the {} {:?} was lost before the command finished", held.what, held.name),
@@ -217,23 +229,90 @@ fn spawn(command: &[OsString], env: &[(&str, String)], own_group: bool) -> Resul
     })
 }
 
-/// SIGTERM, then SIGKILL to whatever of the command (its process group, see
-/// [`run_while_held`]) still runs after `grace`. Returns once the command has exited.
+/// SIGTERM, then SIGKILL to whatever of the command (its process group and what coord
+/// adopted, see [`run_while_held`]) still runs after `grace`. Returns once the command
+/// and all of that have exited.
 async fn terminate(child: &mut Child, target: Option<Target>, grace: Duration) {
     let deadline = tokio::time::Instant::now() + grace;
     if let Some(target) = target {
         target.signal(Some(Signal::SIGTERM));
     }
     let _ = tokio::time::timeout_at(deadline, child.wait()).await;
-    if let Some(target) = target.filter(|t| t.group) {
-        // The command is gone (or the grace is): what it started gets the rest of the
-        // grace, then SIGKILL.
-        while target.signal(None) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        target.signal(Some(Signal::SIGKILL));
-    }
     let _ = child.kill().await;
+    // The command is gone (or the grace is): what it started gets the rest of the grace.
+    sweep(target, deadline).await;
+}
+
+/// Makes coord the Linux child subreaper: a descendant whose parent exits is re-parented
+/// to coord, not to init, so that [`sweep`] finds it even after it left the command's
+/// process group (`setsid`). Best effort: elsewhere only the process group is swept.
+fn adopt_orphans() {
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// The processes coord adopted (it started no other): its children now, from
+/// `/proc/self/task/*/children`.
+fn adopted() -> Vec<Pid> {
+    let mut pids = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return pids;
+    };
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            pids.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .map(Pid::from_raw),
+            );
+        }
+    }
+    pids
+}
+
+/// Reaps the adopted processes that have exited; returns those still running.
+fn reap_adopted() -> Vec<Pid> {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    adopted()
+        .into_iter()
+        .filter(|&pid| {
+            matches!(
+                waitpid(pid, Some(WaitPidFlag::WNOHANG)),
+                Ok(WaitStatus::StillAlive)
+            )
+        })
+        .collect()
+}
+
+/// Stops what is left of the command once it has exited: its process group (when it
+/// has one) and every process coord adopted get SIGTERM, and SIGKILL at `deadline` if
+/// any still runs. Returns once none is left (or, should one survive SIGKILL — a process
+/// in uninterruptible sleep — a second after that).
+async fn sweep(target: Option<Target>, deadline: tokio::time::Instant) {
+    let group = target.filter(|t| t.group);
+    let left = |signal: Option<Signal>| {
+        let running = reap_adopted();
+        for &pid in &running {
+            if signal.is_some() {
+                let _ = kill(pid, signal);
+            }
+        }
+        let group_left = group.is_some_and(|g| g.signal(signal));
+        group_left || !running.is_empty()
+    };
+    if !left(Some(Signal::SIGTERM)) {
+        return;
+    }
+    while left(None) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !left(Some(Signal::SIGKILL)) {
+        return;
+    }
+    let killed = tokio::time::Instant::now() + Duration::from_secs(1);
+    while left(None) && tokio::time::Instant::now() < killed {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Waits for `fut` unless a stop signal comes first (then `Err(signal)`); dropping `fut`

@@ -96,7 +96,14 @@ The command runs in a process group of its own, and SIGTERM and SIGKILL reach
 everything it started (a script's children too) - unless coord runs in a terminal's
 foreground, where the command stays in the terminal's job (it can read the terminal;
 Ctrl-C and Ctrl-Z reach it) and the signals reach its own process only: a shell script
-run that way should `exec` its last command or trap TERM to stop its children.")]
+run that way should `exec` its last command or trap TERM to stop its children.
+When the command exits on its own, whatever it left running (its group, and any
+process it orphaned, also one that left the group) gets SIGTERM, then SIGKILL after
+--grace, before the lock is released.
+
+A name is used in one mode by all its holders: a plain lock, -n N and --read/--write
+keep their entries apart and would not exclude each other, so coord refuses (exit 4)
+a mode other than the one the name is held or waited for in.")]
     Lock(LockArgs),
 
     /// Ask the holder of a lock to let it go.

@@ -411,6 +411,136 @@ fn stop_reaches_the_commands_children(b: &Backend) -> Result {
     Ok(())
 }
 
+/// A command that exits on its own leaves nothing running once `coord` has exited (and
+/// so released): a child in its process group, one that left the group (`setsid`) and
+/// one that ignores SIGTERM are all gone, and the command's own status is kept. On a real
+/// backend, the next holder's command then sees no write of the first one's leftovers
+/// during its turn.
+fn command_leaves_nothing_running(b: &Backend) -> Result {
+    let url = b.url("leftovers", "");
+    let dir = tempdir()?;
+    let ledger = dir.path().join("ledger");
+    let pids = dir.path().join("pids");
+    let script = format!(
+        "(for i in $(seq 1000); do echo left >> {ledger}; sleep 0.02; done) & echo $! >> {pids}; \
+         setsid sh -c 'for i in $(seq 1000); do echo setsid >> {ledger}; sleep 0.02; done' & echo $! >> {pids}; \
+         (trap '' TERM; exec sleep 120) & echo $! >> {pids}; \
+         sleep 0.2; exit 7",
+        ledger = ledger.display(),
+        pids = pids.display()
+    );
+    let next = if b.real() {
+        let check = format!(
+            "before=$(wc -l < {l}); sleep 0.5; after=$(wc -l < {l}); test \"$before\" = \"$after\" || {{ echo \"$((after - before)) writes of the last holder's leftovers during this turn\"; exit 9; }}",
+            l = ledger.display()
+        );
+        let mut cmd = coord(&url);
+        cmd.args(["lock", "leftovers", "--", "sh", "-c", &check])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Some(cmd)
+    } else {
+        None
+    };
+    let holder = coord(&url)
+        .args(["lock", "leftovers", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    wait_for_file(&ledger, Duration::from_secs(20))?;
+    let waiter = match next {
+        Some(mut cmd) => Some(cmd.spawn().map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let out = finish(holder, Duration::from_secs(30))?;
+    expect_code(&out, 7, "coord lock keeps its command's status")?;
+    let started: Vec<i32> = std::fs::read_to_string(&pids)
+        .map_err(|e| e.to_string())?
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    ensure!(started.len() == 3, "the script recorded {} pids", started.len());
+    for pid in started {
+        ensure!(
+            !alive(pid),
+            "pid {pid}, started by the command, still runs after coord exited and released"
+        );
+    }
+    if let Some(waiter) = waiter {
+        let out = finish(waiter, Duration::from_secs(30))?;
+        expect_code(&out, 0, "the next holder's turn")?;
+    }
+    Ok(())
+}
+
+/// `coord lock NAME`, `-n 1 NAME`, `--read NAME` and `--write NAME` keep their entries in
+/// three layouts that would not exclude each other: while one mode holds a name, each
+/// other mode is refused with exit 4 and a message naming the mode in use, and runs
+/// nothing.
+fn lock_modes_refuse_each_other(b: &Backend) -> Result {
+    let modes: [&[&str]; 3] = [&[], &["-n", "1"], &["--write"]];
+    for (i, holding) in modes.iter().enumerate() {
+        let url = b.url(&format!("modes-{i}"), "");
+        let dir = tempdir()?;
+        let (held, done, ran) = (
+            dir.path().join("held"),
+            dir.path().join("done"),
+            dir.path().join("ran"),
+        );
+        let script = format!(
+            "echo held > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            held.display(),
+            done.display()
+        );
+        let holder = coord(&url)
+            .args(["lock"])
+            .args(*holding)
+            .args(["shared-name", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        wait_for_file(&held, Duration::from_secs(20))?;
+        let others: [&[&str]; 4] = [&[], &["-n", "1"], &["--read"], &["--write"]];
+        for other in others {
+            let same = *holding == other
+                || (holding.first() == Some(&"--write") && other.first() == Some(&"--read"));
+            if same {
+                continue;
+            }
+            let touch = format!("touch {}", ran.display());
+            let out = output(
+                coord(&url).args(["lock", "--try"]).args(other).args([
+                    "shared-name",
+                    "--",
+                    "sh",
+                    "-c",
+                    &touch,
+                ]),
+                Duration::from_secs(20),
+            )?;
+            expect_code(&out, 4, &format!("lock {other:?} beside lock {holding:?}"))?;
+            ensure!(
+                text(&out.stderr).contains("would not exclude"),
+                "the refusal does not say why: {}",
+                text(&out.stderr)
+            );
+            ensure!(
+                !ran.exists(),
+                "lock {other:?} ran its command beside lock {holding:?}"
+            );
+        }
+        std::fs::write(&done, "").map_err(|e| e.to_string())?;
+        let out = finish(holder, Duration::from_secs(20))?;
+        expect_code(&out, 0, "the holder")?;
+    }
+    Ok(())
+}
+
 /// In a terminal's foreground the command keeps the terminal: it reads what is typed
 /// there (in a process group of its own it would be stopped by SIGTTIN instead).
 fn command_in_a_terminal_reads_it(b: &Backend) -> Result {
@@ -980,8 +1110,9 @@ fn main() {
         Trial::test("recipe_usage_errors", recipes::recipe_usage_errors),
     ];
     type Case = fn(&Backend) -> Result;
-    let everywhere: [(&str, Case); 5] = [
+    let everywhere: [(&str, Case); 6] = [
         ("lock_runs_command_with_token", lock_runs_command_with_token),
+        ("command_leaves_nothing_running", command_leaves_nothing_running),
         (
             "stop_reaches_the_commands_children",
             stop_reaches_the_commands_children,
@@ -990,7 +1121,8 @@ fn main() {
         ("config_json", config_json),
         ("session_json", session_json),
     ];
-    let real_only: [(&str, Case); 12] = [
+    let real_only: [(&str, Case); 13] = [
+        ("lock_modes_refuse_each_other", lock_modes_refuse_each_other),
         (
             "revoke_stops_a_revocable_holder",
             recipes::revoke_stops_a_revocable_holder,

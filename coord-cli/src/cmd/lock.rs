@@ -153,6 +153,57 @@ async fn holders(client: &Client, name: &str, mode: Mode) -> coord::Result<Optio
     }
 }
 
+/// The recipe each mode keeps its entries in: the modes of different recipes share no
+/// layout, so on one name they would not exclude each other.
+fn kind(mode: Mode) -> RecipeKind {
+    match mode {
+        Mode::Exclusive => RecipeKind::Lock,
+        Mode::Permits(_) => RecipeKind::Semaphore,
+        Mode::Read | Mode::Write => RecipeKind::RwLock,
+    }
+}
+
+/// The flag that takes `kind`, for messages.
+fn flag(kind: RecipeKind) -> &'static str {
+    match kind {
+        RecipeKind::Semaphore => "-n N",
+        RecipeKind::RwLock => "--read/--write",
+        _ => "no mode flag",
+    }
+}
+
+/// Refuses `name` in `mode` while it is in use (held or waited for) in a mode of
+/// another recipe: `coord lock NAME`, `-n N NAME` and `--read`/`--write NAME` keep their
+/// entries in three layouts, which would not exclude each other.
+async fn refuse_other_modes(client: &Client, name: &str, mode: Mode) -> Result<(), Failure> {
+    for other in [RecipeKind::Lock, RecipeKind::Semaphore, RecipeKind::RwLock] {
+        if other == kind(mode) {
+            continue;
+        }
+        let view = client.inspect_one(other, name).await?;
+        if !view.holders.is_empty() || !view.waiters.is_empty() {
+            return Err(Failure::new(
+                exit::CONFLICT,
+                "conflict",
+                format!(
+                    "{name:?} is in use as a {} ({} held, {} waiting, taken with {}), and a {} would not exclude it: \
+                     use the same mode as every other holder of {name:?}, or another name",
+                    match other {
+                        RecipeKind::Semaphore => "semaphore",
+                        RecipeKind::RwLock => "read/write lock",
+                        _ => "lock",
+                    },
+                    view.holders.len(),
+                    view.waiters.len(),
+                    flag(other),
+                    mode.what()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The default `--grace`: half the time between coord learning that its session is lost
 /// and the earliest moment the server can expire it, so that the command is killed
 /// before anyone else can be granted what it held.
@@ -164,6 +215,7 @@ pub fn default_grace(client: &Client) -> Duration {
 pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
     let (name, mode) = (args.name, args.mode);
     let grace = checked_grace(client, args.grace, mode.what(), out);
+    refuse_other_modes(client, name, mode).await?;
     let grant = if args.try_once {
         match take(client, name, mode, false).await? {
             Some(grant) => grant,
@@ -202,6 +254,12 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
             Err(signal) => return Ok(child::stopped_by(signal)),
         }
     };
+    // Checked again now that this grant's entry exists: of two started at once in
+    // different modes, at least one sees the other (both may, and both refuse).
+    if let Err(refused) = refuse_other_modes(client, name, mode).await {
+        let _ = grant.release().await;
+        return Err(refused);
+    }
     let token = grant.token();
     let mut event = json!({
         "event": "acquired",
