@@ -2,25 +2,32 @@
 //! (a flat directory, so keys never nest and `multi` needs no parents).
 //!
 //! Version = the node's `czxid` and data version together. ZooKeeper restarts data
-//! versions at 0 when a node is recreated, and a `multi` can check only the data
-//! version, so each key node carries an **incarnation marker**: an empty child named by
-//! its own `czxid` (`<key node>/<czxid>`), made right after the node. A check of the
-//! marker and the data version in one `multi` holds only for the very incarnation
-//! and version expected — a delete, recreate and rewrite to the same data version in
-//! between fails it. So:
+//! versions at 0 when a node is recreated, and a `multi` can check only a data version
+//! or that a node exists — never a `czxid` — so each key node carries an **incarnation
+//! marker**: an empty child `i-<64 random bits>` that lives and dies with its node. A
+//! marker is only ever trusted as read together with its node's stat (one
+//! `getChildren2`, atomic): "the node with this `czxid` has child `i-…`". A `multi` that
+//! checks that child and the data version then holds only for that very incarnation
+//! and version: a delete, recreate and rewrite to the same data version in between
+//! removes the child, and no other incarnation has it. So:
 //!
-//! - `put` is one `setData` (a `create` and the marker when the key is new), whatever
-//!   the contention: it never fails because others write the key too.
-//! - compare-and-set is one `multi` (`check` the marker, `setData` at the version).
-//! - multi-key commits read the stats first (the plan depends on what exists), then
-//!   send one `multi` with the same marker checks.
+//! - `put` is one `setData`, whatever the contention: it never fails because others
+//!   write the key too. A new key is created with its marker in one `multi`.
+//! - compare-and-set reads the node with its children, then sends one `multi` (`check`
+//!   the marker, `setData` at the version).
+//! - multi-key commits read every key they touch the same way (pipelined), then send
+//!   one `multi` with the same marker checks.
 //!
-//! Nodes without a marker — written by an earlier coord, or by other clients
-//! (kazoo's `Counter`, `zkCli`) — are read the same way (the marker is invisible to
-//! `get`, `list` and watches). Their first compare-and-set reads the stat, compares the
-//! `czxid`, and adds the marker in the same `multi` as its write; from then on the key
-//! is exact. Deleting a key deletes its marker in the same `multi`; an operator deletes
-//! a key with `deleteall` (`delete` refuses a node with a child).
+//! Nodes without a marker — written by other clients (kazoo's `Counter`, `zkCli`,
+//! Curator) or an earlier coord — are read the same way (the marker is invisible to
+//! `get`, `list` and watches). A compare-and-set on one first adds a marker
+//! (`multi[create marker, check data version]`), then reads the node again: wherever
+//! the marker landed, the read says which incarnation has it, so a key deleted and
+//! recreated meanwhile fails the check instead of passing it. Markers of an earlier
+//! coord (named by the `czxid`, made by a second request after the node, so possibly
+//! under a later incarnation) are never trusted. Deleting a key deletes its children in
+//! the same `multi`; an operator deletes a key with `deleteall` (`delete` refuses a node
+//! with a child).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -63,9 +70,60 @@ fn node_path(inner: &Inner, key: &str) -> String {
     format!("{}/{}", config_dir(inner), node_name(key))
 }
 
-/// The incarnation marker of the key node at `path` created at `czxid`.
-fn marker_path(path: &str, czxid: i64) -> String {
-    format!("{path}/{czxid}")
+/// The prefix of an incarnation marker's name.
+const MARKER_PREFIX: &str = "i-";
+
+/// A fresh incarnation marker's name: `i-<64 random bits in hex>`.
+fn new_marker() -> String {
+    format!("{MARKER_PREFIX}{:016x}", uuid::Uuid::new_v4().as_u64_pair().0)
+}
+
+/// The incarnation markers a client knows: key node path → (`czxid`, marker). A marker
+/// seen together with a node's `czxid` (or made with it) names that incarnation for as
+/// long as it exists, so a compare-and-set whose version has that `czxid` can check it
+/// without reading first. Bounded: emptied when full.
+#[derive(Debug, Default)]
+pub(crate) struct MarkerCache(std::sync::Mutex<HashMap<String, (i64, String)>>);
+
+/// The most markers a client remembers.
+const MARKER_CACHE: usize = 4096;
+
+impl MarkerCache {
+    fn remember(&self, path: &str, czxid: i64, marker: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MARKER_CACHE && !map.contains_key(path) {
+            map.clear();
+        }
+        map.insert(path.to_owned(), (czxid, marker.to_owned()));
+    }
+
+    /// The marker of `path`'s incarnation `czxid`, if known.
+    fn of(&self, path: &str, czxid: i64) -> Option<String> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(path).filter(|(c, _)| *c == czxid).map(|(_, m)| m.clone())
+    }
+
+    fn forget(&self, path: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(path);
+    }
+}
+
+/// A key node as one atomic read: its stat and its children.
+#[derive(Debug, Clone)]
+struct Node {
+    stat: zk::Stat,
+    children: Vec<String>,
+}
+
+impl Node {
+    /// A marker of this incarnation, if it has one (earlier coord's `czxid`-named
+    /// markers are not trusted: they may sit under a later incarnation).
+    fn marker(&self) -> Option<&str> {
+        self.children
+            .iter()
+            .map(String::as_str)
+            .find(|c| c.starts_with(MARKER_PREFIX) && c.len() == MARKER_PREFIX.len() + 16)
+    }
 }
 
 /// What a failing `multi` op means.
@@ -86,6 +144,34 @@ async fn stats(inner: &Inner, paths: &[String]) -> Result<Vec<Option<zk::Stat>>>
         inner.call_mapped(Counter::Read, "commit", false, |zk| async move {
             zk.check_stat(&p).await
         })
+    });
+    futures::future::try_join_all(futures).await
+}
+
+/// Reads each node with its children (`getChildren2`: its stat and children at one
+/// moment) in one pipelined round; `None` for a node that is gone.
+async fn nodes(inner: &Inner, paths: &[String]) -> Result<Vec<Option<Node>>> {
+    let futures = paths.iter().map(|p| {
+        let p = p.clone();
+        async move {
+            let path = p.clone();
+            match inner
+                .call(Counter::Read, "commit", false, |zk| async move {
+                    zk.get_children(&path).await
+                })
+                .await?
+            {
+                Ok((children, stat)) => {
+                    let node = Node { stat, children };
+                    if let Some(marker) = node.marker() {
+                        inner.markers.remember(&p, node.stat.czxid, marker);
+                    }
+                    Ok(Some(node))
+                }
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(e) => Err(map_at(e, "commit", false, &p)),
+            }
+        }
     });
     futures::future::try_join_all(futures).await
 }
@@ -128,24 +214,45 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         })
         .collect();
     let keys = touched_keys(txn);
-    let mut paths: Vec<String> = fences.iter().map(|f| f.resource().to_owned()).collect();
-    paths.extend(keys.iter().map(|k| node_path(inner, k)));
-    let read = stats(inner, &paths).await?;
-    let (fence_stats, key_stats) = read.split_at(fences.len());
+    let fence_paths: Vec<String> = fences.iter().map(|f| f.resource().to_owned()).collect();
+    let key_paths: Vec<String> = keys.iter().map(|k| node_path(inner, k)).collect();
+    let (fence_stats, key_nodes) =
+        futures::future::try_join(stats(inner, &fence_paths), nodes(inner, &key_paths)).await?;
     // The fence's node must be the very node of the grant: its create zxid is the token.
     let live = fences
         .iter()
-        .zip(fence_stats)
+        .zip(&fence_stats)
         .all(|(f, stat)| stat.as_ref().is_some_and(|s| s.czxid as u64 == f.token().get()));
     if !live {
         return Err(fenced());
     }
-    let current: HashMap<&str, Option<&zk::Stat>> = keys
+    let current: HashMap<&str, Option<&Node>> = keys
         .iter()
         .map(String::as_str)
-        .zip(key_stats.iter().map(Option::as_ref))
+        .zip(key_nodes.iter().map(Option::as_ref))
         .collect();
     let checked = check_versions(txn, &current)?;
+    // A checked key without a marker of its own cannot be checked exactly in one
+    // `multi`: it gets one first, and the commit reads again.
+    let unmarked: Vec<&str> = checked
+        .keys()
+        .filter(|k| {
+            current
+                .get(*k)
+                .copied()
+                .flatten()
+                .is_some_and(|n| n.marker().is_none())
+        })
+        .copied()
+        .collect();
+    if !unmarked.is_empty() {
+        for key in unmarked {
+            if let Some(node) = current.get(key).copied().flatten() {
+                mark(inner, &node_path(inner, key), &node.stat).await?;
+            }
+        }
+        return Ok(None);
+    }
     let planned = plan(inner, txn, &fences, &current, &checked)?;
     let Some(results) = send(inner, &planned).await? else {
         return Ok(None);
@@ -220,26 +327,37 @@ async fn put(inner: &Inner, key: &str, value: &[u8]) -> Result<Version> {
     }
 }
 
-/// Creates `key` with its incarnation marker: its version, or `None` if it exists.
+/// Creates `key` with its incarnation marker (one `multi`): its version, or `None` if
+/// it exists.
 async fn create_key(inner: &Inner, key: &str, value: &[u8]) -> Result<Option<Version>> {
     let path = node_path(inner, key);
-    let acl = inner.acl();
     for _ in 0..5 {
-        let (p, d) = (path.clone(), value.to_vec());
-        match inner
-            .call(Counter::Write, "commit", true, |zk| async move {
-                zk.create(&p, &d, &acl.persistent()).await
-            })
-            .await?
-        {
-            Ok((stat, _)) => {
-                add_marker(inner, &path, stat.czxid).await;
-                return Ok(Some(version(&stat)));
+        let marker = new_marker();
+        let ops = [
+            PlannedOp::Create(path.clone(), value.to_vec()),
+            PlannedOp::Create(format!("{path}/{marker}"), Vec::new()),
+        ];
+        match write_multi(inner, &ops).await? {
+            Ok(results) => {
+                let created = match results.first() {
+                    Some(zk::MultiWriteResult::Create { stat, .. }) if !unknown_major(version(stat)) => {
+                        Some(*stat)
+                    }
+                    // No stat from this server (ZOOKEEPER-4026): read it back.
+                    _ => read_back(inner, &path).await?,
+                };
+                if let Some(stat) = &created {
+                    // Made in one `multi` with the node: this incarnation's marker (a
+                    // read back may have met a later incarnation, which then does not
+                    // have it and fails the check).
+                    inner.markers.remember(&path, stat.czxid, &marker);
+                }
+                return Ok(created.as_ref().map(version));
             }
-            Err(zk::Error::NodeExists) => return Ok(None),
+            Err((0, zk::Error::NodeExists)) => return Ok(None),
             // The config directory does not exist yet (or went as an empty container).
-            Err(zk::Error::NoNode) => inner.ensure_dir(&config_dir(inner)).await?,
-            Err(e) => return Err(map_at(e, "commit", true, &path)),
+            Err((0, zk::Error::NoNode)) => inner.ensure_dir(&config_dir(inner)).await?,
+            Err((_, e)) => return Err(map_at(e, "commit", true, &path)),
         }
     }
     Err(Error::new(
@@ -248,55 +366,74 @@ async fn create_key(inner: &Inner, key: &str, value: &[u8]) -> Result<Option<Ver
     ))
 }
 
-/// Marks a node just created at `czxid`. The key is written already, so a failure
-/// only leaves it unmarked: its first compare-and-set adds the marker then.
-async fn add_marker(inner: &Inner, path: &str, czxid: i64) {
-    let marker = marker_path(path, czxid);
-    let acl = inner.acl();
-    let made = inner
-        .call(Counter::Write, "commit", true, |zk| async move {
-            zk.create(&marker, &[], &acl.persistent()).await
-        })
-        .await;
-    if !matches!(made, Ok(Ok(_)) | Ok(Err(zk::Error::NodeExists))) {
-        tracing::debug!(path, result = ?made.map(|r| r.map(|_| ())), "coord.zk.config_marker_not_made");
+/// Whether a version's `czxid` is one a server left out of a `multi` result.
+fn unknown_major(v: Version) -> bool {
+    let major = coord_core::raw::version_parts(v).0;
+    major == 0 || major == u64::MAX
+}
+
+/// Gives the node at `path`, read as `stat`, a marker of its own: created only while
+/// the node is still at the data version read. Where it lands is known only from the
+/// next read of the node with its children (a node deleted and recreated at the same
+/// data version meanwhile gets it instead, which that read then says).
+async fn mark(inner: &Inner, path: &str, stat: &zk::Stat) -> Result<()> {
+    let ops = [
+        PlannedOp::Create(format!("{path}/{}", new_marker()), Vec::new()),
+        PlannedOp::Check(path.to_owned(), stat.version),
+    ];
+    match write_multi(inner, &ops).await? {
+        // Marked, or changed (or gone) since the read: the next read tells.
+        Ok(_) | Err((_, zk::Error::BadVersion | zk::Error::NoNode | zk::Error::NodeExists)) => Ok(()),
+        Err((_, e)) => Err(map_at(e, "commit", true, path)),
     }
 }
 
-/// Compare-and-set of an existing key: one `multi` that checks the incarnation marker
-/// and writes at the data version. A node without a marker takes the unmarked path.
+/// Compare-and-set of an existing key: reads the node with its children, then one
+/// `multi` that checks its marker and writes at the data version. A node without a
+/// marker gets one first (see [`mark`]) and is read again.
 async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Result<Version> {
     let path = node_path(inner, key);
     let (czxid, data_version) = incarnation(expected);
-    loop {
+    if let Some(marker) = inner.markers.of(&path, czxid) {
         let ops = [
-            PlannedOp::Check(marker_path(&path, czxid), -1),
+            PlannedOp::Check(format!("{path}/{marker}"), -1),
             PlannedOp::Set(path.clone(), value.to_vec(), data_version),
         ];
         match write_multi(inner, &ops).await? {
             Ok(results) => return set_result(&results, 1),
-            Err((0, zk::Error::NoNode)) => {}
             Err((_, zk::Error::NoAuth)) => return Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
-            Err(_) => return Err(mismatch_now(inner, key, Some(expected)).await),
-        }
-        // No marker: the key is gone, or its node predates markers.
-        let read = stats(inner, std::slice::from_ref(&path)).await?;
-        let actual = read.first().copied().flatten();
-        if actual.as_ref().map(version) != Some(expected) {
-            return Err(mismatch(key, Some(expected), actual.as_ref().map(version)));
-        }
-        let ops = [
-            PlannedOp::Create(marker_path(&path, czxid), Vec::new()),
-            PlannedOp::Set(path.clone(), value.to_vec(), data_version),
-        ];
-        match write_multi(inner, &ops).await? {
-            Ok(results) => return set_result(&results, 1),
-            // Marked meanwhile: the marked path again.
-            Err((0, zk::Error::NodeExists)) => continue,
-            Err((_, zk::Error::NoAuth)) => return Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
-            Err(_) => return Err(mismatch_now(inner, key, Some(expected)).await),
+            // The marker is gone (so is that incarnation) or the data version moved on:
+            // the read below tells which.
+            Err((0, _)) => inner.markers.forget(&path),
+            Err(_) => {}
         }
     }
+    for _ in 0..4 {
+        let node = nodes(inner, std::slice::from_ref(&path)).await?.pop().flatten();
+        let actual = node.as_ref().map(|n| version(&n.stat));
+        let Some(node) = node.filter(|_| actual == Some(expected)) else {
+            return Err(mismatch(key, Some(expected), actual));
+        };
+        let Some(marker) = node.marker() else {
+            mark(inner, &path, &node.stat).await?;
+            continue;
+        };
+        let ops = [
+            PlannedOp::Check(format!("{path}/{marker}"), -1),
+            PlannedOp::Set(path.clone(), value.to_vec(), data_version),
+        ];
+        return match write_multi(inner, &ops).await? {
+            Ok(results) => set_result(&results, 1),
+            Err((_, zk::Error::NoAuth)) => Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
+            Err(_) => Err(mismatch_now(inner, key, Some(expected)).await),
+        };
+    }
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "config key {key:?} kept changing while it was marked for compare-and-set; nothing was written — retry"
+        ),
+    ))
 }
 
 /// The `czxid` and data version a version was made of.
@@ -377,7 +514,7 @@ fn touched_keys(txn: &Txn) -> Vec<String> {
 /// version it must still have, or `VersionMismatch` for the first that differs.
 fn check_versions<'t>(
     txn: &'t Txn,
-    current: &HashMap<&str, Option<&zk::Stat>>,
+    current: &HashMap<&str, Option<&Node>>,
 ) -> Result<HashMap<&'t str, Option<Version>>> {
     let mut checked = HashMap::new();
     for c in txn.checks() {
@@ -386,7 +523,11 @@ fn check_versions<'t>(
             version: expected,
         } = c
         {
-            let actual = current.get(key.as_str()).copied().flatten().map(version);
+            let actual = current
+                .get(key.as_str())
+                .copied()
+                .flatten()
+                .map(|n| version(&n.stat));
             if actual != *expected {
                 return Err(mismatch(key, *expected, actual));
             }
@@ -412,7 +553,7 @@ fn plan(
     inner: &Inner,
     txn: &Txn,
     fences: &[&coord_core::Fence],
-    current: &HashMap<&str, Option<&zk::Stat>>,
+    current: &HashMap<&str, Option<&Node>>,
     checked: &HashMap<&str, Option<Version>>,
 ) -> Result<Planned> {
     let tag_for = |key: &str| {
@@ -439,9 +580,9 @@ fn plan(
         }
         let path = node_path(inner, key);
         match (expected, current.get(key).copied().flatten()) {
-            (Some(_), Some(stat)) => {
-                push_marker_check(&mut plan, &path, stat);
-                plan.push((Tag::Version, PlannedOp::Check(path, stat.version)));
+            (Some(_), Some(node)) => {
+                push_marker_check(&mut plan, &path, node);
+                plan.push((Tag::Version, PlannedOp::Check(path, node.stat.version)));
             }
             (None, None) => plan.push((Tag::Version, PlannedOp::AssertAbsent(path))),
             _ => {
@@ -457,29 +598,42 @@ fn plan(
         match op {
             Op::Put { key, value } => {
                 let path = node_path(inner, key);
-                let planned = match current.get(key.as_str()).copied().flatten() {
-                    Some(stat) => {
+                match current.get(key.as_str()).copied().flatten() {
+                    Some(node) => {
                         if checked.contains_key(key.as_str()) {
-                            push_marker_check(&mut plan, &path, stat);
+                            push_marker_check(&mut plan, &path, node);
                         }
-                        PlannedOp::Set(path, value.clone(), stat.version)
+                        result_slots.push((plan.len(), false));
+                        plan.push((
+                            tag_for(key),
+                            PlannedOp::Set(path, value.clone(), node.stat.version),
+                        ));
                     }
-                    None => PlannedOp::Create(path, value.clone()),
-                };
-                result_slots.push((plan.len(), false));
-                plan.push((tag_for(key), planned));
+                    None => {
+                        // A new key is born with its marker.
+                        result_slots.push((plan.len(), false));
+                        plan.push((tag_for(key), PlannedOp::Create(path.clone(), value.clone())));
+                        plan.push((
+                            tag_for(key),
+                            PlannedOp::Create(format!("{path}/{}", new_marker()), Vec::new()),
+                        ));
+                    }
+                }
             }
             Op::Delete { key } => {
                 let path = node_path(inner, key);
                 match current.get(key.as_str()).copied().flatten() {
-                    Some(stat) => {
-                        if stat.num_children > 0 {
-                            // The marker goes with its node.
-                            let marker = marker_path(&path, stat.czxid);
-                            plan.push((tag_for(key), PlannedOp::Delete(marker, -1)));
+                    Some(node) => {
+                        if checked.contains_key(key.as_str()) {
+                            push_marker_check(&mut plan, &path, node);
+                        }
+                        // Its children (the markers) go with the node; a child added
+                        // since the read fails the node's delete (a race: read again).
+                        for child in &node.children {
+                            plan.push((tag_for(key), PlannedOp::Delete(format!("{path}/{child}"), -1)));
                         }
                         result_slots.push((plan.len(), true));
-                        plan.push((tag_for(key), PlannedOp::Delete(path, stat.version)));
+                        plan.push((tag_for(key), PlannedOp::Delete(path, node.stat.version)));
                     }
                     None => {
                         result_slots.push((usize::MAX, false));
@@ -504,11 +658,12 @@ fn plan(
     })
 }
 
-/// Checks the incarnation marker of a node that has one, so the `multi` fails if the
-/// node read was deleted and created again since (its data version starts over).
-fn push_marker_check(plan: &mut Vec<(Tag, PlannedOp)>, path: &str, stat: &zk::Stat) {
-    if stat.num_children > 0 {
-        plan.push((Tag::Version, PlannedOp::Check(marker_path(path, stat.czxid), -1)));
+/// Checks the incarnation marker of a checked node, so the `multi` fails if the node
+/// read was deleted and created again since (its data version starts over). Commits
+/// mark every checked node before they plan, so each has one.
+fn push_marker_check(plan: &mut Vec<(Tag, PlannedOp)>, path: &str, node: &Node) {
+    if let Some(marker) = node.marker() {
+        plan.push((Tag::Version, PlannedOp::Check(format!("{path}/{marker}"), -1)));
     }
 }
 

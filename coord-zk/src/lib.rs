@@ -77,7 +77,7 @@
 //! own names: Curator does not see kazoo's contenders or kazoo Curator's, so pick the
 //! layout of the library coord shares a path with.
 //! | registry | `services/<service>/<id>` (ephemeral, JSON instance) |
-//! | config | `config/<key with '/' written as ':'>` (persistent; one flat directory), each with an empty child `<its czxid>`: the incarnation marker that makes compare-and-set exact in one request (see below) |
+//! | config | `config/<key with '/' written as ':'>` (persistent; one flat directory), each with an empty child `i-<64 random bits>`, made in the same `multi` as the node: the incarnation marker that makes compare-and-set exact (see below) |
 //!
 //! The namespace root and every directory coord creates (`locks`, `locks/<name>`,
 //! `elections/…`, `services/…`, `config`) are *container* nodes, as Curator creates its
@@ -85,11 +85,15 @@
 //! names (`jobs/<uuid>`) do not pile up. A create that finds its directory just deleted
 //! makes it again (one extra request when that happens).
 //!
-//! Config writes: `put` is one `setData` (a `create`, then the marker, for a new key) and
-//! never fails because others write the key; compare-and-set is one `multi` checking the
-//! marker and the data version, so a key deleted and recreated to the same data version
-//! in between fails it. Keys without a marker (another client's, an earlier coord's) are
-//! read as any other; their first compare-and-set reads the stat and adds the marker.
+//! Config writes: `put` is one `setData` (for a new key, one `multi` creating the node
+//! and its marker) and never fails because others write the key; compare-and-set reads
+//! the node with its children (`getChildren2`, one atomic read; skipped when this client
+//! already saw that incarnation's marker) and sends one `multi` checking the marker and
+//! the data version, so a key deleted and recreated to the same data version in between
+//! fails it. Keys without a marker (another client's, an earlier coord's) are read as
+//! any other; their first compare-and-set adds a marker, then reads the node again, so
+//! a recreate between those requests fails it too. An earlier coord's markers (named
+//! by the `czxid`) are not trusted.
 //! Delete a key by hand with `deleteall`. Config and registry watches re-read in batches
 //! and deliver only states that existed (or `Resync`): see [`ConfigStore`](coord_core::ConfigStore).
 //!

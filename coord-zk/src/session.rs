@@ -36,6 +36,9 @@ pub(crate) struct Inner {
     acked: Mutex<(u64, Instant)>,
     /// Session status, counters, registrations, closed flag.
     state: ClientState,
+    /// The incarnation markers of config keys this client made or read with their
+    /// children: key node path → (`czxid`, marker name). See `config.rs`.
+    pub(crate) markers: crate::config::MarkerCache,
 }
 
 impl std::ops::Deref for Inner {
@@ -185,6 +188,7 @@ impl Inner {
             })),
             acked: Mutex::new((1, Instant::now())),
             state,
+            markers: Default::default(),
         })
     }
 

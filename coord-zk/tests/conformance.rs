@@ -364,10 +364,12 @@ async fn failed_reread_is_retried(ctx: Ctx) -> CaseResult {
 }
 
 /// Config keys and the incarnation marker: a key node made by another client (no
-/// marker) is read, compare-and-set (the first adds the marker, the next costs one
+/// marker) is read, compare-and-set (the first adds a marker, the next costs one
 /// request) and put like any; a key deleted and made again by another client up to the
-/// same data version fails a compare-and-set on the old version (no ABA); a marked key
-/// deletes with its marker.
+/// same data version fails a compare-and-set on the old version (no ABA); an earlier
+/// coord's marker (named by the old incarnation's `czxid`) left under a recreated node
+/// is not trusted, and coord still deletes that key; a marked key deletes with its
+/// marker.
 async fn config_keys_and_their_markers(ctx: Ctx) -> CaseResult {
     use anyhow::{Context as _, ensure};
     use coord_core::ConfigStore;
@@ -379,6 +381,16 @@ async fn config_keys_and_their_markers(ctx: Ctx) -> CaseResult {
     let node = format!("{root}/config/k");
     let raw = zk::Client::connect(&server).await?;
     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let deleteall = |path: String| {
+        let raw = raw.clone();
+        async move {
+            for child in raw.list_children(&path).await? {
+                raw.delete(&format!("{path}/{child}"), None).await?;
+            }
+            raw.delete(&path, None).await?;
+            anyhow::Ok(())
+        }
+    };
     client.put("seed", b"s".to_vec()).await?; // the config directory
     raw.create(&node, b"raw", &persistent).await?;
     let v0 = client
@@ -390,9 +402,10 @@ async fn config_keys_and_their_markers(ctx: Ctx) -> CaseResult {
         .compare_and_set("k", Some(v0.version), b"c1".to_vec())
         .await?;
     let (_, stat) = raw.get_data(&node).await?;
+    let children = raw.list_children(&node).await?;
     ensure!(
-        raw.list_children(&node).await? == [stat.czxid.to_string()],
-        "the first compare-and-set did not mark the key"
+        children.len() == 1 && children[0].starts_with("i-"),
+        "the first compare-and-set did not mark the key: {children:?}"
     );
     let before = client.stats();
     let v2 = client.compare_and_set("k", Some(v1), b"c2".to_vec()).await?;
@@ -402,8 +415,7 @@ async fn config_keys_and_their_markers(ctx: Ctx) -> CaseResult {
         "a compare-and-set of a marked key took {requests} requests"
     );
     // Deleted and made again by another client, written up to the same data version.
-    raw.delete(&format!("{node}/{}", stat.czxid), None).await?;
-    raw.delete(&node, None).await?;
+    deleteall(node.clone()).await?;
     raw.create(&node, b"x0", &persistent).await?;
     raw.set_data(&node, b"x1", None).await?;
     raw.set_data(&node, b"x2", None).await?;
@@ -430,17 +442,111 @@ async fn config_keys_and_their_markers(ctx: Ctx) -> CaseResult {
         raw.check_stat(&node).await?.is_none(),
         "the key node is still there"
     );
-    // A key coord makes is marked from the start.
+    // A key coord makes is marked from the start, in the same request.
+    let new = format!("{root}/config/new");
     let v = client.put("new", b"n".to_vec()).await?;
+    let (_, made) = raw.get_data(&new).await?;
+    let marker = raw.list_children(&new).await?;
+    ensure!(marker.len() == 1, "a key coord made has no marker");
+    let (_, marker_stat) = raw.get_data(&format!("{new}/{}", marker[0])).await?;
     ensure!(
-        raw.list_children(&format!("{root}/config/new")).await?.len() == 1,
-        "a key coord made has no marker"
+        marker_stat.czxid == made.czxid,
+        "the marker was not made in the node's own request"
     );
     let before = client.stats();
-    client.compare_and_set("new", Some(v), b"n2".to_vec()).await?;
+    let v = client.compare_and_set("new", Some(v), b"n2".to_vec()).await?;
     ensure!(
         client.stats().since(&before).data_requests() == 1,
         "not one request"
+    );
+    // An earlier coord's marker (named by the czxid) under a later incarnation: deleted
+    // and made again at the same data version, with the old incarnation's marker name.
+    deleteall(new.clone()).await?;
+    raw.create(&new, b"n", &persistent).await?;
+    raw.set_data(&new, b"n2", None).await?;
+    raw.create(&format!("{new}/{}", made.czxid), b"", &persistent)
+        .await?;
+    let stale = client.compare_and_set("new", Some(v), b"stale".to_vec()).await;
+    ensure!(
+        matches!(&stale, Err(e) if e.kind() == ErrorKind::VersionMismatch),
+        "a stray marker let a version of the deleted incarnation pass: {stale:?}"
+    );
+    ensure!(
+        client.delete("new").await?,
+        "coord could not delete a key with a stray marker"
+    );
+    ensure!(
+        raw.check_stat(&new).await?.is_none(),
+        "the key node is still there"
+    );
+    Ok(())
+}
+
+/// Compare-and-set on a key another client keeps deleting and making again (no marker,
+/// always at data version 0): a compare-and-set with the version read before a
+/// recreate never writes the later incarnation (no ABA), however the recreate falls
+/// between its requests. coord's link is slowed so that the recreate lands between
+/// them in some of the trials.
+async fn config_cas_exact_against_foreign_recreates(ctx: Ctx) -> CaseResult {
+    use anyhow::{Context as _, ensure};
+    use coord_core::ConfigStore;
+    use zookeeper_client as zk;
+    let server = std::env::var("COORD_TEST_ZK")?;
+    let client = ctx.client().await?;
+    let lock = client.lock_path("x")?;
+    let root = lock.strip_suffix("/locks/x").context("the lock path's layout")?;
+    let raw = zk::Client::connect(&server).await?;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    client.put("seed", b"s".to_vec()).await?; // the config directory
+    ctx.factory().delay(&client, Duration::from_millis(4)).await?;
+    let (mut aba, mut wrote, mut refused) = (0, 0, 0);
+    for trial in 0..40u64 {
+        let key = format!("r{trial}");
+        let node = format!("{root}/config/{key}");
+        raw.create(&node, b"v", &persistent).await?;
+        let read = client.get(&key).await?.context("read the foreign key")?;
+        let recreate = {
+            let (raw, node, persistent) = (raw.clone(), node.clone(), persistent.clone());
+            // 0 to 59 ms: before, between and after the requests of a compare-and-set
+            // (a few round trips of 8 ms over a link slowed by 4 ms each way).
+            let wait = Duration::from_millis((trial * 7) % 60);
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                // deleteall: a marker coord adds meanwhile makes the delete fail; again.
+                loop {
+                    for child in raw.list_children(&node).await.unwrap_or_default() {
+                        let _ = raw.delete(&format!("{node}/{child}"), None).await;
+                    }
+                    match raw.delete(&node, None).await {
+                        Err(zk::Error::NotEmpty) => continue,
+                        r => break r?,
+                    }
+                }
+                raw.create(&node, b"v", &persistent).await?;
+                anyhow::Ok(())
+            })
+        };
+        let cas = client
+            .compare_and_set(&key, Some(read.version), b"mine".to_vec())
+            .await;
+        recreate.await??;
+        let (data, _) = raw.get_data(&node).await?;
+        match cas {
+            Ok(_) if data == b"mine" => aba += 1, // written onto the new incarnation
+            Ok(_) => wrote += 1,                  // written before the delete
+            Err(e) if e.kind() == ErrorKind::VersionMismatch => refused += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ctx.factory().delay(&client, Duration::ZERO).await?;
+    ensure!(
+        aba == 0,
+        "{aba} of 40 compare-and-sets with a version from before a recreate wrote the new incarnation \
+         ({wrote} wrote before the delete, {refused} refused)"
+    );
+    ensure!(
+        refused > 0 && wrote > 0,
+        "the trials did not cover both sides ({wrote} wrote, {refused} refused)"
     );
     Ok(())
 }
@@ -481,6 +587,11 @@ fn main() {
             name: "zk::config_keys_and_their_markers",
             needs: Needs::NONE,
             run: |ctx| Box::pin(config_keys_and_their_markers(ctx)),
+        },
+        Case {
+            name: "zk::config_cas_exact_against_foreign_recreates",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(config_cas_exact_against_foreign_recreates(ctx)),
         },
         Case {
             name: "zk::failed_reread_is_retried",

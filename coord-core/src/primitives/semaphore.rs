@@ -8,11 +8,12 @@
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::engine::contender::acquire;
+use crate::engine::contender::{acquire, suspended, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::validate_name;
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
 use crate::raw::{Admission, EntryClass, QueueSpec};
+use crate::session::SessionState;
 
 guard_type!(
     /// A semaphore lease, held until released or dropped: one of the semaphore's
@@ -233,7 +234,7 @@ impl Semaphore {
     /// lease holds while fewer than `permits` leases are older, so a try's lease never
     /// makes more than `permits` hold, and one that finds them all held is removed.
     async fn try_take(&self, leases: QueueSpec) -> Result<Option<Lease>> {
-        self.check_count(&leases).await?;
+        self.check_count_unless_suspended(&leases).await?;
         let Some(grant) = acquire(
             &self.client,
             leases.clone(),
@@ -247,11 +248,22 @@ impl Semaphore {
         let lease = Lease::from(LockGuard::new(self.name.clone(), grant));
         // Without the internal lock, a lease of another count may have been made beside
         // this one: checked again now that this one holds.
-        if let Err(e) = self.check_count(&leases).await {
+        if let Err(e) = self.check_count_unless_suspended(&leases).await {
             let _ = lease.release().await;
             return Err(e);
         }
         Ok(Some(lease))
+    }
+
+    /// [`Semaphore::check_count`] for a try: fails at once, retryable, when the session
+    /// is or becomes suspended instead of waiting out the outage.
+    async fn check_count_unless_suspended(&self, leases: &QueueSpec) -> Result<()> {
+        let mut session = self.client.backend().session();
+        let generation = session.borrow().generation;
+        if session.borrow().state == SessionState::Suspended {
+            return Err(suspended());
+        }
+        unless_suspended(&mut session, generation, false, self.check_count(leases)).await
     }
 
     /// Refuses a permit count other than the one the oldest held lease of coord's was

@@ -248,8 +248,9 @@ pub async fn kazoo_rw_lock_nodes_exclude(ctx: Ctx) -> CaseResult {
 
 /// Curator's `InterProcessSemaphoreV2` nodes and coord's semaphore share the leases both
 /// ways: Curator leases (`leases/_c_<guid>-lease-<seq>`) count against coord's permits, a
-/// Curator acquirer holding the internal lock (`locks/_c_<guid>-lock-<seq>`) keeps coord
-/// out, and by Curator's rule (at most `maxLeases` children of `leases`) a Curator
+/// Curator acquirer holding the internal lock (`locks/_c_<guid>-lock-<seq>`) keeps coord's
+/// waiting acquirers behind it (a try, which never waits, takes a free permit from the
+/// leases), and by Curator's rule (at most `maxLeases` children of `leases`) a Curator
 /// acquirer waits while coord holds every permit.
 pub async fn curator_semaphore_nodes_share_leases(ctx: Ctx) -> CaseResult {
     let client = ctx.client().await?;
@@ -299,17 +300,37 @@ pub async fn curator_semaphore_nodes_share_leases(ctx: Ctx) -> CaseResult {
         .await?;
     lease.release().await?;
 
-    // A Curator acquirer holds the internal lock: coord stays out though a permit is free.
+    // A Curator acquirer holds the internal lock: a waiting coord acquirer queues behind
+    // it, but a try (which never waits) takes the free permit from the leases, and by
+    // Curator's rule that acquirer's lease would then be a third of two: it waits.
     let (_, s) = raw.create(&curator(&locks, "lock-", 3), b"", &opts).await?;
+    let s2 = sem.clone();
+    let queued = tokio::spawn(async move { s2.acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     ensure!(
-        sem.try_acquire().await?.is_none(),
-        "coord acquired while a Curator acquirer holds the internal lock"
+        !queued.is_finished(),
+        "a waiting coord acquirer did not queue behind Curator's holder of the internal lock"
     );
+    let tried = sem
+        .try_acquire()
+        .await?
+        .context("a try did not take the free permit beside Curator's acquirer at the internal lock")?;
+    let (_, c) = raw
+        .create(&curator(&leases, "lease-", 4), b"10.0.0.1", &opts)
+        .await?;
+    let children = raw.list_children(&leases).await?;
+    ensure!(
+        children.len() > 2,
+        "Curator's rule would grant a third lease of two: {children:?}"
+    );
+    raw.delete(&format!("{}{c}", curator(&leases, "lease-", 4)), None)
+        .await?;
     raw.delete(&format!("{}{s}", curator(&locks, "lock-", 3)), None)
         .await?;
-    let _lease = tokio::time::timeout(QUICK, sem.acquire())
+    tried.release().await?;
+    let _lease = tokio::time::timeout(QUICK, queued)
         .await
-        .context("coord never acquired once the internal lock was free")??;
+        .context("coord never acquired once the internal lock was free")???;
     raw.delete(&held[1], None).await?;
     Ok(())
 }
