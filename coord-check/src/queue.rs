@@ -2,8 +2,9 @@
 //!
 //! The history holds pushes and takes (the process of an operation is its producer or
 //! consumer), the values left in the queue at the end, and the takes whose consumer
-//! crashed after the take returned (their values reached a dead consumer: an allowed
-//! loss, counted apart). Pushed values must be unique.
+//! crashed or was cut off after the take returned, before it could settle it (their
+//! values reached a consumer that may not have acknowledged them: each may be delivered
+//! once more, counted apart). Pushed values must be unique.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Debug};
@@ -38,7 +39,8 @@ pub struct QueueHistory<T> {
     pub ops: Vec<Op<QueueOp<T>, QueueRet<T>>>,
     /// The values left in the queue at the end, head first.
     pub remaining: Vec<T>,
-    /// Indices (in `ops`) of `Ok` takes whose consumer crashed after the take returned.
+    /// Indices (in `ops`) of `Ok` takes whose consumer crashed or was cut off after the
+    /// take returned, before it settled the take: their values may be delivered again.
     pub crashed: BTreeSet<usize>,
 }
 
@@ -61,8 +63,10 @@ pub struct QueueSummary {
     pub lost: usize,
     /// Values taken by a consumer that then crashed.
     pub lost_to_crashed_takers: usize,
-    /// Values taken more than once.
+    /// Values taken more than once (beyond the allowed redeliveries).
     pub duplicates: usize,
+    /// Values delivered again after a `crashed` take.
+    pub redelivered: usize,
     /// Values left in the queue.
     pub remaining: usize,
 }
@@ -213,7 +217,8 @@ fn removal_starts<T>(ops: &[Op<QueueOp<T>, QueueRet<T>>]) -> BTreeMap<usize, u64
 
 /// Checks a queue's history.
 ///
-/// Violations: a value taken twice; a value taken or remaining that no `Ok` or
+/// Violations: a value taken twice (unless every take of it but one is `crashed`: a
+/// redelivery); a value taken or remaining that no `Ok` or
 /// `Unknown` push wrote; an acknowledged value neither taken by an `Ok` take, nor
 /// remaining, nor taken by a crashed consumer (LOST: an unknown or cancelled take must
 /// not lose items); a value both taken and remaining; FIFO per producer in real time
@@ -273,12 +278,17 @@ pub fn check<T: Ord + Clone + Debug>(history: &QueueHistory<T>) -> Report<QueueS
 
     let mut fate: BTreeMap<&T, Fate> = BTreeMap::new();
     for (value, by) in &takes {
-        if by.len() > 1 {
+        // Delivered again after a consumer that may not have settled its take: allowed
+        // as long as every take but one is such a take.
+        let unsettled = by.iter().filter(|t| history.crashed.contains(t)).count();
+        if by.len() > 1 && by.len() - unsettled > 1 {
             summary.duplicates += 1;
             violations.push(QueueViolation::TakenTwice {
                 value: (*value).clone(),
                 takes: by.clone(),
             });
+        } else if by.len() > 1 {
+            summary.redelivered += 1;
         }
         if !pushes.contains_key(value) {
             violations.push(QueueViolation::NotPushed {

@@ -19,6 +19,9 @@ use crate::stats::Stats;
 use crate::txn::{OpResult, Txn};
 use crate::version::Versioned;
 
+/// The longest [`Client::close`] waits for the cleanups the client owes the server.
+pub const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One coordination participant: a cheap `Clone` handle over a backend and its session.
 ///
 /// Every method comes from the [`Lock`](crate::Lock), [`Election`](crate::Election),
@@ -61,13 +64,12 @@ pub(crate) struct ClientCore {
     pub(crate) registrations_followed: std::sync::OnceLock<()>,
     /// Waiting contenders woken by the entry ahead of them going ([`Stats::wakeups`]).
     pub(crate) wakeups: std::sync::atomic::AtomicU64,
-    /// Items this client removed from a queue for a `take` that was dropped before it
-    /// returned them, per queue name, oldest first: the client's next take of that queue
-    /// returns them before any other item, so a cancelled take loses nothing.
-    pub(crate) untaken:
-        std::sync::Mutex<std::collections::HashMap<String, std::collections::VecDeque<Vec<u8>>>>,
-    /// Per queue name, held by each of this client's takes from its removal until it
-    /// settled: the next take waits for it, so a stashed item comes before any other.
+    /// Cleanups owed to the server (a queue take's receipt, its taker lock), finished by
+    /// [`Client::close`] before it ends the session.
+    pub(crate) pending: crate::engine::pending::Pending,
+    /// Per queue name, held by this client's take of that queue while it settles
+    /// (receipt deleted, taker lock released): a `try_take` right after a `take` waits
+    /// for it instead of finding the taker lock busy with this client's own settle.
     pub(crate) settling:
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
     /// Where to end the session when the last handle is dropped outside the runtime.
@@ -106,7 +108,7 @@ impl Client {
                 contenders: LocalQueue::default(),
                 registrations_followed: std::sync::OnceLock::new(),
                 wakeups: Default::default(),
-                untaken: Default::default(),
+                pending: Default::default(),
                 settling: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),
@@ -256,6 +258,11 @@ impl Client {
     /// background work. Later calls fail with `Closed`. Dropping the last handle does
     /// the same in the background.
     ///
+    /// First it finishes the cleanups this client owes the server — a queue take's
+    /// receipt deleted and its taker lock released — for at most [`CLOSE_FLUSH`]; one
+    /// not finished by then is left to whoever comes next (a receipt left behind puts
+    /// its item back at the head of the queue: delivered again, never lost).
+    ///
     /// # Errors
     ///
     /// `Unavailable`/`Timeout` if the server could not be told; the session then ends
@@ -265,6 +272,9 @@ impl Client {
     ///
     /// If dropped, the client is marked closed but the server may not have been told.
     pub async fn close(&self) -> Result<()> {
+        if !self.core.pending.settled(CLOSE_FLUSH).await {
+            tracing::debug!("coord.close_cleanups_unfinished: left to the next taker");
+        }
         self.core.backend.close().await
     }
 }

@@ -91,7 +91,7 @@ mod txn;
 mod version;
 
 pub use capabilities::Capabilities;
-pub use client::Client;
+pub use client::{CLOSE_FLUSH, Client};
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};
 pub use hold::{HoldState, HoldWatch};

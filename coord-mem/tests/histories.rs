@@ -43,23 +43,22 @@
 //!   with the fence dropped, under a nemesis of session expiries and operator deletes —
 //!   the checker must catch it in at least one seed.
 //! - **Queue**: pushes of unique values and takes, recorded (`Unknown` for an outcome-unknown
-//!   error or a dropped future). At the end each surviving client takes what is left for
-//!   it (`try_take` until `None`: an item removed for a dropped take goes to the same
-//!   client's next take), and a fresh client drains the rest (what its `try_take` leaves
-//!   because the taker lock is busy is read from the store). Two allowances follow the
-//!   contract. An item a dropped take removed is delivered by a later take of the same
-//!   client, so FIFO is judged from the removal: a take that would break FIFO is folded
-//!   into an unknown take of its client invoked early enough, when there is one (exactly
-//!   what some assignment of dropped takes to deliveries explains; see
-//!   `fold_stashed_takes`). And a crashed client takes its dropped takes' items with it:
-//!   acknowledged values missing at the end are attributed to its unknown takes where
-//!   FIFO and the crash time allow (at most one each, marked `crashed`). `try_take`
-//!   answering `None` is not recorded as seeing the queue empty: it also says so while
-//!   another consumer holds the taker lock. Negative control: a history with one take
-//!   duplicated must be rejected. This family found items lost to dropped takes when
-//!   the session or the taker lock went before a removal's lost answer was settled,
-//!   pinned down by `queue_dropped_take_keeps_its_item_through_session_loss`; a removal
-//!   now leaves a receipt that settles it.
+//!   error or a dropped future). At the end every live client is closed at once, as a
+//!   user's shutdown would close it — mid-operation, no drain first — and a fresh client
+//!   drains what is left (its takes first put back what earlier takes left in receipts;
+//!   receipts and items its `try_take` leaves while the taker lock is busy are read from
+//!   the store, receipts at the head). Judged strictly: nothing lost — dropped takes,
+//!   closes, session losses and crashes included — and FIFO per producer. One allowance
+//!   follows the contract: an item may be delivered again when the client `take`
+//!   returned it to was faulted before its receipt was deleted (see
+//!   `may_be_redelivered`). `try_take` answering `None` is not recorded as seeing the
+//!   queue empty: it also says so while another consumer holds the taker lock. Negative
+//!   control: a history with one take duplicated must be rejected; mutant
+//!   `TakeWithoutReceipt` (no receipt holds the item) must be caught. This family found
+//!   items lost to dropped takes when the session or the taker lock went before a
+//!   removal's lost answer was settled (pinned down by
+//!   `queue_dropped_take_keeps_its_item_through_session_loss`), and, once clients were
+//!   closed without a drain, items a dropped take had kept only in its client's memory.
 //! - **Counter and config**: `get`/`add`/`set` on two counters and `get`/`put`/
 //!   `compare_and_set`/`delete` on three config keys, recorded and checked per key for
 //!   linearizability against `Counter` and `Register`. mem's versions are revisions
@@ -383,6 +382,10 @@ struct Nemesis {
     operator: Operator,
     /// Told the id of the client it crashed, right after the crash.
     on_crash: Box<dyn Fn(usize) + Send + Sync>,
+    /// Told the id of each client it faults (any fault: session expired, suspended,
+    /// crashed, replies lost or delayed), or `usize::MAX` for an operator's delete
+    /// (whose entry it was is not known), right after the fault.
+    on_fault: Box<dyn Fn(usize) + Send + Sync>,
 }
 
 /// An operator deleting one of the keys under `dir` (a holder's or a waiter's entry).
@@ -469,6 +472,12 @@ async fn run_nemesis(world: Arc<World>, mut rng: StdRng, nemesis: Nemesis) {
             }
         };
         if let Some(what) = what {
+            if what.starts_with("compact") {
+            } else if what.contains(&format!("c{c}")) {
+                (nemesis.on_fault)(c);
+            } else {
+                (nemesis.on_fault)(usize::MAX);
+            }
             world.note(what);
         }
     }
@@ -873,6 +882,7 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         },
         operator,
         on_crash: Box::new(|_| {}),
+        on_fault: Box::new(|_| {}),
     };
     tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
         .await
@@ -1151,34 +1161,6 @@ async fn queue_worker(
     }
 }
 
-/// A surviving client's last takes: whatever its dropped takes removed comes first. Goes
-/// on (a while) until two rounds in a row took nothing, so that the removals of dropped
-/// takes still running in the background have handed their items over.
-async fn final_takes(node: &Node, rec: &QueueLog) -> Result<(), String> {
-    let queue = node.client.queue(QUEUE, QUEUE_MAX).map_err(|e| e.to_string())?;
-    let process = pid(node.id, 99);
-    let mut idle = 0;
-    for _round in 0..10 {
-        let mut took_some = false;
-        loop {
-            let t = rec.invoke(process, QueueOp::Take);
-            let taken = timeout(ms(2000), queue.try_take()).await;
-            let more = matches!(taken, Ok(Ok(Some(_))));
-            rec.finish(t, taken, took);
-            if !more {
-                break;
-            }
-            took_some = true;
-        }
-        idle = if took_some { 0 } else { idle + 1 };
-        if idle == 2 {
-            break;
-        }
-        sleep(ms(150)).await;
-    }
-    Ok(())
-}
-
 /// What is left, head first: drained by a fresh client, then (what its `try_take` left
 /// while the taker lock was busy) read from the store.
 async fn drain(world: &World) -> Result<Vec<String>, String> {
@@ -1187,6 +1169,18 @@ async fn drain(world: &World) -> Result<Vec<String>, String> {
     let mut remaining = Vec::new();
     while let Some(item) = queue.try_take().await.map_err(|e| format!("draining: {e}"))? {
         remaining.push(text(&item));
+    }
+    // What a take left in a receipt (its client gone before the drainer got the taker
+    // lock) is the head of the queue: the next take puts it back there.
+    let taken = format!("{QUEUE}/taken/");
+    let receipts = drainer
+        .list(&format!("{QUEUE}/taken"))
+        .await
+        .map_err(|e| format!("listing the receipts: {e}"))?;
+    for entry in receipts {
+        if entry.key.strip_prefix(&taken).is_some_and(|r| r.len() == 41) {
+            remaining.push(text(&entry.value));
+        }
     }
     let prefix = format!("{QUEUE}/items/");
     let left = drainer
@@ -1203,161 +1197,45 @@ async fn drain(world: &World) -> Result<Vec<String>, String> {
     Ok(remaining)
 }
 
-/// Where a value's take may lie for FIFO among its producer's values (those whose push
-/// completed before its push was invoked are earlier, those pushed after its push
-/// completed are later).
-#[derive(Default)]
-struct FifoWindow {
-    /// The earliest completion of a take of a later value: a take of this value invoked
-    /// after it breaks FIFO.
-    invoked_by: Option<u64>,
-    /// The latest invocation of a take of an earlier value: a take of this value that
-    /// completed before it breaks FIFO.
-    completed_after: Option<u64>,
-    /// An earlier value remained in the queue: taking this one breaks FIFO.
-    behind_remaining: bool,
-}
-
-fn fifo_windows(history: &QueueHistory<String>) -> BTreeMap<String, FifoWindow> {
-    let ops = &history.ops;
-    let mut takes: BTreeMap<&String, &QueueOpRecord> = BTreeMap::new();
-    for op in ops {
-        if let Outcome::Ok(QueueRet::Took(v)) = &op.outcome {
-            takes.insert(v, op);
-        }
-    }
-    let remaining: BTreeSet<&String> = history.remaining.iter().collect();
-    let mut pushes: BTreeMap<u64, Vec<(&QueueOpRecord, &String)>> = BTreeMap::new();
-    for op in ops {
-        if let QueueOp::Push(v) = &op.input {
-            pushes.entry(op.process).or_default().push((op, v));
-        }
-    }
-    let mut windows = BTreeMap::new();
-    for values in pushes.values() {
-        for &(push, v) in values {
-            let mut window = FifoWindow::default();
-            for &(other, w) in values {
-                if push.precedes(other) {
-                    if let Some(done) = takes.get(w).and_then(|t| t.complete) {
-                        window.invoked_by = Some(window.invoked_by.map_or(done, |b| b.min(done)));
-                    }
-                } else if other.precedes(push) {
-                    if let Some(take) = takes.get(w) {
-                        let at = take.invoke;
-                        window.completed_after = Some(window.completed_after.map_or(at, |b| b.max(at)));
-                    }
-                    window.behind_remaining |= remaining.contains(w);
-                }
-            }
-            windows.insert(v.clone(), window);
-        }
-    }
-    windows
-}
-
-/// Folds `Ok` takes into the same client's unknown takes where FIFO needs it. An item a
-/// dropped take removed goes to a later take of the same client, so the value's take
-/// spans from the dropped take's invocation to the delivery. A take delivering value `a`
-/// needs that only when it was invoked after a take of a later value of `a`'s producer
-/// completed; it is then folded into an unused unknown take of its client invoked no later
-/// than that (most constrained first, which finds a fold for every take if any
-/// assignment does). Only FIFO depends on when takes were invoked, so this accepts
-/// exactly what some assignment of dropped takes to deliveries explains. Returns how many
-/// were folded.
-fn fold_stashed_takes(history: &mut QueueHistory<String>) -> usize {
-    let windows = fifo_windows(history);
-    let ops = &mut history.ops;
-    let mut needy: Vec<(u64, usize)> = ops
-        .iter()
-        .enumerate()
-        .filter_map(|(i, op)| match &op.outcome {
-            Outcome::Ok(QueueRet::Took(v)) => {
-                let bound = windows.get(v)?.invoked_by?;
-                (bound < op.invoke).then_some((bound, i))
-            }
-            _ => None,
-        })
-        .collect();
-    needy.sort_unstable();
-    let mut unknown: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    for (i, op) in ops.iter().enumerate() {
-        if op.input == QueueOp::Take && op.outcome == Outcome::Unknown {
-            unknown.entry(client_of(op.process)).or_default().push(i);
-        }
-    }
-    let mut folded = 0;
-    for (bound, t) in needy {
-        let Some(pending) = unknown.get_mut(&client_of(ops[t].process)) else {
+/// Marks the `Ok` takes whose item may be delivered again: their client was faulted
+/// (crashed, its session expired, suspended, its replies lost or delayed — or an
+/// operator deleted some taker lock entry) after the take returned and before the
+/// client's next take completed (that take waits for the receipt's deletion: the taker
+/// lock is released only after it), so the receipt may have outlived the taker lock and
+/// been put back. Nothing else may be delivered twice, and nothing may be lost, crashes
+/// included.
+fn may_be_redelivered(
+    history: &mut QueueHistory<String>,
+    crashes: &BTreeMap<u64, u64>,
+    faults: &[(u64, u64)],
+) -> usize {
+    let mut marked = 0;
+    for (i, op) in history.ops.iter().enumerate() {
+        let (Outcome::Ok(QueueRet::Took(_)), Some(done)) = (&op.outcome, op.complete) else {
             continue;
         };
-        // Recorded in invocation order: the oldest unused one, if early enough.
-        if pending.first().is_some_and(|&u| ops[u].invoke <= bound) {
-            let u = pending.remove(0);
-            ops[u].outcome = ops[t].outcome.clone();
-            ops[u].complete = ops[t].complete;
-            ops[t].outcome = Outcome::Failed;
-            folded += 1;
+        let client = client_of(op.process);
+        let settled_by = history
+            .ops
+            .iter()
+            .filter(|o| o.input == QueueOp::Take && client_of(o.process) == client)
+            .filter_map(|o| o.complete)
+            .filter(|&c| c > done)
+            .min()
+            .unwrap_or(u64::MAX);
+        // From the take's invocation: a fault during the take may leave its client
+        // believing it holds the taker lock a little after the server gave it up.
+        let within = |at: u64| at >= op.invoke && at <= settled_by;
+        let faulted = faults
+            .iter()
+            .any(|&(c, at)| (c == client || c == u64::MAX) && within(at))
+            || crashes.get(&client).is_some_and(|&at| within(at));
+        if faulted {
+            history.crashed.insert(i);
+            marked += 1;
         }
     }
-    folded
-}
-
-/// Attributes acknowledged values missing at the end to the crashed clients' unknown
-/// takes (at most one value each), marked `crashed` and completed at the crash — only
-/// where it fits: the client crashed after the value's push was invoked; the take was
-/// invoked before any take of a later value of its producer completed (a take invoked
-/// before the push may have waited for it); no earlier value of its producer remained,
-/// and every take of one was invoked before the crash. What cannot be attributed stays
-/// lost. Returns how many were attributed.
-fn attribute_to_crashed(history: &mut QueueHistory<String>, crashes: &BTreeMap<u64, u64>) -> usize {
-    let windows = fifo_windows(history);
-    let ops = &history.ops;
-    let mut delivered: BTreeSet<&String> = history.remaining.iter().collect();
-    for op in ops {
-        if let Outcome::Ok(QueueRet::Took(v)) = &op.outcome {
-            delivered.insert(v);
-        }
-    }
-    // Missing values: when they were pushed, and their FIFO window.
-    let mut missing: Vec<(String, u64, &FifoWindow)> = ops
-        .iter()
-        .filter_map(|op| match (&op.input, &op.outcome) {
-            (QueueOp::Push(v), Outcome::Ok(_)) if !delivered.contains(v) => {
-                let window = windows.get(v)?;
-                (!window.behind_remaining).then(|| (v.clone(), op.invoke, window))
-            }
-            _ => None,
-        })
-        .collect();
-    missing.sort_by_key(|(_, _, w)| w.invoked_by.unwrap_or(u64::MAX));
-    let mut candidates: Vec<(usize, u64)> = ops
-        .iter()
-        .enumerate()
-        .filter_map(|(i, op)| {
-            let crash = *crashes.get(&client_of(op.process))?;
-            (op.input == QueueOp::Take && op.outcome == Outcome::Unknown && op.invoke < crash)
-                .then_some((i, crash))
-        })
-        .collect();
-    let mut attributions = Vec::new();
-    for (value, pushed, window) in missing {
-        let fits = candidates.iter().position(|&(i, crash)| {
-            crash > pushed
-                && window.invoked_by.is_none_or(|by| ops[i].invoke <= by)
-                && window.completed_after.is_none_or(|after| crash >= after)
-        });
-        if let Some(k) = fits {
-            attributions.push((candidates.remove(k), value));
-        }
-    }
-    let attributed = attributions.len();
-    for ((i, crash), value) in attributions {
-        history.ops[i].outcome = Outcome::Ok(QueueRet::Took(value));
-        history.ops[i].complete = Some(crash);
-        history.crashed.insert(i);
-    }
-    attributed
+    marked
 }
 
 /// The values a violation names.
@@ -1442,7 +1320,8 @@ struct QueueRun {
     pushed: usize,
     taken: usize,
     remaining: usize,
-    folded: usize,
+    /// Values delivered again after a take whose client was faulted before it settled.
+    redelivered: usize,
     attributed: usize,
     violations: Vec<String>,
     /// The operations behind the violations.
@@ -1457,6 +1336,8 @@ async fn queue_history(seed: u64) -> Result<QueueRun, String> {
     let nemesis_rng = StdRng::from_rng(&mut rng);
     let rec = QueueLog::default();
     let crashes: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
+    // When each client was faulted (`u64::MAX`: every client, an operator's delete).
+    let faults: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
     let mut workers = Vec::new();
     for node in &world.nodes {
         for w in 0..rng.random_range(2..=3) {
@@ -1484,15 +1365,30 @@ async fn queue_history(seed: u64) -> Result<QueueRun, String> {
                 lock(&crashes).insert(c as u64, rec.now());
             })
         },
+        on_fault: {
+            let (rec, faults) = (rec.rec.clone(), faults.clone());
+            Box::new(move |c| {
+                let c = if c == usize::MAX { u64::MAX } else { c as u64 };
+                lock(&faults).push((c, rec.now()));
+            })
+        },
     };
     tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
         .await
         .map_err(|e| format!("the nemesis failed: {e}"))?;
+    // The clients close the way users close them: now, mid-operation (their workers
+    // may be inside a take or a push), with no drain first. Whatever a take had removed
+    // without returning it must still be found by the fresh client below.
+    let closing: Vec<_> = world
+        .live()
+        .into_iter()
+        .map(|node| tokio::spawn(async move { node.client.close().await }))
+        .collect();
     world.settle().await;
-    world.join(workers).await?;
-    for node in world.live() {
-        final_takes(&node, &rec).await?;
+    for close in closing {
+        let _ = close.await;
     }
+    world.join(workers).await?;
     let remaining = drain(&world).await?;
 
     let recorded = rec.rec.history();
@@ -1505,8 +1401,7 @@ async fn queue_history(seed: u64) -> Result<QueueRun, String> {
         remaining,
         crashed: BTreeSet::new(),
     };
-    let folded = fold_stashed_takes(&mut history);
-    let attributed = attribute_to_crashed(&mut history, &lock(&crashes));
+    let attributed = may_be_redelivered(&mut history, &lock(&crashes), &lock(&faults));
     let report = queue::check(&history);
 
     // Negative control: one take duplicated.
@@ -1533,7 +1428,7 @@ async fn queue_history(seed: u64) -> Result<QueueRun, String> {
         pushed: report.summary.pushes_acknowledged,
         taken: report.summary.takes,
         remaining: report.summary.remaining,
-        folded,
+        redelivered: report.summary.redelivered,
         attributed,
         violations: report.violations.iter().map(ToString::to_string).collect(),
         context: if report.is_ok() {
@@ -1569,7 +1464,7 @@ fn queue_histories() {
     let started = std::time::Instant::now();
     let mut failures = Vec::new();
     let (mut ops, mut unknown, mut pushed, mut taken, mut remaining) = (0, 0, 0, 0, 0);
-    let (mut folded, mut attributed, mut violating, mut caught, mut runs) = (0, 0, 0, 0, 0);
+    let (mut redelivered, mut attributed, mut violating, mut caught, mut runs) = (0, 0, 0, 0, 0);
     let results = block_on(run_all(&plan.seeds, queue_history));
     for (seed, run) in results {
         let run = match run {
@@ -1588,7 +1483,7 @@ fn queue_histories() {
         pushed += run.pushed;
         taken += run.taken;
         remaining += run.remaining;
-        folded += run.folded;
+        redelivered += run.redelivered;
         attributed += run.attributed;
         caught += usize::from(run.mutant_caught);
         if !run.mutant_caught {
@@ -1607,8 +1502,9 @@ fn queue_histories() {
     }
     println!(
         "histories queue: {} seeds, {ops} ops, {unknown} unknown, {violating} violations; {pushed} pushes \
-         acknowledged, {taken} taken, {remaining} remaining, {folded} takes folded into dropped ones, \
-         {attributed} lost to a crashed client; mutant duplicate-take rejected in {caught}/{runs}; {:.1}s",
+         acknowledged, {taken} taken, {remaining} remaining, nothing lost; {attributed} takes whose client \
+         was faulted before settling, {redelivered} values delivered again; mutant duplicate-take rejected \
+         in {caught}/{runs}; {:.1}s",
         plan.seeds.len(),
         started.elapsed().as_secs_f64()
     );
@@ -1932,6 +1828,7 @@ async fn kv_history(seed: u64) -> Result<KvRun, String> {
         profile: Profile::Full,
         operator,
         on_crash: Box::new(|_| {}),
+        on_fault: Box::new(|_| {}),
     };
     tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
         .await
@@ -2170,6 +2067,6 @@ fn library_mutants_are_caught() {
             .unwrap_or(false)
     };
     caught_with(Mutant::MarkUnchecked, "mark unchecked", exclusion(Kind::Lock));
-    caught_with(Mutant::TakeInPlace, "take in place", queue);
+    caught_with(Mutant::TakeWithoutReceipt, "take without a receipt", queue);
     caught_with(Mutant::TakeUnchecked, "take unchecked", queue);
 }

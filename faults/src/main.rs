@@ -153,7 +153,7 @@ impl Scenario {
             Scenario::Recipes => "recipes at once: member kill, resets, blackhole, drops",
             Scenario::Soak => "mixed random soak",
             Scenario::NegativeControl => "negative control (no fence)",
-            Scenario::RecipesMutantTakeInPlace => "negative control: recipes, take in place",
+            Scenario::RecipesMutantTakeInPlace => "negative control: recipes, take without a receipt",
         }
     }
 }
@@ -276,7 +276,7 @@ fn main() -> anyhow::Result<()> {
                     Scenario::Recipes => recipes::run(&env).await,
                     Scenario::RecipesMutantTakeInPlace => {
                         use coord_core::raw::mutants::{self, Mutant};
-                        mutants::set(Mutant::TakeInPlace, true);
+                        mutants::set(Mutant::TakeWithoutReceipt, true);
                         // Up to three runs until the checker catches it: whether a take is
                         // dropped right after its removal landed is up to timing.
                         let mut report = recipes::run(&env).await;
@@ -286,7 +286,7 @@ fn main() -> anyhow::Result<()> {
                             }
                             report = recipes::run(&env).await;
                         }
-                        mutants::set(Mutant::TakeInPlace, false);
+                        mutants::set(Mutant::TakeWithoutReceipt, false);
                         report
                     }
                     _ => counter::run(&env, scenario).await,

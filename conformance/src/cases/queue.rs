@@ -333,3 +333,76 @@ pub async fn dropped_takes_lose_no_item(ctx: Ctx) -> CaseResult {
     ensure!(dropped > 0, "no take was dropped: the case tested nothing");
     Ok(())
 }
+
+/// A consumer that gives up on takes (a timeout, as `coord queue take --timeout` does)
+/// and then closes cleanly — no drain, mid-operation — loses no item: what a dropped
+/// take removed is kept on the server (its receipt) and put back at the head for the
+/// next consumer. Its link is slowed so that the timeouts fall before, during and after
+/// removals. With no fault, nothing is delivered twice either.
+pub async fn closing_after_dropped_takes_loses_no_item(ctx: Ctx) -> CaseResult {
+    use rand::{Rng as _, SeedableRng as _};
+    const ITEMS: u32 = 40;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let q = a.queue("jobs", ITEMS + 1)?;
+    for i in 0..ITEMS {
+        q.push(i.to_string().into_bytes()).await?;
+    }
+    match ctx.factory().delay(&a, Duration::from_millis(10)).await {
+        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
+        _ => {}
+    }
+    let started = tokio::time::Instant::now();
+    let first = within(QUICK, "the first take", q.take()).await??;
+    let span = (started.elapsed() * 2).max(Duration::from_millis(4));
+    let seed = rand::random::<u64>();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut taken = vec![String::from_utf8(first)?.parse::<u32>()?];
+    let mut dropped = 0u32;
+    for _ in 0..30 {
+        let limit = span.mul_f64(rng.random_range(0.0..1.0));
+        match tokio::time::timeout(limit, q.take()).await {
+            Ok(item) => taken.push(String::from_utf8(item?)?.parse::<u32>()?),
+            Err(_) => dropped += 1,
+        }
+    }
+    // One more take, dropped partway, and the client closes right after: no drain.
+    if let Ok(item) = tokio::time::timeout(span / 2, q.take()).await {
+        taken.push(String::from_utf8(item?)?.parse::<u32>()?);
+    }
+    a.close().await?;
+    let qb = b.queue("jobs", ITEMS + 1)?;
+    let mut rest = Vec::new();
+    while taken.len() + rest.len() < ITEMS as usize {
+        match within(QUICK, "the next consumer takes", qb.take()).await {
+            Ok(item) => rest.push(String::from_utf8(item?)?.parse::<u32>()?),
+            Err(_) => break,
+        }
+    }
+    let mut all: Vec<u32> = taken.iter().chain(&rest).copied().collect();
+    all.sort_unstable();
+    let expected: Vec<u32> = (0..ITEMS).collect();
+    if all != expected {
+        use coord_core::ConfigStore;
+        let left: Vec<String> = b.list("jobs").await?.into_iter().map(|e| e.key).collect();
+        bail!(
+            "items lost or delivered twice after {dropped} dropped takes and a clean close (seed {seed}): \
+             the closing consumer took {taken:?}, the next one {rest:?}; keys left: {left:?}"
+        );
+    }
+    let mut in_order = rest.clone();
+    in_order.sort_unstable();
+    ensure!(
+        in_order == rest,
+        "the next consumer took items out of order: {rest:?}"
+    );
+    ensure!(
+        qb.try_take().await?.is_none(),
+        "an item left after all were taken"
+    );
+    println!(
+        "[{}] {ITEMS} items, {dropped} takes dropped, then a clean close: none lost ({} by the next consumer)",
+        b.kind(),
+        rest.len()
+    );
+    Ok(())
+}

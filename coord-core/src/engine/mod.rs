@@ -5,5 +5,6 @@
 
 pub(crate) mod contender;
 pub(crate) mod local_queue;
+pub(crate) mod pending;
 pub(crate) mod registration;
 pub(crate) mod removal;

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::engine::contender::acquire;
+use crate::engine::contender::{acquire, suspended, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
@@ -18,6 +18,7 @@ use crate::primitives::config::{ConfigEvent, ConfigStore, Entry};
 use crate::primitives::lock::{LockGuard, no_grant};
 use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, Backoff, EntryClass, QueueSpec};
+use crate::session::SessionState;
 use crate::txn::Txn;
 
 /// The most items a queue may be configured to hold: every take lists the items.
@@ -39,9 +40,19 @@ pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 /// # Limits
 ///
 /// Meant for tens to thousands of items, not as a message broker: every take lists the
-/// queue's items, and takes run one at a time. An item taken by a consumer that then
-/// crashes is gone (at most once per item): hand work back with `push` if it must not
-/// be lost.
+/// queue's items, and takes run one at a time.
+///
+/// # Delivery
+///
+/// A take removes its item and writes a receipt holding it (`<name>/taken/<seq>.<token>`)
+/// in one transaction, fenced by the taker lock; the receipt is deleted once `take` has
+/// returned the item, before the taker lock is released. A receipt some take left
+/// behind — dropped (a timeout, a cancelled task), its client closed or crashed, its
+/// session lost, its answer lost — is put back at the head of the queue by the next
+/// holder of the taker lock, before it takes anything. So no exit loses an item: one
+/// is lost only if the process that `take` returned it to loses it. An item can be
+/// delivered twice: when the consumer it was returned to crashes (or loses its session)
+/// before its receipt is deleted. [`Client::close`] finishes those deletions first.
 ///
 /// # Examples
 ///
@@ -100,6 +111,9 @@ impl DistributedQueue {
         self.max_items
     }
 }
+
+/// How long a take keeps trying to delete its receipt once it returned its item.
+const SETTLE_FOR: Duration = Duration::from_secs(30);
 
 /// The consumers of a queue, taking items one at a time in arrival order (`lock-`).
 const TAKERS: &[EntryClass] = &[EntryClass {
@@ -232,11 +246,9 @@ impl DistributedQueue {
     /// # Cancel safety
     ///
     /// Cancel-safe: a dropped take loses no item and leaves nothing behind on the taker
-    /// lock. Dropped once its remove was sent, the take finishes on a task of its own:
-    /// an item it removed goes to this client's next `take` or `try_take` of the queue
-    /// (before any other item; a removal whose answer was lost is settled by the receipt
-    /// it wrote, even after the session is gone). An item is lost only with a consumer
-    /// that crashes after `take` returned it.
+    /// lock. Dropped once its remove was sent, the item it may have removed is in its
+    /// receipt, and the next take (of any client) puts it back at the head of the queue
+    /// first. See the type's "Delivery".
     pub async fn take(&self) -> Result<Vec<u8>> {
         self.take_one(true, "queue take")
             .await?
@@ -263,79 +275,97 @@ impl DistributedQueue {
         let span =
             tracing::debug_span!("coord.queue.take", backend = self.client.kind(), name = %self.name, wait);
         async {
-            if let Some(item) = self.untaken() {
-                return Ok(Some(item));
+            // This client's previous take of the queue may still be settling (deleting
+            // its receipt, then releasing the taker lock): waited for, so that a try
+            // does not find the lock busy with this client's own settle. A try does not
+            // wait out an outage for it.
+            let settling = self.settling();
+            if wait {
+                drop(settling.lock().await);
+            } else {
+                let mut session = self.client.backend().session();
+                let generation = session.borrow().generation;
+                if session.borrow().state == SessionState::Suspended {
+                    return Err(suspended());
+                }
+                drop(
+                    unless_suspended(&mut session, generation, false, async {
+                        Ok(settling.lock().await)
+                    })
+                    .await?,
+                );
             }
             let takers = takers_queue(&self.name);
             let Some(grant) = acquire(&self.client, takers, Vec::new(), wait).await? else {
                 return Ok(None);
             };
             let gate = LockGuard::new(self.name.clone(), grant);
-            // A take of this client still settling (one whose future was dropped, or whose
-            // taker lock went while its removal's answer was out) finishes first: an item
-            // it removed is stashed, and returned here before any other.
-            let settling = self.settling().lock_owned().await;
-            if let Some(item) = self.untaken() {
-                // Released in the background: no await may stand between taking an item
-                // out of the stash and returning it.
-                drop(gate);
-                return Ok(Some(item));
-            }
-            let oldest = match self.oldest_under(&gate, wait).await {
-                Ok(Some(oldest)) => oldest,
+            // Dropped at any await below, the gate is released in the background; an
+            // item a removal in flight took is in its receipt, put back by the next
+            // holder.
+            match self.take_under(&gate, wait).await {
+                Ok(Some((item, receipt))) => {
+                    // No await between here and returning the item.
+                    self.settle(gate, receipt);
+                    Ok(Some(item))
+                }
                 Ok(None) => {
                     release_gate(gate).await;
-                    return Ok(None);
+                    Ok(None)
                 }
                 Err(e) => {
                     release_gate(gate).await;
-                    return Err(e);
+                    Err(e)
                 }
-            };
-            if mutants::active(Mutant::TakeInPlace) {
-                let taken = self.remove_under(&gate, oldest).await;
-                release_gate(gate).await;
-                drop(settling);
-                return taken;
             }
-            // From the remove on, the take runs to its end on a task of its own: if this
-            // future is dropped meanwhile, an item it removed is kept for this client's
-            // next take instead of being lost.
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let queue = self.clone();
-            tokio::spawn(
-                async move {
-                    let taken = queue.remove_under(&gate, oldest).await;
-                    // The taker lock goes first, so that the caller's next take (or
-                    // `try_take`) finds it free; until `settling` is dropped, that take
-                    // waits for an item this one may still stash.
-                    release_gate(gate).await;
-                    // Refused once the take was dropped (its pickup closed the channel).
-                    if let Err(Ok(Some(item))) = tx.send(taken) {
-                        queue.stash(item);
-                    }
-                    drop(settling);
-                }
-                .in_current_span(),
-            );
-            let mut pickup = Pickup {
-                rx: Some(rx),
-                queue: self.clone(),
-            };
-            let Some(rx) = pickup.rx.as_mut() else {
-                return Err(Error::new(ErrorKind::Unexpected, "the take's pickup is gone"));
-            };
-            let taken = rx.await.map_err(|_| Error::closed());
-            pickup.rx = None;
-            taken?
         }
         .instrument(span)
         .await
         .map_err(|e| e.with_operation(op))
     }
 
-    /// Held by each of this client's takes of the queue from its removal until it settled
-    /// (item returned or stashed).
+    /// Under the taker lock `gate`: puts back what earlier takes left in receipts, then
+    /// takes the oldest item (waiting for one with `wait`); the item and its receipt.
+    async fn take_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<(Vec<u8>, String)>> {
+        if !mutants::active(Mutant::TakeWithoutReceipt) {
+            self.put_back_receipts(gate).await?;
+        }
+        let Some(oldest) = self.oldest_under(gate, wait).await? else {
+            return Ok(None);
+        };
+        self.remove_under(gate, oldest).await
+    }
+
+    /// Deletes `receipt` once its take returned the item, then releases the taker lock,
+    /// on a task [`Client::close`] finishes first. The receipt goes before the lock, so
+    /// the next holder never puts back an item that was delivered.
+    fn settle(&self, gate: LockGuard, receipt: String) {
+        let client = self.client.clone();
+        // Takes of one queue by one client settle one at a time (they hold the taker
+        // lock until settled), so this is free: held until the settle ends.
+        let settling = self.settling().try_lock_owned().ok();
+        self.client.core().pending.spawn(async move {
+            let _settling = settling;
+            let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+            let until = tokio::time::Instant::now() + SETTLE_FOR;
+            loop {
+                match client.delete(&receipt).await {
+                    Ok(_) => break,
+                    Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => backoff.wait().await,
+                    // Left behind, the receipt puts its item back at the head of the
+                    // queue: delivered again, never lost. So does one whose taker lock
+                    // went first (the next holder may put it back before this delete).
+                    Err(e) => {
+                        tracing::debug!(error = %e, receipt, "coord.queue_receipt_left: its item may be delivered again");
+                        break;
+                    }
+                }
+            }
+            release_gate(gate).await;
+        });
+    }
+
+    /// Held by this client's take of the queue while it settles.
     fn settling(&self) -> std::sync::Arc<tokio::sync::Mutex<()>> {
         self.client
             .core()
@@ -347,33 +377,34 @@ impl DistributedQueue {
             .clone()
     }
 
-    /// The oldest item a dropped take of this client removed, if any.
-    fn untaken(&self) -> Option<Vec<u8>> {
-        let mut untaken = self
-            .client
-            .core()
-            .untaken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let items = untaken.get_mut(&self.name)?;
-        let item = items.pop_front();
-        if items.is_empty() {
-            untaken.remove(&self.name);
+    /// Puts every receipt another take left behind back at the head of the queue, under
+    /// the taker lock `gate` (its holder is the only one taking, and takes settle their
+    /// receipts before they release the lock): each at its own item key, which sorts
+    /// before every item still queued (sequences only grow), in one transaction fenced
+    /// by the lock that checks the receipt is still as read.
+    async fn put_back_receipts(&self, gate: &LockGuard) -> Result<()> {
+        let prefix = format!("{}/", self.receipts_prefix());
+        for receipt in self.client.list(&self.receipts_prefix()).await? {
+            let Some((seq, _token)) = receipt.key.strip_prefix(&prefix).and_then(parse_receipt) else {
+                continue; // not a receipt of this layout
+            };
+            let item = self.item_key(seq);
+            let txn = Txn::new()
+                .fenced_by(gate.fence())
+                .check_version(receipt.key.clone(), receipt.version)
+                .check_absent(item.clone())
+                .delete(receipt.key.clone())
+                .put(item, receipt.value);
+            match self.client.commit(txn).await {
+                Ok(_) => tracing::debug!(receipt = %receipt.key, "coord.queue_item_put_back"),
+                // Deleted or changed meanwhile (its take settled after all), or its
+                // item key is taken: left as it is.
+                Err(e) if e.kind() == ErrorKind::VersionMismatch => {}
+                Err(e) if e.kind() == ErrorKind::Fenced => return Err(gate_lost()),
+                Err(e) => return Err(e),
+            }
         }
-        item
-    }
-
-    /// Keeps `item`, removed for a take that was dropped, for this client's next take.
-    fn stash(&self, item: Vec<u8>) {
-        tracing::debug!(name = %self.name, "coord.queue_take_dropped: the item goes to this client's next take");
-        self.client
-            .core()
-            .untaken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(self.name.clone())
-            .or_default()
-            .push_back(item);
+        Ok(())
     }
 
     /// The items now, oldest first: the keys right under `<name>/items/` whose last
@@ -405,29 +436,32 @@ impl DistributedQueue {
     }
 
     /// Removes `oldest` under the taker lock `gate`, fenced by it — or, if someone else
-    /// removed it meanwhile, the next oldest; `None` when none is left. The removal leaves
-    /// a receipt, `<name>/taken/<seq>` holding the gate's token (unique to this take), in
-    /// the same transaction: a removal whose answer was lost is settled by reading it,
-    /// even after the taker lock or the session is gone. The receipt is deleted once the
-    /// take settled.
-    async fn remove_under(&self, gate: &LockGuard, mut oldest: Entry) -> Result<Option<Vec<u8>>> {
-        let mine = gate.token().get().to_string().into_bytes();
+    /// removed it meanwhile, the next oldest; `None` when none is left. The removal
+    /// writes a receipt holding the item, `<name>/taken/<seq>.<gate's token>`, in the same
+    /// transaction: until the take settles, the item lives on the server, never only in
+    /// this process. Returns the item and its receipt's key.
+    async fn remove_under(&self, gate: &LockGuard, mut oldest: Entry) -> Result<Option<(Vec<u8>, String)>> {
+        let token = gate.token().get();
         loop {
-            let receipt = self.receipt_key(&oldest.key);
+            let receipt = self.receipt_key(&oldest.key, token);
             let txn = if mutants::active(Mutant::TakeUnchecked) {
-                Txn::new().delete(oldest.key.clone())
+                Txn::new()
+                    .delete(oldest.key.clone())
+                    .put(receipt.clone(), oldest.value.clone())
+            } else if mutants::active(Mutant::TakeWithoutReceipt) {
+                Txn::new()
+                    .fenced_by(gate.fence())
+                    .check_version(oldest.key.clone(), oldest.version)
+                    .delete(oldest.key.clone())
             } else {
                 Txn::new()
                     .fenced_by(gate.fence())
                     .check_version(oldest.key.clone(), oldest.version)
                     .delete(oldest.key.clone())
-                    .put(receipt.clone(), mine.clone())
+                    .put(receipt.clone(), oldest.value.clone())
             };
             match self.client.commit(txn).await {
-                Ok(_) => {
-                    self.discard_receipt(receipt);
-                    return Ok(Some(oldest.value));
-                }
+                Ok(_) => return self.delivered(gate, oldest.value, receipt),
                 // Removed by someone else (an operator, a client outside the taker
                 // lock): the next one.
                 Err(e) if e.kind() == ErrorKind::VersionMismatch => {
@@ -436,52 +470,54 @@ impl DistributedQueue {
                         None => return Ok(None),
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::Fenced => {
-                    return Err(Error::new(
-                        ErrorKind::SessionLost,
-                        "the queue's taker lock was lost (session lost); nothing was taken — call again",
-                    ));
-                }
-                Err(e) if e.outcome_unknown() => return self.resolve_unknown(gate, oldest, &mine, e).await,
+                Err(e) if e.kind() == ErrorKind::Fenced => return Err(gate_lost()),
+                Err(e) if e.outcome_unknown() => return self.resolve_unknown(gate, oldest, receipt, e).await,
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// The receipt key of the item at `item_key`.
-    fn receipt_key(&self, item_key: &str) -> String {
+    /// The item a removal took, to return — unless the taker lock is already lost: the
+    /// next holder may then put the receipt back (or has), so the item is left to it
+    /// (back at the head of the queue) instead of being delivered twice.
+    fn delivered(
+        &self,
+        gate: &LockGuard,
+        item: Vec<u8>,
+        receipt: String,
+    ) -> Result<Option<(Vec<u8>, String)>> {
+        if gate.state() == HoldState::Lost {
+            return Err(Error::new(
+                ErrorKind::SessionLost,
+                "the queue's taker lock was lost (session lost) as an item was taken: it was not taken here, \
+                 and goes back to the head of the queue — call again",
+            ));
+        }
+        Ok(Some((item, receipt)))
+    }
+
+    fn receipts_prefix(&self) -> String {
+        format!("{}/taken", self.name)
+    }
+
+    /// The receipt key of the item at `item_key` taken under the taker lock grant `token`.
+    fn receipt_key(&self, item_key: &str, token: u64) -> String {
         let seq = item_key.rsplit('/').next().unwrap_or_default();
-        format!("{}/taken/{seq}", self.name)
+        format!("{}/{seq}.{token:020}", self.receipts_prefix())
     }
 
-    /// Deletes a receipt in the background, retried a while (one left behind only takes
-    /// a key).
-    fn discard_receipt(&self, receipt: String) {
-        let client = self.client.clone();
-        tokio::spawn(async move {
-            let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-            for _ in 0..20 {
-                match client.delete(&receipt).await {
-                    Ok(_) => return,
-                    Err(e) if e.kind() == ErrorKind::Closed || !e.is_retryable() => return,
-                    Err(_) => backoff.wait().await,
-                }
-            }
-        });
-    }
-
-    /// After a removal of unknown outcome: the receipt says whether it landed (it holds
-    /// `mine`: this take has the item), another take removed the item, or nothing did —
-    /// then, while the taker lock holds, the removal is sent again, and once it is gone
-    /// nothing was taken (a late removal is refused by its fence).
+    /// After a removal of unknown outcome: its receipt (named by this take's token) says
+    /// it landed; otherwise, while the taker lock holds and the item is as read, the
+    /// removal is sent again. Once the lock is lost nothing is known to be taken — and
+    /// nothing is lost: a removal that lands late leaves its receipt, which the next
+    /// holder of the lock puts back at the head.
     async fn resolve_unknown(
         &self,
         gate: &LockGuard,
         item: Entry,
-        mine: &[u8],
+        receipt: String,
         cause: Error,
-    ) -> Result<Option<Vec<u8>>> {
-        let receipt = self.receipt_key(&item.key);
+    ) -> Result<Option<(Vec<u8>, String)>> {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             let read = async {
@@ -490,29 +526,23 @@ impl DistributedQueue {
                 Ok::<_, Error>((receipt_now, item_now))
             };
             match read.await {
-                Ok((Some(r), _)) if r.value == mine => {
-                    self.discard_receipt(receipt);
-                    return Ok(Some(item.value));
-                }
-                // Taken by another take (this one's removal never landed).
-                Ok((Some(_), _)) => return self.not_taken(),
+                Ok((Some(_), _)) => return self.delivered(gate, item.value, receipt),
                 Ok((None, Some(v))) if v.version == item.version => {
                     if gate.state() == HoldState::Lost {
                         return Err(Error::new(
                             ErrorKind::SessionLost,
-                            "the queue's taker lock was lost (session lost); nothing was taken — call again",
+                            "the queue's taker lock was lost (session lost) while an item was being taken: \
+                             nothing was taken here (a removal that lands late puts its item back at the \
+                             head of the queue) — call again",
                         ));
                     }
                     let txn = Txn::new()
                         .fenced_by(gate.fence())
                         .check_version(item.key.clone(), item.version)
                         .delete(item.key.clone())
-                        .put(receipt.clone(), mine.to_vec());
+                        .put(receipt.clone(), item.value.clone());
                     match self.client.commit(txn).await {
-                        Ok(_) => {
-                            self.discard_receipt(receipt);
-                            return Ok(Some(item.value));
-                        }
+                        Ok(_) => return self.delivered(gate, item.value, receipt),
                         Err(e) if e.outcome_unknown() || e.is_retryable() => {
                             tracing::debug!(error = %e, "coord.queue_take_retry");
                         }
@@ -522,7 +552,8 @@ impl DistributedQueue {
                     }
                 }
                 // Gone or replaced with no receipt of this take: another take removed it
-                // (and settled); nothing was taken here.
+                // (this one's removal never landed, or landed and was put back after
+                // the lock went); nothing was taken here.
                 Ok((None, _)) => return self.not_taken(),
                 Err(e) if e.kind() == ErrorKind::Closed => return Err(cause.with_outcome_unknown(true)),
                 Err(e) if e.is_retryable() => tracing::debug!(error = %e, "coord.queue_take_retry"),
@@ -532,7 +563,7 @@ impl DistributedQueue {
         }
     }
 
-    fn not_taken(&self) -> Result<Option<Vec<u8>>> {
+    fn not_taken<T>(&self) -> Result<T> {
         Err(Error::new(
             ErrorKind::Unavailable,
             format!(
@@ -575,31 +606,26 @@ impl DistributedQueue {
     }
 }
 
-/// The receiving end of a take that runs on a task of its own. Dropped before the take
-/// returned, it closes the channel — a later send is refused, and the task keeps the
-/// item — and keeps an item sent just before: either way the item goes to the client's
-/// next take, never nowhere.
-struct Pickup {
-    rx: Option<tokio::sync::oneshot::Receiver<Result<Option<Vec<u8>>>>>,
-    queue: DistributedQueue,
-}
-
-impl Drop for Pickup {
-    fn drop(&mut self) {
-        if let Some(mut rx) = self.rx.take() {
-            rx.close();
-            if let Ok(Ok(Some(item))) = rx.try_recv() {
-                self.queue.stash(item);
-            }
-        }
-    }
-}
-
 /// Releases a taker lock, logging a refusal (its entry then goes with the session).
 async fn release_gate(gate: LockGuard) {
     if let Err(e) = gate.release().await {
         tracing::warn!(error = %e, "coord.queue_taker_release_refused");
     }
+}
+
+/// The taker lock lost under a take: nothing was taken.
+fn gate_lost() -> Error {
+    Error::new(
+        ErrorKind::SessionLost,
+        "the queue's taker lock was lost (session lost); nothing was taken — call again",
+    )
+}
+
+/// A receipt's name, `<seq>.<token>` (both 20 digits): the item's sequence and the
+/// taker lock grant's token.
+fn parse_receipt(name: &str) -> Option<(u64, u64)> {
+    let (seq, token) = name.split_once('.')?;
+    (is_seq(seq) && is_seq(token)).then(|| Some((seq.parse().ok()?, token.parse().ok()?)))?
 }
 
 /// Whether `segment` is an item's sequence number (20 digits).

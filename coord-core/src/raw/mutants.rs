@@ -20,9 +20,10 @@ pub enum Mutant {
     /// A queue's take removes its item without the taker lock's fence and without
     /// checking the item's version.
     TakeUnchecked,
-    /// A queue's take removes its item in place: dropped after the removal landed, the
-    /// item is lost.
-    TakeInPlace,
+    /// A queue's take removes its item without writing a receipt that holds it (and puts
+    /// none back): dropped after the removal landed, or its client closed, the item is
+    /// lost.
+    TakeWithoutReceipt,
     /// A two-phase decision is written whether or not one exists (a plain put).
     DecisionOverwritten,
     /// The in-memory watch skips history it can no longer read (compacted) without a
@@ -44,7 +45,7 @@ impl Mutant {
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
         Mutant::TakeUnchecked,
-        Mutant::TakeInPlace,
+        Mutant::TakeWithoutReceipt,
         Mutant::DecisionOverwritten,
         Mutant::WatchGapSilent,
         Mutant::BarrierEnterEarly,
