@@ -10,7 +10,6 @@ use coord_core::raw::mutants::{self, Mutant};
 use coord_core::{Error, ErrorKind, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::Inner;
 use coord_mem_cluster::{Event, KeyData};
@@ -37,7 +36,9 @@ where
     T: Send + 'static,
     F: FnMut(Raw) -> Vec<T> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Result<T>>(256);
+    // Batches: the events of one read go out together, so that a consumer (a cache)
+    // applies a multi-key commit at once, never half of it.
+    let (tx, rx) = mpsc::channel::<Result<Vec<T>>>(256);
     inner.stats.incr(Counter::WatchSet);
     let (first_rev, first) = read_snapshot(&inner, &prefix)?;
     tokio::spawn(async move {
@@ -75,11 +76,11 @@ where
                 .with(|s| (s.events_after(after, &prefix), s.revision()));
             match read {
                 (Ok(events), rev) => {
-                    for event in events {
+                    for _ in &events {
                         inner.stats.incr(Counter::WatchEvent);
-                        if !sink.send(Raw::Event(event)).await {
-                            return;
-                        }
+                    }
+                    if !sink.send_all(events.into_iter().map(Raw::Event)).await {
+                        return;
                     }
                     after = rev;
                 }
@@ -97,7 +98,7 @@ where
             }
         }
     });
-    Ok(Box::pin(ReceiverStream::new(rx)))
+    Ok(coord_core::raw::batched(rx))
 }
 
 /// Every key under `prefix` and the revision of the read.
@@ -109,19 +110,21 @@ fn read_snapshot(inner: &Inner, prefix: &str) -> Result<(u64, Vec<(String, KeyDa
 }
 
 struct Sink<'a, T, F> {
-    tx: &'a mpsc::Sender<Result<T>>,
+    tx: &'a mpsc::Sender<Result<Vec<T>>>,
     map: &'a mut F,
 }
 
 impl<T, F: FnMut(Raw) -> Vec<T>> Sink<'_, T, F> {
-    /// Sends the mapped items; false when the receiver is gone.
+    /// Sends the mapped items as one batch; false when the receiver is gone.
     async fn send(&mut self, raw: Raw) -> bool {
-        for item in (self.map)(raw) {
-            if self.tx.send(Ok(item)).await.is_err() {
-                return false;
-            }
-        }
-        true
+        self.send_all(std::iter::once(raw)).await
+    }
+
+    /// Sends the mapped items of every one of `raws` as one batch (none if empty);
+    /// false when the receiver is gone.
+    async fn send_all(&mut self, raws: impl Iterator<Item = Raw>) -> bool {
+        let items: Vec<T> = raws.flat_map(|raw| (self.map)(raw)).collect();
+        items.is_empty() || self.tx.send(Ok(items)).await.is_ok()
     }
 
     /// Reads and sends a snapshot (waiting out a suspension); its revision, or `None`

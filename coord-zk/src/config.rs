@@ -178,27 +178,21 @@ async fn nodes(inner: &Inner, paths: &[String]) -> Result<Vec<Option<Node>>> {
 
 /// Reads every key under `prefix` (segment-wise), sorted by key.
 async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
+    // One state of the whole directory (see `children_with_data`), then the prefix: a
+    // list is a snapshot that existed, also above 64 keys.
     let dir = config_dir(inner);
-    let mut keys: Vec<String> = crate::session::children(inner, &dir, "list")
+    let mut entries: Vec<Entry> = crate::session::children_with_data(inner, &dir, "list")
         .await?
-        .iter()
-        .map(|c| key_of(c))
-        .filter(|k| key_matches_prefix(k, prefix))
-        .collect();
-    keys.sort();
-    let paths: Vec<String> = keys.iter().map(|k| format!("{dir}/{}", node_name(k))).collect();
-    let data = crate::session::data_of(inner, &paths, "list").await?;
-    Ok(keys
         .into_iter()
-        .zip(data)
-        .filter_map(|(key, d)| {
-            d.map(|(value, stat)| Entry {
-                key,
-                value,
-                version: version(&stat),
-            })
+        .map(|(name, value, stat)| Entry {
+            key: key_of(&name),
+            value,
+            version: version(&stat),
         })
-        .collect())
+        .filter(|e| key_matches_prefix(&e.key, prefix))
+        .collect();
+    entries.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(entries)
 }
 
 /// One attempt at a commit; `Ok(None)` means "raced with a concurrent change, retry".

@@ -150,12 +150,10 @@ impl InstanceStore for Inner {
 
 /// Reads every instance under `dir` (ids are the child names).
 async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, ServiceInstance>> {
-    let children = crate::session::children(inner, dir, "instances").await?;
-    let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
-    let data = crate::session::data_of(inner, &paths, "instances").await?;
+    // One state of the whole service, also above 64 instances.
+    let read = crate::session::children_with_data(inner, dir, "instances").await?;
     let mut out = BTreeMap::new();
-    for (id, d) in children.into_iter().zip(data) {
-        let Some((bytes, stat)) = d else { continue };
+    for (id, bytes, stat) in read {
         if stat.ephemeral_owner == 0 {
             continue; // a nested service's directory, not an instance
         }

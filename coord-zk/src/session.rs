@@ -509,7 +509,102 @@ impl Inner {
 // ZooKeeper's packet limit).
 
 /// How many nodes one `multi` read fetches.
-const CHUNK: usize = 64;
+pub(crate) const CHUNK: usize = 64;
+
+/// How many times a directory is read again when it changed while it was read, before
+/// the read gives up (`Unavailable`: the nodes kept changing).
+const CONSISTENT_ATTEMPTS: usize = 5;
+
+/// Every child of `dir` with its data and stat, as they all were at one moment: the
+/// children and their data take at least two requests (more than [`CHUNK`] nodes,
+/// more), and a write between them would make a mix of two states. So the read is
+/// checked: the directory's child version (`cversion`) must be the same after the data
+/// as before (no child created or deleted meanwhile), and with several data requests,
+/// every request but the last is read again after the last and must find each node at
+/// the same `mzxid` (unchanged meanwhile). Then every node read was as read at the
+/// moment of the last data request. Read again otherwise, up to
+/// [`CONSISTENT_ATTEMPTS`] times.
+///
+/// # Errors
+///
+/// `Unavailable` (retryable) when the directory kept changing through every attempt;
+/// otherwise as [`data_of`].
+pub(crate) async fn children_with_data(
+    inner: &Inner,
+    dir: &str,
+    op: &'static str,
+) -> Result<Vec<(String, Vec<u8>, zk::Stat)>> {
+    let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
+    for attempt in 0..CONSISTENT_ATTEMPTS {
+        if attempt > 0 {
+            backoff.wait().await;
+        }
+        let d = dir.to_owned();
+        let (children, before) = match inner
+            .call(
+                Counter::Read,
+                op,
+                false,
+                |zk| async move { zk.get_children(&d).await },
+            )
+            .await?
+        {
+            Ok(read) => read,
+            Err(zk::Error::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(map_at(e, op, false, dir)),
+        };
+        let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
+        let data = data_of(inner, &paths, op).await?;
+        if paths.len() > CHUNK {
+            // Every chunk but the last, again: unchanged since its first read?
+            let earlier = &paths[..paths.len() - last_chunk_len(paths.len())];
+            let again = data_of(inner, earlier, op).await?;
+            let same = again
+                .iter()
+                .zip(&data)
+                .all(|(a, b)| a.as_ref().map(|(_, s)| s.mzxid) == b.as_ref().map(|(_, s)| s.mzxid));
+            if !same {
+                tracing::debug!(dir, attempt, "coord.zk.dir_read_changed: read again");
+                continue;
+            }
+        }
+        let after = {
+            let d = dir.to_owned();
+            inner
+                .call_mapped(
+                    Counter::Read,
+                    op,
+                    false,
+                    |zk| async move { zk.check_stat(&d).await },
+                )
+                .await?
+        };
+        if after.map(|s| s.cversion) != Some(before.cversion) {
+            tracing::debug!(dir, attempt, "coord.zk.dir_children_changed: read again");
+            continue;
+        }
+        return Ok(children
+            .into_iter()
+            .zip(data)
+            .filter_map(|(name, d)| d.map(|(bytes, stat)| (name, bytes, stat)))
+            .collect());
+    }
+    Err(Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the nodes under {dir} kept changing while they were read ({CONSISTENT_ATTEMPTS} attempts); \
+             nothing was read — retry"
+        ),
+    ))
+}
+
+/// How many paths the last [`CHUNK`] of a read of `n` paths holds.
+fn last_chunk_len(n: usize) -> usize {
+    match n % CHUNK {
+        0 => CHUNK.min(n),
+        r => r,
+    }
+}
 
 /// The children of `dir`; none if `dir` does not exist.
 pub(crate) async fn children(inner: &Inner, dir: &str, op: &'static str) -> Result<Vec<String>> {

@@ -13,7 +13,10 @@
 //!   the reply to any later request. So once the read's reply is in, every write before
 //!   the read has been notified: if the notifications that arrived meanwhile name only
 //!   nodes the read covered, the view is the state at the read, exactly; otherwise
-//!   another round reads what they name. The follower's events are held until such a
+//!   another round reads what they name. A re-read of more nodes than one request
+//!   holds (64) takes several requests, and a write between two of them would pass
+//!   that test with a mix of two states: such a round is a state only if no
+//!   notification arrived during it at all. The follower's events are held until such a
 //!   point and sent as one batch ([`batched`](coord_core::raw::batched) keeps a batch together, and a live cache
 //!   applies it at once). After [`MAX_HELD_ROUNDS`] rounds without one, the stream
 //!   reports `Resync` (out of sync: held events dropped, memory bounded) and, at the
@@ -202,10 +205,15 @@ pub(crate) async fn follow<F: DirFollower>(
                         }
                     }
                 }
-                // Consistent if what arrived during the read names only nodes it read.
+                // Consistent if what arrived during the read names only nodes it read —
+                // when the read was one request. A re-read of more nodes than one
+                // request holds is several requests, which may straddle a write: then
+                // only a round with no notification at all is known to be a state.
                 let covered = match &batch {
-                    Some(read) => more.iter().all(|e| read.iter().any(|r| r.path == e.path)),
-                    None => more.is_empty(),
+                    Some(read) if distinct_paths(read) <= crate::session::CHUNK => {
+                        more.iter().all(|e| read.iter().any(|r| r.path == e.path))
+                    }
+                    _ => more.is_empty(),
                 };
                 if covered {
                     carry = (!more.is_empty()).then_some(more);
@@ -297,6 +305,15 @@ async fn reconnected<T>(
         };
         inner.stats.incr(Counter::WatchEvent);
     }
+}
+
+/// How many distinct nodes `events` name (an upper bound of what a re-read fetches).
+fn distinct_paths(events: &[zk::WatchedEvent]) -> usize {
+    events
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
 }
 
 /// The follower's events for `batch` (`None`: after a reconnect, re-armed first), read

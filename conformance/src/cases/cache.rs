@@ -545,6 +545,14 @@ async fn storm_shows_only_states_that_existed(
     use tokio::time::Instant;
     const K: usize = 4;
     const WRITES: usize = 600;
+    /// Every STRIDE writes a writer waits (at most `expiry_wait`) until the watcher has
+    /// judged an in-sync view it had not at the writer's previous pause; the pauses are
+    /// staggered between writers, so the others keep writing meanwhile. So at least
+    /// WRITES / STRIDE views are judged, however busy the machine or however long a
+    /// member's outage, and the storm still runs while the cache re-reads.
+    const STRIDE: usize = 50;
+    let gate = ctx.expiry_wait();
+    let (judged_tx, judged_rx) = tokio::sync::watch::channel(0usize);
     let mut writers = Vec::new();
     for _ in 0..K {
         writers.push(ctx.client().await?);
@@ -576,6 +584,7 @@ async fn storm_shows_only_states_that_existed(
                         })
                         .collect(),
                 );
+                judged_tx.send_replace(views.len());
             } else {
                 out_of_sync += 1;
             }
@@ -587,11 +596,20 @@ async fn storm_shows_only_states_that_existed(
     let mut storm = Vec::new();
     for (i, w) in writers.iter().enumerate() {
         let (w, times, k) = (w.clone(), times.clone(), key(i));
+        let mut judged = judged_rx.clone();
         storm.push(tokio::spawn(async move {
+            let mut passed = 0usize;
             for n in 1..=WRITES {
                 let sent = Instant::now();
                 w.put(&k, n.to_string().into_bytes()).await?;
                 times.lock().expect("times")[i].push((sent, Instant::now()));
+                if (n + i * STRIDE / K) % STRIDE == 0 {
+                    let last = passed;
+                    let what = format!("writer {i}, write {n}: the cache shows a new in-sync view");
+                    passed = *within(gate, &what, judged.wait_for(move |c| *c > last))
+                        .await?
+                        .context("the cache's subscriber ended during the storm")?;
+                }
             }
             anyhow::Ok(())
         }));
@@ -665,9 +683,109 @@ async fn storm_shows_only_states_that_existed(
         "views judged during the storm"
     );
     ensure!(
-        views.len() > 10,
+        views.len() >= WRITES / STRIDE,
         "only {} views were judged ({out_of_sync} out of sync)",
         views.len()
+    );
+    Ok(())
+}
+
+/// Commits of more keys than one ZooKeeper read request holds (100 keys: a re-read takes
+/// two requests) never show up mixed: two writers commit all 100 keys at once, each
+/// with its own rising generations, as fast as they can, while a config cache follows
+/// them over a slowed link (so that its re-reads straddle commits); every in-sync view
+/// must hold one generation in all 100 keys. Each writer pauses every 10 commits until
+/// the cache has shown a new in-sync view (at most `expiry_wait`), so the case judges at
+/// least 30 views however busy the machine is, and otherwise commits while the cache
+/// re-reads.
+pub async fn config_cache_never_mixes_commits_above_64_keys(ctx: Ctx) -> CaseResult {
+    use coord_core::Txn;
+    const KEYS: usize = 100;
+    const COMMITS: usize = 150;
+    const STRIDE: usize = 10;
+    let writers = [ctx.client().await?, ctx.client().await?];
+    let reader = ctx.client().await?;
+    let all = |generation: usize| {
+        (0..KEYS).fold(Txn::new(), |txn, i| {
+            txn.put(format!("wide/k{i:03}"), generation.to_string().into_bytes())
+        })
+    };
+    writers[0].commit(all(0)).await?;
+    match ctx.factory().delay(&reader, Duration::from_millis(3)).await {
+        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
+        _ => {}
+    }
+    let cache = reader.config_cache("wide").await?;
+    let mut rx = cache.subscribe();
+    let (judged_tx, judged_rx) = tokio::sync::watch::channel(0usize);
+    let watcher = tokio::spawn(async move {
+        let (mut judged, mut mixed) = (0usize, Vec::new());
+        loop {
+            let view = rx.borrow_and_update().clone();
+            if view.in_sync() {
+                let generations: std::collections::BTreeSet<&[u8]> =
+                    view.values().map(|e| e.value.as_slice()).collect();
+                if view.len() != KEYS || generations.len() != 1 {
+                    mixed.push(format!(
+                        "{} keys, generations {:?}",
+                        view.len(),
+                        generations
+                            .iter()
+                            .map(|g| String::from_utf8_lossy(g))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+                judged += 1;
+                judged_tx.send_replace(judged);
+            }
+            if rx.changed().await.is_err() {
+                return (judged, mixed);
+            }
+        }
+    });
+    let mut storm = Vec::new();
+    for (w, writer) in writers.iter().enumerate() {
+        let (writer, mut judged, gate) = (writer.clone(), judged_rx.clone(), ctx.expiry_wait());
+        storm.push(tokio::spawn(async move {
+            let mut seen = 0;
+            for n in 1..=COMMITS {
+                writer.commit(all(n * 2 + w)).await?;
+                if n % STRIDE == w * STRIDE / 2 {
+                    let last = seen;
+                    seen = *within(
+                        gate,
+                        "the cache shows a new in-sync view",
+                        judged.wait_for(|c| *c > last),
+                    )
+                    .await?
+                    .context("the cache's subscriber ended")?;
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for s in storm {
+        s.await.context("a writer panicked")??;
+    }
+    ctx.factory().delay(&reader, Duration::ZERO).await.ok();
+    let truth = config_truth(&reader, "wide").await?;
+    let mut cache = cache;
+    converges(&mut cache, &truth, QUICK, "after the commits", |_| Ok(())).await?;
+    drop(cache);
+    let (judged, mixed) = within(QUICK, "the cache's subscriber ends with it", watcher)
+        .await?
+        .context("the subscriber panicked")?;
+    ensure!(
+        mixed.is_empty(),
+        "{} of {judged} in-sync views mixed two commits of {KEYS} keys; the first: {}",
+        mixed.len(),
+        mixed[0]
+    );
+    ensure!(judged >= COMMITS / STRIDE, "only {judged} views were judged");
+    println!(
+        "[{}] {} commits of {KEYS} keys, {judged} in-sync views: none mixed",
+        reader.kind(),
+        2 * COMMITS
     );
     Ok(())
 }
