@@ -603,7 +603,7 @@ async fn storm_shows_only_states_that_existed(
                 let sent = Instant::now();
                 w.put(&k, n.to_string().into_bytes()).await?;
                 times.lock().expect("times")[i].push((sent, Instant::now()));
-                if (n + i * STRIDE / K) % STRIDE == 0 {
+                if (n + i * STRIDE / K).is_multiple_of(STRIDE) {
                     let last = passed;
                     let what = format!("writer {i}, write {n}: the cache shows a new in-sync view");
                     passed = *within(gate, &what, judged.wait_for(move |c| *c > last))
