@@ -237,10 +237,18 @@ pub async fn dropped_guard_releases(ctx: Ctx) -> CaseResult {
 
 /// Only the predecessor's waiter wakes on release: each release delivers exactly one
 /// watch notification to the other waiters (the releaser's own notifications, e.g. on
-/// its own node, are not counted).
+/// its own node, are not counted), and the lock goes to the waiters in their queue order
+/// (read from the server: the order their entries were created in, which under member
+/// faults need not be the order their `lock` calls began).
+///
+/// Under member faults a waiter's wait may fail (its session lost) or a waiter may be
+/// suspended during a round; the case then says so ("session lost", "unavailable"), so
+/// that it is told from a broken guarantee.
 pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
+    use coord_core::RecipeKind;
+    const WAITERS: usize = 5;
     let holder = ctx.client().await?;
-    let waiters = ctx.clients(5).await?;
+    let waiters = ctx.clients(WAITERS).await?;
     let mut holder_guard = Some(holder.lock("herd").await?);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut release_txs = Vec::new();
@@ -249,48 +257,104 @@ pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
         let (rel_tx, rel_rx) = tokio::sync::oneshot::channel::<()>();
         release_txs.push(Some(rel_tx));
         tokio::spawn(async move {
-            if let Ok(g) = w.lock("herd").await {
-                let _ = tx.send(i);
-                let _ = rel_rx.await;
-                let _ = g.release().await;
+            match w.lock_as("herd", format!("w{i}")).await {
+                Ok(g) => {
+                    let _ = tx.send((i, Ok(g.token())));
+                    let _ = rel_rx.await;
+                    let _ = g.release().await;
+                }
+                Err(e) => {
+                    let _ = tx.send((i, Err(e)));
+                }
             }
         });
         settle().await;
     }
+    // The queue order, as the server has it.
+    let seen = std::sync::Mutex::new(Vec::<usize>::new());
+    eventually(ctx.expiry_wait(), "every waiter's entry is queued", || async {
+        let view = retrying(|| holder.inspect_one(RecipeKind::Lock, "herd")).await?;
+        let queued: Vec<usize> = view
+            .waiters
+            .iter()
+            .filter_map(|p| {
+                std::str::from_utf8(&p.value)
+                    .ok()?
+                    .strip_prefix('w')?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        let full = queued.len() == WAITERS;
+        *seen.lock().unwrap_or_else(|p| p.into_inner()) = queued;
+        Ok(full)
+    })
+    .await
+    .map_err(|e| match rx.try_recv() {
+        Ok((i, Err(f))) => anyhow::anyhow!("waiter {i}'s wait failed while queueing: {f}"),
+        _ => e,
+    })?;
+    let order = seen.into_inner().unwrap_or_else(|p| p.into_inner());
     let events = |ws: &[coord_core::Client]| ws.iter().map(|w| w.stats().watch_events).collect::<Vec<u64>>();
-    // Round 0: the outside holder releases; rounds 1..: waiter i-1 releases.
+    let transitions = |ws: &[coord_core::Client]| {
+        ws.iter()
+            .map(|w| w.stats().session_transitions)
+            .collect::<Vec<u64>>()
+    };
+    let mut last: Option<coord_core::FencingToken> = None;
+    // Round 0: the outside holder releases; then each round's grantee releases in turn.
     for round in 0..3usize {
-        let before = events(&waiters);
-        match round {
+        let (before, troubled_before) = (events(&waiters), transitions(&waiters));
+        let releaser = match round {
             0 => {
                 let g = holder_guard
                     .take()
                     .ok_or_else(|| anyhow::anyhow!("holder released twice"))?;
-                g.release().await?
+                g.release().await?;
+                None
             }
             r => {
-                let tx = release_txs[r - 1]
+                let previous = order[r - 1];
+                let tx = release_txs[previous]
                     .take()
                     .ok_or_else(|| anyhow::anyhow!("released twice"))?;
                 tx.send(())
-                    .map_err(|_| anyhow::anyhow!("waiter {} gone", r - 1))?;
+                    .map_err(|_| anyhow::anyhow!("waiter {previous} gone"))?;
+                Some(previous)
             }
-        }
-        let next = within(QUICK, "next waiter acquires", rx.recv()).await?;
+        };
+        let (next, got) = within(QUICK, "next waiter acquires", rx.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("every waiter's task ended"))?;
+        let token = got.map_err(|e| anyhow::anyhow!("waiter {next}'s wait failed: {e}"))?;
         ensure!(
-            next == Some(round),
-            "waiter {next:?} acquired in round {round}, expected {round}"
+            next == order[round],
+            "waiter {next} acquired in round {round}, but waiter {} was next in the queue {order:?}: FIFO broken",
+            order[round]
         );
+        ensure!(last.is_none_or(|l| l < token), "token {token} after {last:?}");
+        last = Some(token);
         settle().await;
         let after = events(&waiters);
         let woken: u64 = (0..waiters.len())
-            .filter(|i| round == 0 || *i != round - 1)
+            .filter(|i| Some(*i) != releaser)
             .map(|i| after[i] - before[i])
             .sum();
-        ensure!(
-            woken == 1,
-            "release {round} woke {woken} waiters (notifications); expected exactly 1"
-        );
+        if woken != 1 {
+            let troubled: Vec<usize> = transitions(&waiters)
+                .iter()
+                .zip(&troubled_before)
+                .enumerate()
+                .filter(|(_, (now, then))| now > then)
+                .map(|(i, _)| i)
+                .collect();
+            ensure!(
+                troubled.is_empty(),
+                "release {round} woke {woken} waiters while the sessions of waiters {troubled:?} were in trouble \
+                 (a member unavailable): not judged"
+            );
+            bail!("release {round} woke {woken} waiters (notifications); expected exactly 1");
+        }
     }
     for t in release_txs.into_iter().flatten() {
         let _ = t.send(());
