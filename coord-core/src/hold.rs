@@ -138,6 +138,11 @@ impl HoldWatch {
         hold
     }
 
+    /// The session generation the hold is bound to.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The signal that makes this hold `Lost` when a store refuses its grant's fence.
     pub(crate) fn forfeit(&self) -> Forfeit {
         self.forfeit.clone()

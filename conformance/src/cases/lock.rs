@@ -861,6 +861,84 @@ pub async fn deleted_holder_release_spares_the_next_grant(ctx: Ctx) -> CaseResul
     Ok(())
 }
 
+/// During a silent partition (a blackhole: nothing answers, nothing is reset, so the
+/// session is not yet suspended) every `try_*` still answers within its deadline — a
+/// quarter of the session timeout, at most 1 s — with a retryable `Unavailable` (never a
+/// grant it cannot confirm, never `SessionLost`), and leaves nothing behind: once the
+/// link is back, each succeeds.
+pub async fn try_calls_fail_fast_during_a_silent_partition(ctx: Ctx) -> CaseResult {
+    use coord_core::ErrorKind;
+    let a = ctx.client().await?;
+    let rw = a.rw_lock("rw")?;
+    let sem = a.semaphore("sem", 2)?;
+    let queue = a.queue("q", 10)?;
+    queue.push(b"item".to_vec()).await?;
+    let outage = ctx.session_timeout() / 3;
+    let bound = (ctx.session_timeout() / 4).min(Duration::from_secs(1)) + Duration::from_millis(250);
+    let generation = a.session().borrow().generation;
+    ctx.factory().blackhole(&a, outage).await?;
+    let started = tokio::time::Instant::now();
+    let timed = |what: &'static str, f: futures::future::BoxFuture<'static, coord_core::Result<bool>>| async move {
+        let began = tokio::time::Instant::now();
+        let r = f.await;
+        (what, r, began.elapsed())
+    };
+    let tries = futures::future::join_all([
+        timed("try_lock", {
+            let a = a.clone();
+            Box::pin(async move { a.try_lock("l").await.map(|g| g.is_some()) })
+        }),
+        timed("try_read", {
+            let rw = rw.clone();
+            Box::pin(async move { rw.try_read().await.map(|g| g.is_some()) })
+        }),
+        timed("try_acquire", {
+            let sem = sem.clone();
+            Box::pin(async move { sem.try_acquire().await.map(|g| g.is_some()) })
+        }),
+        timed("try_take", {
+            let queue = queue.clone();
+            Box::pin(async move { queue.try_take().await.map(|i| i.is_some()) })
+        }),
+    ])
+    .await;
+    let all_answered = started.elapsed();
+    for (what, r, took) in tries {
+        ensure!(
+            took <= bound,
+            "{what} answered after {took:?} during a silent partition (bound {bound:?})"
+        );
+        match r {
+            Ok(true) if all_answered >= outage => {} // the link came back first: fine
+            Ok(got) => bail!("{what} during a silent partition returned {got} instead of failing"),
+            Err(e) => ensure!(
+                e.is_retryable() && e.kind() != ErrorKind::SessionLost,
+                "{what} during a silent partition failed with {e} (not retryable, or SessionLost)"
+            ),
+        }
+    }
+    // Once the link is back, nothing is left in the way.
+    let back = QUICK + outage;
+    let mut held = Vec::new();
+    let got = within(back, "try_lock after the partition", async {
+        loop {
+            if let Ok(Some(g)) = a.try_lock("l").await {
+                return g;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await?;
+    held.push(Box::new(got) as Box<dyn std::any::Any + Send>);
+    let item = within(back, "the queue's item after the partition", queue.take()).await??;
+    ensure!(item == b"item", "the queue gave {item:?}");
+    ensure!(
+        a.session().borrow().generation == generation,
+        "the session was replaced: the partition was meant to be survivable, so this proves nothing"
+    );
+    Ok(())
+}
+
 /// Every `try_*` — `try_lock`, `try_read`, `try_write`, `try_acquire`, `try_take`, and a
 /// coordinator's `coordinate` (which never waits for another coordinator) — fails fast
 /// during an outage the session survives, with a retryable error (never `SessionLost`,

@@ -203,6 +203,7 @@ pub fn all() -> Vec<Case> {
         case!(lock::uncontended_round_trips),
         case!(lock::release_during_outage_is_retried, SUSPEND),
         case!(lock::try_calls_fail_fast_during_an_outage, SUSPEND),
+        case!(lock::try_calls_fail_fast_during_a_silent_partition, BLACKHOLE),
         case!(lock::holder_entry_deleted_reports_lost, OPERATOR),
         case!(lock::refused_fence_means_lost, OPERATOR),
         case!(lock::waiter_entry_deleted_is_never_a_valid_grant, OPERATOR),

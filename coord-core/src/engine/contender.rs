@@ -257,24 +257,46 @@ async fn in_session<T>(
     }
 }
 
+/// How long a step of a `try_*` may go unanswered before the `try_*` gives up: a
+/// quarter of the session timeout (lease TTL), at most 1 s. A silent partition (nothing
+/// answers, nothing is reset) makes the session suspended only once a keep-alive is
+/// overdue — seconds later on etcd — so a `try_*` does not wait for that.
+pub(crate) fn try_deadline(session_timeout: Duration) -> Duration {
+    (session_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
 /// Runs `step` of a `try_*` unless the session turns suspended (connection trouble) or
-/// ends first: a `try_*` fails fast with a retryable `Unavailable` instead of waiting out
-/// an outage. `write`: the step may have changed something, so its outcome is unknown.
+/// ends first, or the step goes unanswered for `deadline` (see [`try_deadline`]): a
+/// `try_*` fails fast with a retryable `Unavailable` instead of waiting out an outage.
+/// `write`: the step may have changed something, so its outcome is unknown.
 pub(crate) async fn unless_suspended<T>(
     session: &mut watch::Receiver<SessionStatus>,
     generation: u64,
     write: bool,
+    deadline: Duration,
     step: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     let troubled = |s: &SessionStatus| over(*s, generation) || s.state == SessionState::Suspended;
     tokio::select! {
-        r = step => r,
+        r = tokio::time::timeout(deadline, step) => r.unwrap_or_else(|_| Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "no answer from the server within {} (connection trouble?); try again",
+                humantime_ms(deadline)
+            ),
+        )
+        .with_outcome_unknown(write))),
         status = session.wait_for(troubled) => match status {
             Ok(s) if s.state == SessionState::Suspended => Err(suspended().with_outcome_unknown(write)),
             Ok(s) => Err(session_lost(*s)),
             Err(_) => Err(Error::closed()),
         },
     }
+}
+
+/// `d` in milliseconds, for messages.
+fn humantime_ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
 }
 
 /// The error of a `try_*` met by connection trouble.
@@ -487,7 +509,8 @@ async fn join(
         } else {
             // A join cut short here is finished (and its entry removed) by the dropped
             // contender's removal.
-            unless_suspended(session, generation, true, joining).await?
+            let deadline = try_deadline(contender.backend.session_timeout());
+            unless_suspended(session, generation, true, deadline, joining).await?
         };
         contender.joining = None;
         outcome
@@ -532,7 +555,14 @@ async fn wait_until_first(
                 let read = if wait {
                     in_session(session, generation, read).await
                 } else {
-                    unless_suspended(session, generation, false, read).await
+                    unless_suspended(
+                        session,
+                        generation,
+                        false,
+                        try_deadline(backend.session_timeout()),
+                        read,
+                    )
+                    .await
                 };
                 match read {
                     Ok(p) => p,

@@ -8,7 +8,7 @@
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::engine::contender::{acquire, suspended, unless_suspended};
+use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::validate_name;
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
@@ -263,7 +263,14 @@ impl Semaphore {
         if session.borrow().state == SessionState::Suspended {
             return Err(suspended());
         }
-        unless_suspended(&mut session, generation, false, self.check_count(leases)).await
+        unless_suspended(
+            &mut session,
+            generation,
+            false,
+            try_deadline(self.client.session_timeout()),
+            self.check_count(leases),
+        )
+        .await
     }
 
     /// Refuses a permit count other than the one the oldest held lease of coord's was

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::engine::contender::{acquire, unless_suspended};
+use crate::engine::contender::{acquire, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::name::{validate_name, validate_segment_name};
@@ -271,7 +271,14 @@ impl TwoPhaseCommit {
         // Like a `try_*`, coordinating fails fast during an outage.
         let mut session = self.client.core().backend.session();
         let generation = session.borrow().generation;
-        if let Some(decided) = unless_suspended(&mut session, generation, false, self.read_decision()).await?
+        if let Some(decided) = unless_suspended(
+            &mut session,
+            generation,
+            false,
+            try_deadline(self.client.session_timeout()),
+            self.read_decision(),
+        )
+        .await?
         {
             return Ok(decided);
         }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::engine::contender::{acquire, suspended, unless_suspended};
+use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
@@ -289,9 +289,13 @@ impl DistributedQueue {
                     return Err(suspended());
                 }
                 drop(
-                    unless_suspended(&mut session, generation, false, async {
-                        Ok(settling.lock().await)
-                    })
+                    unless_suspended(
+                        &mut session,
+                        generation,
+                        false,
+                        try_deadline(self.client.session_timeout()),
+                        async { Ok(settling.lock().await) },
+                    )
                     .await?,
                 );
             }
@@ -303,7 +307,24 @@ impl DistributedQueue {
             // Dropped at any await below, the gate is released in the background; an
             // item a removal in flight took is in its receipt, put back by the next
             // holder.
-            match self.take_under(&gate, wait).await {
+            let taken = if wait {
+                self.take_under(&gate, true).await
+            } else {
+                // A try does not wait out an outage here either: cut short, a removal
+                // it sent is in its receipt, put back by the next take.
+                let mut session = self.client.backend().session();
+                let generation = gate.hold().generation();
+                let deadline = try_deadline(self.client.session_timeout());
+                unless_suspended(
+                    &mut session,
+                    generation,
+                    true,
+                    deadline,
+                    self.take_under(&gate, false),
+                )
+                .await
+            };
+            match taken {
                 Ok(Some((item, receipt))) => {
                     // No await between here and returning the item.
                     self.settle(gate, receipt);
