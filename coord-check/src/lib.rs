@@ -23,6 +23,8 @@
 //!   [`check_per_key`]) is linearizable with respect to a sequential [`Model`], by the
 //!   Wing–Gong–Lowe search with memoisation. Models: [`Register`] (a config key with
 //!   versions, compare-and-set, delete) and [`Counter`].
+//! - [`beliefs`]: what holders *say*: no more handles of one name say `Held` at once
+//!   than it admits, beyond a bound (the loss margin).
 //! - [`sections`]: mutual exclusion by ground truth: the log of fenced writes a resource
 //!   accepted shows no more concurrent holders than the lock, semaphore or read/write
 //!   lock admits, and exclusive fencing tokens increase.
@@ -62,6 +64,7 @@
 //! ```
 
 pub mod barrier;
+pub mod beliefs;
 pub mod history;
 pub mod linearizable;
 pub mod models;

@@ -23,11 +23,23 @@ pub enum HoldState {
 ///
 /// The state follows the session at no cost (nothing runs for it): `Suspended` while the
 /// connection is in trouble, `Lost` when the session ends. A grant's node or key deleted
-/// by someone else (an operator) is noticed only while someone waits for a change: the
-/// first call to [`HoldWatch::lost`] or [`HoldWatch::changed`] arms a watch on the entry
-/// (one request), and from then on its deletion makes the hold `Lost`. A guard nobody
-/// waits on costs no request beyond the lock's own; its fenced writes are refused all
-/// the same once the entry is gone, and its release succeeds.
+/// by someone else (an operator) is noticed once someone asks: the first call to
+/// [`HoldWatch::state`], [`HoldWatch::lost`] or [`HoldWatch::changed`] arms a watch on
+/// the entry (one request), and from then on its deletion makes the hold `Lost`. A
+/// guard nobody asks costs no request beyond the lock's own; its fenced writes are
+/// refused all the same once the entry is gone (and such a refusal makes it `Lost`
+/// too), and its release succeeds.
+///
+/// # What `Held` promises
+///
+/// Two handles of one name say `Held` at once for at most the client's
+/// [`loss_margin`](crate::Client::loss_margin) (measured on one clock), whatever the
+/// fault: a killed or expired session, a partition (the handle says `Suspended` once
+/// its connection is in trouble, before the server can expire the session), an
+/// operator's delete (noticed through the armed watch). The exception is a paused
+/// process: a handle read right after the process resumes may still say `Held` until
+/// the client has caught up with what happened meanwhile — only a fenced write is safe
+/// then.
 #[derive(Clone)]
 pub struct HoldWatch {
     session: watch::Receiver<SessionStatus>,
@@ -134,7 +146,7 @@ impl HoldWatch {
             arm: Arc::new(Mutex::new(Some((Box::new(arm) as Arm, EntryGone { tx })))),
             seen: HoldState::Held,
         };
-        hold.seen = hold.state();
+        hold.seen = hold.peek();
         hold
     }
 
@@ -148,8 +160,17 @@ impl HoldWatch {
         self.forfeit.clone()
     }
 
-    /// The current hold state (no request; see the type's docs for what it follows).
+    /// The current hold state. The first call arms the watch on the grant's entry (one
+    /// request, in the background), so that from then on an operator's deletion of the
+    /// entry makes the state `Lost`: unfenced work that trusts `Held` is told. Later
+    /// calls cost nothing.
     pub fn state(&self) -> HoldState {
+        self.arm();
+        self.peek()
+    }
+
+    /// The current hold state, without arming the entry watch.
+    pub(crate) fn peek(&self) -> HoldState {
         // An error: the backend dropped its session signal, so no session is left.
         if *self.gone.borrow() || self.session.has_changed().is_err() {
             return HoldState::Lost;
@@ -159,7 +180,7 @@ impl HoldWatch {
 
     /// Starts the entry watch (once; not for a hold already lost).
     fn arm(&self) {
-        if self.state() == HoldState::Lost {
+        if self.peek() == HoldState::Lost {
             return;
         }
         let armed = self.arm.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -191,7 +212,7 @@ impl HoldWatch {
     pub async fn lost(&self) {
         self.arm();
         let (mut session, mut gone) = (self.session.clone(), self.gone.clone());
-        while self.state() != HoldState::Lost {
+        while self.peek() != HoldState::Lost {
             Self::wake(&mut session, &mut gone).await;
         }
     }
@@ -207,7 +228,7 @@ impl HoldWatch {
         self.arm();
         let (mut session, mut gone) = (self.session.clone(), self.gone.clone());
         loop {
-            let now = self.state();
+            let now = self.peek();
             if now == HoldState::Lost || now != self.seen {
                 self.seen = now;
                 return now;

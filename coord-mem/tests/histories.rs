@@ -42,6 +42,19 @@
 //!   put for the request) must be caught. Negative control: the lock family again
 //!   with the fence dropped, under a nemesis of session expiries and operator deletes —
 //!   the checker must catch it in at least one seed.
+//! - **Beliefs** (lock, election, semaphore): what each handle *says*, as unfenced work
+//!   trusts it. From its grant returned to its first state other than `Held` (watched
+//!   with `state()` and `changed()`, which arm the entry watch), its release, or its
+//!   client's crash, each handle's interval is judged by `beliefs::check`: no more
+//!   handles of the name say `Held` at once than it admits, beyond the loss margin (a
+//!   tenth of the TTL). Two more rules use the operator's log (each deleted entry's
+//!   token and when): no grant is handed out for an entry the operator deleted more than
+//!   the margin before (mutant `OwnEntryUnchecked`), and no handle says `Lost` while its
+//!   session is intact unless the operator deleted its entry (mutant `LeaveByKey`: coord
+//!   removing a live entry of its own); losses within two TTLs of a session change of
+//!   the client are not judged by that rule. `entry_delete_histories` runs the lock and
+//!   the election under a nemesis of frequent entry deletes, where the two mutants are
+//!   caught.
 //! - **Queue**: pushes of unique values and takes, recorded (`Unknown` for an outcome-unknown
 //!   error or a dropped future). At the end every live client is closed at once, as a
 //!   user's shutdown would close it — mid-operation, no drain first — and a fresh client
@@ -372,6 +385,9 @@ enum Profile {
     Full,
     /// Only what takes a grant away from a holder: session expiries and operator deletes.
     HolderLoss,
+    /// Operator deletes of holders' and waiters' entries, often (and a session expiry
+    /// now and then): the faults that reach the contender queue's own removal rules.
+    EntryDeletes,
 }
 
 /// An operator's action on the store; returns what it did.
@@ -408,6 +424,7 @@ async fn run_nemesis(world: Arc<World>, mut rng: StdRng, nemesis: Nemesis) {
         let pause = match nemesis.profile {
             Profile::Full => rng.random_range(15..120),
             Profile::HolderLoss => rng.random_range(10..60),
+            Profile::EntryDeletes => rng.random_range(5..30),
         };
         sleep(ms(pause)).await;
         let now = Instant::now();
@@ -428,14 +445,14 @@ async fn run_nemesis(world: Arc<World>, mut rng: StdRng, nemesis: Nemesis) {
         let c = node.id;
         let roll = rng.random_range(0..100);
         let what = match (nemesis.profile, roll) {
-            (Profile::HolderLoss, 0..50) | (Profile::Full, 0..15) => {
+            (Profile::HolderLoss, 0..50) | (Profile::Full, 0..15) | (Profile::EntryDeletes, 0..10) => {
                 let expired = node.mem.expire_session();
                 Some(format!(
                     "expire c{c}'s session{}",
                     if expired { "" } else { " (none)" }
                 ))
             }
-            (Profile::HolderLoss, _) => (nemesis.operator)(&world, &mut rng),
+            (Profile::HolderLoss | Profile::EntryDeletes, _) => (nemesis.operator)(&world, &mut rng),
             (Profile::Full, 15..30) => {
                 let d = ms(rng.random_range(20..150));
                 node.mem.suspend(d);
@@ -582,6 +599,10 @@ impl Held {
         on_guard!(self, g => g.fence())
     }
 
+    fn hold(&self) -> coord_core::HoldWatch {
+        on_guard!(self, g => g.hold().clone())
+    }
+
     async fn lost(&self) {
         on_guard!(self, g => g.lost().await)
     }
@@ -661,7 +682,35 @@ struct ExclShared {
     revocations_seen: Mutex<Vec<u64>>,
     /// The operator's `revoke_lock` calls, awaited before the checks.
     revokes: Mutex<Vec<JoinHandle<()>>>,
+    /// What each handle said: from its grant to its first state other than `Held` (or
+    /// its release, or its client's crash), on `clock` (µs since `started`).
+    beliefs: Mutex<Vec<(u64, coord_check::beliefs::Belief)>>,
+    started: Mutex<Option<Instant>>,
+    /// When each client crashed (µs): its handles believe nothing after that.
+    crashed_at: Mutex<BTreeMap<u64, u64>>,
+    /// The entries the operator deleted: their token (create revision) and when.
+    operator_deleted: Mutex<BTreeMap<u64, u64>>,
+    /// Handles that said `Lost` while their session looked intact: (client, holder,
+    /// token, the grant's session generation, when).
+    lost_in_session: Mutex<Vec<LostInSession>>,
+    /// Each client's session changes: (when, generation, still alive).
+    sessions: Mutex<BTreeMap<u64, Vec<SessionChange>>>,
 }
+
+impl ExclShared {
+    /// Microseconds on the history's one clock.
+    fn clock(&self) -> u64 {
+        let mut started = lock(&self.started);
+        started.get_or_insert_with(Instant::now).elapsed().as_micros() as u64
+    }
+}
+
+/// A handle that said `Lost` with its session intact: (client, holder, token, the
+/// grant's session generation, when).
+type LostInSession = (u64, u64, u64, u64, u64);
+
+/// A client's session change: (when, generation, still alive).
+type SessionChange = (u64, u64, bool);
 
 /// One exclusion history's result.
 struct ExclRun {
@@ -675,6 +724,9 @@ struct ExclRun {
     /// Acknowledged writes missing from the log, refused ones in it; entries left behind
     /// once every client let go; revocations seen by a holder nobody asked.
     log_violations: Vec<String>,
+    /// Handles' `Held` intervals judged, and what the belief check found.
+    beliefs: usize,
+    belief_violations: Vec<String>,
     /// Holders asked to let go by `revoke_lock`, and holders that saw it.
     revoked: usize,
     revocations_seen: usize,
@@ -715,6 +767,58 @@ async fn excl_worker(
         shared.grants.fetch_add(1, Ordering::Relaxed);
         let token = held.token();
         let tag = if mode == Mode::Shared { 'S' } else { 'X' };
+        // What this handle says from now on, recorded as unfenced work would trust it
+        // (read/write locks' readers admit many: only the other families are judged).
+        let belief = (kind != Kind::RwLock).then(|| {
+            let from = shared.clock();
+            let index = {
+                let mut beliefs = lock(&shared.beliefs);
+                beliefs.push((
+                    node.id as u64,
+                    coord_check::beliefs::Belief {
+                        name: RES.to_owned(),
+                        holder: (node.id * 100 + w) as u64,
+                        token,
+                        admits: if kind == Kind::Semaphore {
+                            PERMITS as usize
+                        } else {
+                            1
+                        },
+                        from,
+                        until: None,
+                    },
+                ));
+                beliefs.len() - 1
+            };
+            let ended = Arc::new(Mutex::new(None::<u64>));
+            let generation = node.client.session().borrow().generation;
+            let watcher = {
+                let (mut hold, ended, shared) = (held.hold(), ended.clone(), shared.clone());
+                let (session, client, holder) =
+                    (node.client.session(), node.id as u64, (node.id * 100 + w) as u64);
+                tokio::spawn(async move {
+                    let mut now = hold.state();
+                    while now == coord_core::HoldState::Held {
+                        now = hold.changed().await;
+                    }
+                    let at = shared.clock();
+                    lock(&ended).get_or_insert(at);
+                    // Lost with its session intact: its entry went (an operator's delete,
+                    // or coord's own removal of another contender — a bug).
+                    let status = *session.borrow();
+                    if now == coord_core::HoldState::Lost
+                        && status.generation == generation
+                        && matches!(
+                            status.state,
+                            coord_core::SessionState::Connected | coord_core::SessionState::Suspended
+                        )
+                    {
+                        lock(&shared.lost_in_session).push((client, holder, token, generation, at));
+                    }
+                })
+            };
+            (index, ended, watcher)
+        });
         // Half the holders watch for their loss between writes, as users do (which also
         // lets the client's next contender in once an operator deleted the entry).
         let watching = rng.random_bool(0.5);
@@ -777,6 +881,13 @@ async fn excl_worker(
                 pause.await;
             }
         }
+        if let Some((index, ended, watcher)) = belief {
+            // The handle stops being trusted as its release (or drop) begins.
+            let released = shared.clock();
+            let until = lock(&ended).map_or(released, |e| e.min(released));
+            lock(&shared.beliefs)[index].1.until = Some(until);
+            watcher.abort();
+        }
         if revoked || rng.random_bool(0.75) {
             let limit = if rng.random_bool(0.3) {
                 ms(rng.random_range(0..3))
@@ -823,10 +934,45 @@ async fn read_log(world: &World) -> Result<Vec<(u64, LogEntry)>, String> {
 }
 
 async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRun, String> {
+    let profile = if fenced {
+        Profile::Full
+    } else {
+        Profile::HolderLoss
+    };
+    exclusion_history_under(seed, kind, fenced, profile).await
+}
+
+async fn exclusion_history_under(
+    seed: u64,
+    kind: Kind,
+    fenced: bool,
+    profile: Profile,
+) -> Result<ExclRun, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let world = World::new(&mut rng)?;
     let nemesis_rng = StdRng::from_rng(&mut rng);
     let shared = Arc::new(ExclShared::default());
+    // Every client's session changes, on the history's clock.
+    for node in &world.nodes {
+        let (mut session, shared, client) = (node.client.session(), shared.clone(), node.id as u64);
+        tokio::spawn(async move {
+            loop {
+                let status = *session.borrow_and_update();
+                let alive = matches!(
+                    status.state,
+                    coord_core::SessionState::Connected | coord_core::SessionState::Suspended
+                );
+                let at = shared.clock();
+                lock(&shared.sessions)
+                    .entry(client)
+                    .or_default()
+                    .push((at, status.generation, alive));
+                if session.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let mut workers = Vec::new();
     for node in &world.nodes {
         for w in 0..rng.random_range(2..=3) {
@@ -842,7 +988,28 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         }
     }
     let dir = format!("{NS}/{}/{RES}/", kind.dir());
-    let delete = delete_entry_under(dir.clone());
+    // The operator deletes one of the entries (a holder's or a waiter's), noting its
+    // token and when.
+    let delete: Operator = {
+        let (dir, shared) = (dir.clone(), shared.clone());
+        Box::new(move |world, rng| {
+            let keys = world.cluster.keys_with_prefix(&dir);
+            let key = keys.choose(rng)?;
+            let token = world.cluster.with(|s| {
+                let token = s.get(key).map(|d| d.create_rev);
+                s.delete(key);
+                token
+            });
+            if let Some(token) = token {
+                let at = shared.clock();
+                lock(&shared.operator_deleted).insert(token, at);
+            }
+            Some(format!(
+                "operator deletes {key}{}",
+                if token.is_some() { "" } else { " (already gone)" }
+            ))
+        })
+    };
     let operator: Operator = if kind == Kind::Lock {
         // The lock's operator also asks its holder to let go, through a client of its own
         // whose replies travel slowly: the holder may release between the request's read
@@ -875,13 +1042,15 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         delete
     };
     let nemesis = Nemesis {
-        profile: if fenced {
-            Profile::Full
-        } else {
-            Profile::HolderLoss
-        },
+        profile,
         operator,
-        on_crash: Box::new(|_| {}),
+        on_crash: {
+            let shared = shared.clone();
+            Box::new(move |c| {
+                let at = shared.clock();
+                lock(&shared.crashed_at).insert(c as u64, at);
+            })
+        },
         on_fault: Box::new(|_| {}),
     };
     tokio::spawn(run_nemesis(world.clone(), nemesis_rng, nemesis))
@@ -889,6 +1058,68 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         .map_err(|e| format!("the nemesis failed: {e}"))?;
     world.settle().await;
     world.join(workers).await?;
+    // The beliefs: a crashed client's handles believe nothing after the crash; the
+    // bound is the clients' loss margin (a tenth of the TTL).
+    let beliefs: Vec<coord_check::beliefs::Belief> = {
+        let crashed_at = lock(&shared.crashed_at).clone();
+        lock(&shared.beliefs)
+            .iter()
+            .map(|(client, b)| {
+                let mut b = b.clone();
+                if let Some(&at) = crashed_at.get(client) {
+                    b.until = Some(b.until.map_or(at, |u| u.min(at)).max(b.from));
+                }
+                b
+            })
+            .collect()
+    };
+    let margin = world.ttl.as_micros() as u64 / 10;
+    let belief_report = coord_check::beliefs::check(&beliefs, margin);
+    let mut belief_violations: Vec<String> =
+        belief_report.violations.iter().map(ToString::to_string).collect();
+    {
+        let deleted = lock(&shared.operator_deleted).clone();
+        let crashed = lock(&shared.crashed_at).clone();
+        let sessions = lock(&shared.sessions).clone();
+        let soon = world.ttl.as_micros() as u64 * 2;
+        // A grant handed out for an entry the operator had deleted well before (more
+        // than the loss margin): the waiter never confirmed its own entry.
+        for b in &beliefs {
+            if let Some(&gone) = deleted.get(&b.token)
+                && gone.saturating_add(margin) < b.from
+            {
+                belief_violations.push(format!(
+                    "holder {} was granted token {} {} ms after the operator deleted its entry",
+                    b.holder,
+                    b.token,
+                    (b.from - gone) / 1000
+                ));
+            }
+        }
+        for (client, holder, entry, generation, at) in lock(&shared.lost_in_session).iter() {
+            // The session ended soon after (an expiry whose entry deletion the watch saw
+            // first), or changed shortly before (the grant may belong to a session the
+            // recorder had not seen yet): not judged.
+            let session_ended = sessions.get(client).is_some_and(|changes| {
+                changes.iter().skip(1).any(|&(when, g, alive)| {
+                    when + soon >= *at && when <= at + soon && (g != *generation || !alive)
+                })
+            });
+            if !deleted.contains_key(entry) && !crashed.contains_key(client) && !session_ended {
+                let near: Vec<(u64, u64)> = deleted
+                    .iter()
+                    .filter(|&(_, &t)| t + 20_000 >= *at && t <= at + 20_000)
+                    .map(|(&k, &t)| (k, t))
+                    .collect();
+                belief_violations.push(format!(
+                    "holder {holder}'s grant (token {entry}) said Lost at {at} with its session intact, and no \
+                     operator deleted its entry: something of coord's removed it (operator deletes near then: \
+                     {near:?}; session changes: {:?})",
+                    sessions.get(client)
+                ));
+            }
+        }
+    }
     let revokes = std::mem::take(&mut *lock(&shared.revokes));
     for call in revokes {
         call.await
@@ -936,6 +1167,8 @@ async fn exclusion_history(seed: u64, kind: Kind, fenced: bool) -> Result<ExclRu
         entries: entries.len(),
         violations: report.violations.iter().map(ToString::to_string).collect(),
         log_violations,
+        beliefs: beliefs.len(),
+        belief_violations,
         revoked: revoked.len(),
         revocations_seen: seen.len(),
         nemesis: world.nemesis_log(),
@@ -949,7 +1182,7 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
     let mut failures: Vec<String> = Vec::new();
     let (mut ops, mut unknown, mut violating) = (0, 0, 0);
     let (mut grants, mut fenced, mut entries) = (0, 0, 0);
-    let (mut revoked, mut revocations_seen) = (0, 0);
+    let (mut revoked, mut revocations_seen, mut beliefs) = (0, 0, 0);
     let mut mutant_line = String::new();
     block_on(async {
         for (seed, run) in run_all(&plan.seeds, move |seed| exclusion_history(seed, kind, true)).await {
@@ -971,15 +1204,20 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
             entries += run.entries;
             revoked += run.revoked;
             revocations_seen += run.revocations_seen;
-            if !run.violations.is_empty() || !run.log_violations.is_empty() {
+            beliefs += run.beliefs;
+            if !run.violations.is_empty()
+                || !run.log_violations.is_empty()
+                || !run.belief_violations.is_empty()
+            {
                 violating += 1;
                 failures.push(format!(
-                    "seed {seed}: the {} log breaks exclusion ({:?}):\n    {}\n  nemesis: {}\n  {}",
+                    "seed {seed}: the {} log or its holders' beliefs break exclusion ({:?}):\n    {}\n  nemesis: {}\n  {}",
                     kind.label(),
                     kind.admission(),
                     run.violations
                         .iter()
                         .chain(&run.log_violations)
+                        .chain(&run.belief_violations)
                         .cloned()
                         .collect::<Vec<_>>()
                         .join("\n    "),
@@ -1027,7 +1265,7 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
     };
     println!(
         "histories {}: {} seeds, {ops} ops, {unknown} unknown, {violating} violations; {grants} grants, \
-         {entries} log entries, {fenced} writes fenced off{revocations}{mutant_line}; {:.1}s",
+         {entries} log entries, {fenced} writes fenced off, {beliefs} held intervals judged{revocations}{mutant_line}; {:.1}s",
         kind.label(),
         plan.seeds.len(),
         started.elapsed().as_secs_f64()
@@ -1039,6 +1277,53 @@ fn exclusion_family(kind: Kind, test: &'static str, mutant: bool) {
 fn lock_histories() {
     let _one = one_at_a_time();
     exclusion_family(Kind::Lock, "lock_histories", true);
+}
+
+/// The lock and the election under a nemesis of frequent entry deletes (holders' and
+/// waiters'): the log, and what every handle said, judged as for the other families.
+/// The mutants `OwnEntryUnchecked` and `LeaveByKey` are caught under this nemesis.
+#[test]
+fn entry_delete_histories() {
+    let _one = one_at_a_time();
+    let plan = plan();
+    let mut failures = Vec::new();
+    let (mut grants, mut beliefs) = (0, 0);
+    for kind in [Kind::Lock, Kind::Election] {
+        let runs = block_on(run_all(&plan.seeds, move |seed| {
+            exclusion_history_under(seed, kind, true, Profile::EntryDeletes)
+        }));
+        for (seed, run) in runs {
+            match run {
+                Ok(run) => {
+                    grants += run.grants;
+                    beliefs += run.beliefs;
+                    let all: Vec<String> = run
+                        .violations
+                        .iter()
+                        .chain(&run.log_violations)
+                        .chain(&run.belief_violations)
+                        .cloned()
+                        .collect();
+                    if !all.is_empty() {
+                        failures.push(format!(
+                            "seed {seed}: {}: {}\n  nemesis: {}\n  {}",
+                            kind.label(),
+                            all.join("\n    "),
+                            run.nemesis,
+                            replay_hint(seed, "entry_delete_histories")
+                        ));
+                    }
+                }
+                Err(e) => failures.push(format!("seed {seed}: {}: {e}", kind.label())),
+            }
+        }
+    }
+    println!(
+        "histories entry deletes: {} seeds × lock, election; {grants} grants, {beliefs} held intervals judged, {} violations",
+        plan.seeds.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -2050,7 +2335,11 @@ fn library_mutants_are_caught() {
         move |seed| async move {
             exclusion_history(seed, kind, true)
                 .await
-                .map(|r| !r.violations.is_empty() || !r.log_violations.is_empty())
+                .map(|r| {
+                    !r.violations.is_empty()
+                        || !r.log_violations.is_empty()
+                        || !r.belief_violations.is_empty()
+                })
                 .unwrap_or(false)
         }
     };
@@ -2067,6 +2356,25 @@ fn library_mutants_are_caught() {
             .unwrap_or(false)
     };
     caught_with(Mutant::MarkUnchecked, "mark unchecked", exclusion(Kind::Lock));
+    // Caught by what the handles say (the beliefs), under a nemesis of entry deletes.
+    let beliefs = |kind: Kind| {
+        move |seed| async move {
+            exclusion_history_under(seed, kind, true, Profile::EntryDeletes)
+                .await
+                .map(|r| {
+                    !r.violations.is_empty()
+                        || !r.log_violations.is_empty()
+                        || !r.belief_violations.is_empty()
+                })
+                .unwrap_or(false)
+        }
+    };
+    caught_with(
+        Mutant::OwnEntryUnchecked,
+        "own entry unchecked",
+        beliefs(Kind::Lock),
+    );
+    caught_with(Mutant::LeaveByKey, "leave by key", beliefs(Kind::Lock));
     caught_with(Mutant::TakeWithoutReceipt, "take without a receipt", queue);
     caught_with(Mutant::TakeUnchecked, "take unchecked", queue);
 }

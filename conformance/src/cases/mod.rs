@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod barrier;
+pub mod beliefs;
 pub mod cache;
 pub mod cluster;
 pub mod config;
@@ -71,6 +72,14 @@ const OPERATOR_AND_SWEEP: Needs = Needs {
     },
     settings: crate::harness::ServerSettings {
         fast_container_sweep: true,
+    },
+    ..Needs::NONE
+};
+const KILL_AND_OPERATOR: Needs = Needs {
+    faults: Faults {
+        kill_session: true,
+        operator: true,
+        ..Needs::NONE.faults
     },
     ..Needs::NONE
 };
@@ -196,6 +205,10 @@ pub fn all() -> Vec<Case> {
         case!(lock::dropped_lock_future_leaves_no_contender),
         case!(lock::dropped_guard_releases),
         case!(lock::herd_free_one_wakeup_per_release),
+        case!(
+            beliefs::held_beliefs_never_overlap_under_faults,
+            KILL_AND_OPERATOR
+        ),
         case!(lock::guard_reports_lost_on_session_kill, KILL),
         case!(lock::tokens_increase_across_session_loss, KILL),
         case!(lock::same_client_queues_locally),

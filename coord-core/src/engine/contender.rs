@@ -407,7 +407,7 @@ pub(crate) async fn acquire(
             }
         },
     );
-    if hold.state() == HoldState::Lost {
+    if hold.peek() == HoldState::Lost {
         // Gone with its session already: the turn is free (the entry is gone).
         release_turn(&contender.turn);
     } else {

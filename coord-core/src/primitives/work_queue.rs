@@ -507,7 +507,7 @@ impl DistributedQueue {
         item: Vec<u8>,
         receipt: String,
     ) -> Result<Option<(Vec<u8>, String)>> {
-        if gate.state() == HoldState::Lost {
+        if gate.hold().peek() == HoldState::Lost {
             return Err(Error::new(
                 ErrorKind::SessionLost,
                 "the queue's taker lock was lost (session lost) as an item was taken: it was not taken here, \
@@ -549,7 +549,7 @@ impl DistributedQueue {
             match read.await {
                 Ok((Some(_), _)) => return self.delivered(gate, item.value, receipt),
                 Ok((None, Some(v))) if v.version == item.version => {
-                    if gate.state() == HoldState::Lost {
+                    if gate.hold().peek() == HoldState::Lost {
                         return Err(Error::new(
                             ErrorKind::SessionLost,
                             "the queue's taker lock was lost (session lost) while an item was being taken: \
