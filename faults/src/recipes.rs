@@ -38,6 +38,10 @@ struct Run {
     /// Fenced appends refused as stale (`Fenced`): the fence at work.
     fenced: AtomicUsize,
     queue: Recorder<QueueOp<String>, QueueRet<String>>,
+    /// For each take that returned an item: its index in the queue history, its client
+    /// and that client's session generation then. A take whose client's session ended
+    /// after it may see its item delivered again (its receipt outlived the taker lock).
+    takes: std::sync::Mutex<Vec<(usize, usize, u64)>>,
     counter: Recorder<CounterOp, CounterRet>,
 }
 
@@ -53,6 +57,7 @@ pub(crate) async fn run(env: &Env<'_>) -> anyhow::Result<Report> {
         appends: AtomicUsize::new(0),
         fenced: AtomicUsize::new(0),
         queue: Recorder::new(),
+        takes: Default::default(),
         counter: Recorder::new(),
     });
     let mut workers = Vec::new();
@@ -80,31 +85,18 @@ pub(crate) async fn run(env: &Env<'_>) -> anyhow::Result<Report> {
             anyhow::bail!("a worker did not stop within {:?}", SESSION * 10);
         }
     }
-    // Items a dropped take removed go to the same client's next take: each client takes
-    // until it finds nothing within a while (a take waits for the taker lock and for an
-    // item), before the rest is drained.
-    for (id, client) in clients.iter().enumerate() {
-        let queue = client.queue("q", 10_000)?;
-        loop {
-            let pending = run.queue.invoke(id as u64, QueueOp::Take);
-            match tokio::time::timeout(SESSION, queue.take()).await {
-                Ok(Ok(item)) => run
-                    .queue
-                    .complete(pending, Outcome::Ok(QueueRet::Took(text(item)))),
-                Ok(Err(e)) => {
-                    run.queue.complete(pending, outcome::<QueueRet<String>>(Err(e)));
-                    break;
-                }
-                // Nothing within the wait (the dropped take counts as unknown).
-                Err(_) => break,
-            }
-        }
+    // The clients close as users close them, with no drain first: an item a dropped
+    // take removed is in its receipt, and the fresh client below puts it back and takes
+    // it. A take whose client's session ended after it may see its item delivered again.
+    let generations: Vec<u64> = clients.iter().map(|c| c.session().borrow().generation).collect();
+    for client in &clients {
+        let _ = tokio::time::timeout(SESSION * 3, client.close()).await;
     }
     let mut report = Report {
         faults,
         ..Report::default()
     };
-    judge(&reader, &run, &mut report).await?;
+    judge(&reader, &run, &generations, &mut report).await?;
     for client in clients {
         let _ = client.close().await;
     }
@@ -176,7 +168,15 @@ impl Work {
                         }
                     } else {
                         let pending = run.queue.invoke(id as u64, QueueOp::Take);
+                        let index = pending.index();
                         if let Ok(r) = tokio::time::timeout(patience, queue.take()).await {
+                            if r.is_ok() {
+                                let generation = client.session().borrow().generation;
+                                run.takes
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push((index, id, generation));
+                            }
                             run.queue
                                 .complete(pending, outcome(r.map(|v| QueueRet::Took(text(v)))));
                         }
@@ -322,7 +322,7 @@ async fn nemesis(env: &Env<'_>, clients: &[Client]) -> anyhow::Result<usize> {
 }
 
 /// Judges the run's histories; violations go into `report`.
-async fn judge(reader: &Client, run: &Run, report: &mut Report) -> anyhow::Result<()> {
+async fn judge(reader: &Client, run: &Run, generations: &[u64], report: &mut Report) -> anyhow::Result<()> {
     let mut shown = Vec::new();
     for (resource, admission) in [
         ("l", Admission::Exclusive),
@@ -351,10 +351,18 @@ async fn judge(reader: &Client, run: &Run, report: &mut Report) -> anyhow::Resul
             .violations
             .push(format!("queue: {left} items left after the drain"));
     }
+    let redeliverable = run
+        .takes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|&&(_, client, generation)| generations[client] > generation)
+        .map(|&(index, _, _)| index)
+        .collect();
     let history = QueueHistory {
         ops: run.queue.history(),
         remaining,
-        crashed: Default::default(),
+        crashed: redeliverable,
     };
     report.ops += history.ops.len();
     let verdict = coord_check::queue::check(&history);
