@@ -274,7 +274,6 @@ pub fn all() -> Vec<Case> {
         case!(queue::nested_names_keep_their_items),
         case!(queue::dropped_takes_lose_no_item),
         case!(queue::closing_after_dropped_takes_loses_no_item),
-        case!(queue::adversarial_close_racing_a_take_redelivers),
         case!(queue::crashed_consumer_passes_on, CRASH),
         case!(queue::push_notifies_at_most_two_consumers),
         case!(queue::waiter_session_lost_fails_and_takes_nothing, KILL),

@@ -348,13 +348,41 @@ impl DistributedQueue {
     /// Under the taker lock `gate`: puts back what earlier takes left in receipts, then
     /// takes the oldest item (waiting for one with `wait`); the item and its receipt.
     async fn take_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<(Vec<u8>, String)>> {
-        if !mutants::active(Mutant::TakeWithoutReceipt) {
-            self.put_back_receipts(gate).await?;
-        }
-        let Some(oldest) = self.oldest_under(gate, wait).await? else {
+        // One read of the queue's keys: its receipts and its items.
+        let (receipts, items) = self.contents().await?;
+        let oldest = if !receipts.is_empty() && !mutants::active(Mutant::TakeWithoutReceipt) {
+            self.put_back_receipts(gate, receipts).await?;
+            self.oldest_under(gate, wait).await?
+        } else {
+            match items.into_iter().next() {
+                Some(oldest) => Some(oldest),
+                None => self.oldest_under(gate, wait).await?,
+            }
+        };
+        let Some(oldest) = oldest else {
             return Ok(None);
         };
         self.remove_under(gate, oldest).await
+    }
+
+    /// The queue's receipts and items now (each oldest first), in one read.
+    async fn contents(&self) -> Result<(Vec<Entry>, Vec<Entry>)> {
+        let (items, taken) = (
+            format!("{}/", self.items_prefix()),
+            format!("{}/", self.receipts_prefix()),
+        );
+        let (mut receipts, mut queued) = (Vec::new(), Vec::new());
+        for e in self.client.list(&self.name).await? {
+            if e.key
+                .strip_prefix(&taken)
+                .is_some_and(|r| parse_receipt(r).is_some())
+            {
+                receipts.push(e);
+            } else if e.key.strip_prefix(&items).is_some_and(is_seq) {
+                queued.push(e);
+            }
+        }
+        Ok((receipts, queued))
     }
 
     /// Deletes `receipt` once its take returned the item, then releases the taker lock,
@@ -403,9 +431,9 @@ impl DistributedQueue {
     /// receipts before they release the lock): each at its own item key, which sorts
     /// before every item still queued (sequences only grow), in one transaction fenced
     /// by the lock that checks the receipt is still as read.
-    async fn put_back_receipts(&self, gate: &LockGuard) -> Result<()> {
+    async fn put_back_receipts(&self, gate: &LockGuard, receipts: Vec<Entry>) -> Result<()> {
         let prefix = format!("{}/", self.receipts_prefix());
-        for receipt in self.client.list(&self.receipts_prefix()).await? {
+        for receipt in receipts {
             let Some((seq, _token)) = receipt.key.strip_prefix(&prefix).and_then(parse_receipt) else {
                 continue; // not a receipt of this layout
             };
