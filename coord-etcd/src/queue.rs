@@ -513,12 +513,28 @@ impl Queue for EtcdClient {
                     .map(drop)
             }
             None => {
-                self.inner
+                let key = k.clone();
+                let deleted = self
+                    .inner
                     .call(Counter::Write, "release", true, move |mut c: etcd::KvClient| {
-                        let k = k.clone();
-                        async move { c.delete(k, None).await.map(drop) }
+                        let k = key.clone();
+                        async move { c.delete(k, None).await }
                     })
-                    .await
+                    .await;
+                if let Ok(resp) = &deleted {
+                    // The join's outcome was unknown: its request may still land (etcd
+                    // can apply a request after its client gave up on it) and re-create
+                    // the key under the live lease, a contender nobody waits behind. This
+                    // client's later contenders take another key, and that one is swept.
+                    self.inner.bump_key_epoch();
+                    sweep_late_join(
+                        self.inner.clone(),
+                        k.clone(),
+                        ticket.generation,
+                        header_rev(resp.header()),
+                    );
+                }
+                deleted.map(drop)
             }
         };
         if deleted.is_err() {
@@ -616,4 +632,70 @@ impl EtcdClient {
         })
         .await
     }
+}
+
+/// Deletes `key` whenever it is created after `after` (a revision), until the session of
+/// `generation` ends or the client closes: the key of a join whose outcome was unknown,
+/// removed already, which the join's request could still re-create if it lands late. No
+/// later contender of this client uses the key (its key epoch moved on), so whatever
+/// creates it is that late join.
+fn sweep_late_join(inner: std::sync::Arc<Inner>, key: String, generation: u64, after: i64) {
+    tokio::spawn(async move {
+        let mut next = after + 1;
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let current = |inner: &Inner| inner.lease().is_ok_and(|l| l.generation == generation);
+        while current(&inner) {
+            let (k, start) = (key.clone(), next);
+            let opened = inner
+                .call(
+                    Counter::WatchSet,
+                    "watch a late join",
+                    false,
+                    move |mut c: etcd::WatchClient| {
+                        let k = k.clone();
+                        async move {
+                            c.watch(k, Some(etcd::WatchOptions::new().with_start_revision(start)))
+                                .await
+                        }
+                    },
+                )
+                .await;
+            let mut stream = match opened {
+                Ok(s) => s,
+                Err(e) if e.kind() == ErrorKind::Closed => return,
+                Err(_) => {
+                    backoff.wait().await;
+                    continue;
+                }
+            };
+            let mut check = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                let message = tokio::select! {
+                    m = stream.message() => m,
+                    _ = check.tick() => {
+                        if current(&inner) { continue } else { return }
+                    }
+                };
+                let Ok(Some(resp)) = message else { break };
+                for event in resp.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    next = next.max(kv.mod_revision() + 1);
+                    if event.event_type() == etcd::EventType::Put {
+                        tracing::warn!(key = %key, "coord.etcd.late_join_swept: a join that landed after its removal");
+                        let _ = inner
+                            .at_incarnation(
+                                Counter::Write,
+                                "remove a late join",
+                                &key,
+                                kv.create_revision(),
+                                vec![etcd::TxnOp::delete(key.clone(), None)],
+                                vec![],
+                            )
+                            .await;
+                    }
+                }
+            }
+            backoff.wait().await;
+        }
+    });
 }

@@ -284,6 +284,48 @@ async fn compaction_under_watch_resyncs(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A join whose outcome was unknown is removed by its contender (nothing there yet); if
+/// its request then lands late — etcd can apply a request after the client gave up on it
+/// — it re-creates the key under the client's live lease, a contender nobody waits
+/// behind. coord sweeps such a key: another client gets the lock at once, and the key is
+/// gone. (The late landing is played by a plain client writing the key under the lease.)
+async fn late_landing_join_is_swept(ctx: Ctx) -> CaseResult {
+    use anyhow::ensure;
+    use coord_core::Lock as _;
+    use coord_core::raw::{Admission, EntryClass, Queue, QueueSpec};
+    const CONTENDERS: &[EntryClass] = &[EntryClass {
+        subdir: "",
+        markers: &["lock-"],
+        kazoo_marker: None,
+    }];
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let backend = coord_core::raw::backend(&a).clone();
+    let spec = QueueSpec::new("lock", "locks/late", CONTENDERS, Admission::Exclusive);
+    let ticket = backend.ticket(&spec, 0)?;
+    // The join's answer never came; the dropped contender removes what it may have made.
+    backend.leave(&ticket, None).await?;
+    // Then the join lands.
+    let server = std::env::var("COORD_TEST_ETCD")?;
+    let first = server.split(',').next().unwrap_or_default().to_owned();
+    let mut raw = etcd_client::Client::connect([format!("http://{first}")], None).await?;
+    raw.put(
+        ticket.locator.clone(),
+        Vec::<u8>::new(),
+        Some(etcd_client::PutOptions::new().with_lease(ticket.session_id)),
+    )
+    .await?;
+    let guard = tokio::time::timeout(Duration::from_secs(10), b.lock("late"))
+        .await
+        .map_err(|_| anyhow::anyhow!("another client waits behind the late join's key for good"))??;
+    let left = raw.get(ticket.locator.clone(), None).await?;
+    ensure!(left.kvs().is_empty(), "the late join's key is still there");
+    guard.release().await?;
+    // a's own next contender uses another key, and locks.
+    let again = tokio::time::timeout(Duration::from_secs(10), a.lock("late")).await??;
+    again.release().await?;
+    Ok(())
+}
+
 fn main() {
     let factory = RealServer::from_env("etcd")
         .unwrap_or_else(|e| panic!("{e}"))
@@ -291,6 +333,11 @@ fn main() {
     let mut cases = coord_conformance::cases::all();
     cases.extend(coord_conformance::cases::server::all());
     cases.extend([
+        Case {
+            name: "etcd::late_landing_join_is_swept",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(late_landing_join_is_swept(ctx)),
+        },
         Case {
             name: "etcd::etcdctl_lock_excludes",
             needs: Needs::NONE,
