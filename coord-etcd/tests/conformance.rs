@@ -292,7 +292,7 @@ async fn compaction_under_watch_resyncs(ctx: Ctx) -> CaseResult {
 async fn late_landing_join_is_swept(ctx: Ctx) -> CaseResult {
     use anyhow::ensure;
     use coord_core::Lock as _;
-    use coord_core::raw::{Admission, EntryClass, Queue, QueueSpec};
+    use coord_core::raw::{Admission, EntryClass, QueueSpec};
     const CONTENDERS: &[EntryClass] = &[EntryClass {
         subdir: "",
         markers: &["lock-"],

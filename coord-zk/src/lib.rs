@@ -93,7 +93,10 @@
 //! fails it. Keys without a marker (another client's, an earlier coord's) are read as
 //! any other; their first compare-and-set adds a marker, then reads the node again, so
 //! a recreate between those requests fails it too. An earlier coord's markers (named
-//! by the `czxid`) are not trusted.
+//! by the `czxid`) are not trusted. A tool that copies a key's whole subtree to a new
+//! node (a backup restored with its children) copies the marker too, and to coord's
+//! compare-and-set that node is then the same incarnation: restore without the `i-…`
+//! children to make it a new one.
 //! Delete a key by hand with `deleteall`. Config and registry watches re-read in batches
 //! and deliver only states that existed (or `Resync`): see [`ConfigStore`](coord_core::ConfigStore).
 //!

@@ -247,6 +247,7 @@ pub fn all() -> Vec<Case> {
         case!(semaphore::one_client_holds_several),
         case!(semaphore::never_more_than_permits_under_contention),
         case!(semaphore::concurrent_tries_on_an_idle_semaphore_all_hold),
+        case!(semaphore::counts_never_mix_when_a_try_races_a_waiter),
         case!(semaphore::fifo_and_herd_free),
         case!(semaphore::crashed_holder_returns_its_lease, CRASH),
         case!(semaphore::killed_holder_reports_lost, KILL),

@@ -339,3 +339,61 @@ pub async fn waiter_session_lost_fails_and_leaves_nothing(ctx: Ctx) -> CaseResul
     .await??;
     Ok(())
 }
+
+/// A `try_acquire` with one permit racing a waiting `acquire` with five on an idle
+/// semaphore (the try skips the internal lock, so it can land between the waiter's count
+/// check and its lease): the two never both hold — one is refused with
+/// `InvalidArgument`. The try is started at 24 points across the waiter's acquisition
+/// (its link slowed where the backend can).
+pub async fn counts_never_mix_when_a_try_races_a_waiter(ctx: Ctx) -> CaseResult {
+    const TRIALS: u64 = 24;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let delayed = match ctx.factory().delay(&a, Duration::from_millis(20)).await {
+        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
+        Err(_) => false,
+        Ok(()) => true,
+    };
+    let started = tokio::time::Instant::now();
+    a.semaphore("calibrate", 5)?.acquire().await?.release().await?;
+    let span = started.elapsed();
+    let mut outcomes = Vec::new();
+    for trial in 0..TRIALS {
+        let name = format!("mixed{trial}");
+        let wide = a.semaphore(&name, 5)?;
+        let narrow = b.semaphore(&name, 1)?;
+        let waiter = tokio::spawn(async move { wide.acquire().await });
+        if delayed {
+            tokio::time::sleep(span.mul_f64(trial as f64 / TRIALS as f64)).await;
+        } else {
+            for _ in 0..trial {
+                tokio::task::yield_now().await;
+            }
+        }
+        let tried = narrow.try_acquire().await;
+        let waited = within(QUICK, "the waiter", waiter).await??;
+        match (&tried, &waited) {
+            (Ok(Some(t)), Ok(w)) if t.state() == HoldState::Held && w.state() == HoldState::Held => {
+                bail!(
+                    "trial {trial}: a one-permit lease (try_acquire, token {}) and a five-permit lease (acquire, token {}) \
+                     of semaphore {name:?} hold at once; neither was refused for its count",
+                    t.token(),
+                    w.token()
+                );
+            }
+            _ => {}
+        }
+        outcomes.push(format!(
+            "{trial}: try {:?} / acquire {:?}",
+            tried.as_ref().map(|o| o.is_some()).map_err(|e| e.kind()),
+            waited.as_ref().map(|_| ()).map_err(|e| e.kind())
+        ));
+        if let Ok(Some(t)) = tried {
+            let _ = t.release().await;
+        }
+        if let Ok(w) = waited {
+            let _ = w.release().await;
+        }
+    }
+    tracing::debug!(?outcomes, "tries racing waiters");
+    Ok(())
+}

@@ -222,9 +222,26 @@ impl Semaphore {
             release_gate(gate).await;
             return Err(e);
         }
-        let lease = acquire(&self.client, leases, self.permits.to_string().into_bytes(), true).await;
+        let lease = acquire(
+            &self.client,
+            leases.clone(),
+            self.permits.to_string().into_bytes(),
+            true,
+        )
+        .await;
         release_gate(gate).await;
-        Ok(lease?.map(|g| Lease::from(LockGuard::new(self.name.clone(), g))))
+        let Some(lease) = lease?.map(|g| Lease::from(LockGuard::new(self.name.clone(), g))) else {
+            return Ok(None);
+        };
+        // A try (which skips the internal lock) with another count may have made its
+        // lease between the check above and this one's: checked again now that this one
+        // holds. Of two leases of different counts, each sees the older one and at
+        // least one of them refuses.
+        if let Err(e) = self.check_count(&leases).await {
+            let _ = lease.release().await;
+            return Err(e);
+        }
+        Ok(Some(lease))
     }
 
     /// A lease if fewer than `permits` are held now, without the internal lock: the
