@@ -705,6 +705,13 @@ impl ExclShared {
     }
 }
 
+impl ExclRun {
+    /// Whether the log, the store or the handles' beliefs broke exclusion.
+    fn violated(&self) -> bool {
+        !self.violations.is_empty() || !self.log_violations.is_empty() || !self.belief_violations.is_empty()
+    }
+}
+
 /// A handle that said `Lost` with its session intact: (client, holder, token, the
 /// grant's session generation, when).
 type LostInSession = (u64, u64, u64, u64, u64);
@@ -2335,11 +2342,7 @@ fn library_mutants_are_caught() {
         move |seed| async move {
             exclusion_history(seed, kind, true)
                 .await
-                .map(|r| {
-                    !r.violations.is_empty()
-                        || !r.log_violations.is_empty()
-                        || !r.belief_violations.is_empty()
-                })
+                .map(|r| r.violated())
                 .unwrap_or(false)
         }
     };
@@ -2361,11 +2364,7 @@ fn library_mutants_are_caught() {
         move |seed| async move {
             exclusion_history_under(seed, kind, true, Profile::EntryDeletes)
                 .await
-                .map(|r| {
-                    !r.violations.is_empty()
-                        || !r.log_violations.is_empty()
-                        || !r.belief_violations.is_empty()
-                })
+                .map(|r| r.violated())
                 .unwrap_or(false)
         }
     };
