@@ -238,9 +238,12 @@ async fn terminate(child: &mut Child, target: Option<Target>, grace: Duration) {
         target.signal(Some(Signal::SIGTERM));
     }
     let _ = tokio::time::timeout_at(deadline, child.wait()).await;
-    let _ = child.kill().await;
-    // The command is gone (or the grace is): what it started gets the rest of the grace.
+    // The command gets SIGKILL now if it still runs, but is waited for only after the
+    // sweep: what it started gets the rest of the grace, then SIGKILL too, whatever
+    // state the command itself is stuck in.
+    let _ = child.start_kill();
     sweep(target, deadline).await;
+    let _ = child.wait().await;
 }
 
 /// Makes coord the Linux child subreaper: a descendant whose parent exits is re-parented
@@ -290,27 +293,42 @@ fn reap_adopted() -> Vec<Pid> {
 /// in uninterruptible sleep — a second after that).
 async fn sweep(target: Option<Target>, deadline: tokio::time::Instant) {
     let group = target.filter(|t| t.group);
-    let left = |signal: Option<Signal>| {
+    // Each process gets SIGTERM once, also one adopted during the grace (its parent
+    // died meanwhile); at the deadline everything left gets SIGKILL, again on every
+    // round, so that what is adopted after it gets it too.
+    let mut termed: std::collections::HashSet<Pid> = std::collections::HashSet::new();
+    let mut group_termed = false;
+    let mut left = |signal: Signal| {
         let running = reap_adopted();
         for &pid in &running {
-            if signal.is_some() {
+            if signal == Signal::SIGKILL || termed.insert(pid) {
                 let _ = kill(pid, signal);
             }
         }
-        let group_left = group.is_some_and(|g| g.signal(signal));
+        let group_left = match group {
+            Some(g) if signal == Signal::SIGKILL || !group_termed => {
+                group_termed = true;
+                g.signal(Some(signal))
+            }
+            Some(g) => g.signal(None),
+            None => false,
+        };
         group_left || !running.is_empty()
     };
-    if !left(Some(Signal::SIGTERM)) {
+    if !left(Signal::SIGTERM) {
         return;
     }
-    while left(None) && tokio::time::Instant::now() < deadline {
+    loop {
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    if !left(Some(Signal::SIGKILL)) {
-        return;
+        if !left(Signal::SIGTERM) {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
     }
     let killed = tokio::time::Instant::now() + Duration::from_secs(1);
-    while left(None) && tokio::time::Instant::now() < killed {
+    while left(Signal::SIGKILL) && tokio::time::Instant::now() < killed {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

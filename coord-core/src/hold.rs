@@ -180,7 +180,9 @@ impl HoldWatch {
 
     /// Starts the entry watch (once; not for a hold already lost).
     fn arm(&self) {
-        if self.peek() == HoldState::Lost {
+        // The watch runs on a task: outside a runtime (a plain thread, after shutdown)
+        // nothing is armed, and the state follows the session only.
+        if self.peek() == HoldState::Lost || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         let armed = self.arm.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -241,7 +243,7 @@ impl HoldWatch {
 impl std::fmt::Debug for HoldWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HoldWatch")
-            .field("state", &self.state())
+            .field("state", &self.peek())
             .field("generation", &self.generation)
             .finish()
     }
@@ -298,10 +300,10 @@ mod tests {
         assert_eq!(hold.state(), HoldState::Lost);
     }
 
-    /// The entry watch starts on the first wait only, once, and its report of a deletion
-    /// makes the hold `Lost` for every clone.
+    /// The entry watch starts on the first ask (`state`, a wait) only, once, and its
+    /// report of a deletion makes the hold `Lost` for every clone.
     #[tokio::test]
-    async fn the_entry_watch_starts_on_the_first_wait() {
+    async fn the_entry_watch_starts_on_the_first_ask() {
         let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
         let (armed_tx, mut armed_rx) = tokio::sync::mpsc::unbounded_channel();
         let hold = HoldWatch::new(
@@ -313,10 +315,13 @@ mod tests {
             || {},
         );
         let other = hold.clone();
+        assert_eq!(hold.peek(), HoldState::Held);
+        assert!(armed_rx.try_recv().is_err(), "armed before anyone asked");
+        assert_eq!(format!("{hold:?}").contains("Held"), true);
+        assert!(armed_rx.try_recv().is_err(), "armed by Debug");
         assert_eq!(hold.state(), HoldState::Held);
-        assert!(armed_rx.try_recv().is_err(), "armed before anyone waited");
+        let gone = armed_rx.try_recv().expect("armed by the first state()");
         let waiter = tokio::spawn(async move { hold.lost().await });
-        let gone = armed_rx.recv().await.expect("armed by the wait");
         let second = tokio::spawn({
             let o = other.clone();
             async move { o.lost().await }

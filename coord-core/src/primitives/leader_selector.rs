@@ -306,6 +306,15 @@ where
             },
         };
         backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        if leadership.hold().peek() == HoldState::Lost {
+            // Lost before it began (its session ended as it was granted): never said
+            // to lead; campaign again.
+            let _ = leadership.resign().await;
+            tokio::select! {
+                _ = stopped(&mut stop) => break Ok(()),
+                _ = requeue.wait() => continue,
+            }
+        }
         let leading = Leading {
             name: name.clone(),
             value: value.clone(),
@@ -318,7 +327,12 @@ where
         let began = tokio::time::Instant::now();
         // A panic in the work ends its term as a loss would (the selector resigns and
         // campaigns again); it never takes the selector down with it.
-        let mut term = Box::pin(std::panic::AssertUnwindSafe(work(leading)).catch_unwind());
+        // (The work's constructor too: a panic there ends the term the same way.)
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(leading)));
+        let mut term: std::pin::Pin<Box<dyn Future<Output = std::thread::Result<()>> + Send>> = match made {
+            Ok(fut) => Box::pin(std::panic::AssertUnwindSafe(fut).catch_unwind()),
+            Err(panic) => Box::pin(std::future::ready(Err(panic))),
+        };
         let (stopping, lost) = tokio::select! {
             biased;
             ended = &mut term => {
@@ -347,8 +361,11 @@ where
                 tracing::debug!(token = %leadership.token(), "coord.lead_work_cancelled_after_grace");
             }
         }
-        // The work's future (cancelled if still running) goes before the resignation.
-        drop(term);
+        // The work's future (cancelled if still running) goes before the resignation; a
+        // panic while it is dropped ends nothing more than the term.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(term))).is_err() {
+            tracing::error!(token = %leadership.token(), "coord.lead_work_panicked_on_drop");
+        }
         if let Err(e) = leadership.resign().await {
             tracing::warn!(error = %e, "coord.lead_resign_refused");
             if stopping {

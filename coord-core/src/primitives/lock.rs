@@ -269,7 +269,7 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("name", &self.name)
             .field("token", &self.token())
-            .field("state", &self.state())
+            .field("state", &self.hold.peek())
             .finish()
     }
 }
@@ -353,7 +353,7 @@ macro_rules! guard_type {
                 f.debug_struct(stringify!($name))
                     .field("name", &self.name())
                     .field("token", &self.token())
-                    .field("state", &self.state())
+                    .field("state", &self.hold().peek())
                     .finish()
             }
         }

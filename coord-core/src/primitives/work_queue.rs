@@ -330,6 +330,10 @@ impl DistributedQueue {
                     self.settle(gate, receipt);
                     Ok(Some(item))
                 }
+                // A try does not wait for the release either: the taker lock goes in the
+                // background (dropped), as a try's cut-short entry does.
+                Ok(None) if !wait => Ok(None),
+                Err(e) if !wait => Err(e),
                 Ok(None) => {
                     release_gate(gate).await;
                     Ok(None)
