@@ -227,7 +227,7 @@ pub async fn panicking_work_ends_the_term(ctx: Ctx) -> CaseResult {
         let _ = tx.send(leading.token());
         // Odd terms: the work's constructor panics, before it returns a future; even
         // terms: the work's future does.
-        if terms.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+        if terms.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
             panic!(
                 "the work's own bug (in its constructor) {}",
                 crate::harness::EXPECTED_PANIC
