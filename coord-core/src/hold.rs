@@ -317,7 +317,7 @@ mod tests {
         let other = hold.clone();
         assert_eq!(hold.peek(), HoldState::Held);
         assert!(armed_rx.try_recv().is_err(), "armed before anyone asked");
-        assert_eq!(format!("{hold:?}").contains("Held"), true);
+        assert!(format!("{hold:?}").contains("Held"));
         assert!(armed_rx.try_recv().is_err(), "armed by Debug");
         assert_eq!(hold.state(), HoldState::Held);
         let gone = armed_rx.try_recv().expect("armed by the first state()");
