@@ -210,12 +210,35 @@ pub async fn push_notifies_at_most_two_consumers(ctx: Ctx) -> CaseResult {
         }));
         settle().await;
     }
+    // The consumers' order on the taker lock, as the server has it (under member faults
+    // a consumer's join can be delayed past a later one's).
+    let first = {
+        let sessions: Vec<u64> = consumers.iter().map(|c| c.session_id()).collect();
+        let order = std::sync::Mutex::new(Vec::<usize>::new());
+        crate::util::eventually(ctx.expiry_wait(), "every consumer is queued", || async {
+            let view = crate::util::retrying(|| producer.inspect_one(coord_core::RecipeKind::Queue, "jobs")).await?;
+            let queued: Vec<usize> = view
+                .holders
+                .iter()
+                .chain(&view.waiters)
+                .filter_map(|p| sessions.iter().position(|s| *s == p.session))
+                .collect();
+            let full = queued.len() == sessions.len();
+            *order.lock().unwrap_or_else(|p| p.into_inner()) = queued;
+            Ok(full)
+        })
+        .await?;
+        order.into_inner().unwrap_or_else(|p| p.into_inner())[0]
+    };
     let before: Vec<u64> = consumers.iter().map(|c| c.stats().watch_events).collect();
     producer.queue("jobs", 10)?.push(b"job".to_vec()).await?;
     let (who, _) = within(QUICK, "a consumer takes the item", rx.recv())
         .await?
         .ok_or_else(|| anyhow::anyhow!("consumers ended"))?;
-    ensure!(who == 0, "consumer {who} took the item before the first in line");
+    ensure!(
+        who == first,
+        "consumer {who} took the item before consumer {first}, the first in line on the server"
+    );
     settle().await;
     let woken = consumers
         .iter()
