@@ -216,7 +216,8 @@ pub async fn push_notifies_at_most_two_consumers(ctx: Ctx) -> CaseResult {
         let sessions: Vec<u64> = consumers.iter().map(|c| c.session_id()).collect();
         let order = std::sync::Mutex::new(Vec::<usize>::new());
         crate::util::eventually(ctx.expiry_wait(), "every consumer is queued", || async {
-            let view = crate::util::retrying(|| producer.inspect_one(coord_core::RecipeKind::Queue, "jobs")).await?;
+            let view =
+                crate::util::retrying(|| producer.inspect_one(coord_core::RecipeKind::Queue, "jobs")).await?;
             let queued: Vec<usize> = view
                 .holders
                 .iter()
