@@ -217,3 +217,21 @@ pub async fn still_waiting<T, E: std::fmt::Display>(
         Err(e) => bail!("the waiter's task ended: {e}"),
     }
 }
+
+/// Slows `client`'s link by `delay` each way where the backend can (a real server's
+/// fault proxy); whether it did. Any failure but `Unsupported` is an error.
+///
+/// # Errors
+///
+/// What the factory's `delay` failed with, unless it is `Unsupported`.
+pub async fn slow_link(
+    ctx: &crate::harness::Ctx,
+    client: &coord_core::Client,
+    delay: Duration,
+) -> anyhow::Result<bool> {
+    match ctx.factory().delay(client, delay).await {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == coord_core::ErrorKind::Unsupported => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -711,10 +711,7 @@ pub async fn config_cache_never_mixes_commits_above_64_keys(ctx: Ctx) -> CaseRes
         })
     };
     writers[0].commit(all(0)).await?;
-    match ctx.factory().delay(&reader, Duration::from_millis(3)).await {
-        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
-        _ => {}
-    }
+    crate::util::slow_link(&ctx, &reader, Duration::from_millis(3)).await?;
     let cache = reader.config_cache("wide").await?;
     let mut rx = cache.subscribe();
     let (judged_tx, judged_rx) = tokio::sync::watch::channel(0usize);

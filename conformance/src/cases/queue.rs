@@ -308,10 +308,7 @@ pub async fn dropped_takes_lose_no_item(ctx: Ctx) -> CaseResult {
     let q = a.queue("jobs", ITEMS + 1)?;
     // Requests take a while (on mem, where they would not, by an injected latency), so
     // that the timeouts drop takes at every step: before, during and after the removal.
-    match ctx.factory().delay(&a, Duration::from_micros(500)).await {
-        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
-        _ => {}
-    }
+    crate::util::slow_link(&ctx, &a, Duration::from_micros(500)).await?;
     for i in 0..ITEMS {
         q.push(i.to_string().into_bytes()).await?;
     }
@@ -371,10 +368,7 @@ pub async fn closing_after_dropped_takes_loses_no_item(ctx: Ctx) -> CaseResult {
     for i in 0..ITEMS {
         q.push(i.to_string().into_bytes()).await?;
     }
-    match ctx.factory().delay(&a, Duration::from_millis(10)).await {
-        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
-        _ => {}
-    }
+    crate::util::slow_link(&ctx, &a, Duration::from_millis(10)).await?;
     let started = tokio::time::Instant::now();
     let first = within(QUICK, "the first take", q.take()).await??;
     let span = (started.elapsed() * 2).max(Duration::from_millis(4));

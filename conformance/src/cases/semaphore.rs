@@ -348,11 +348,7 @@ pub async fn waiter_session_lost_fails_and_leaves_nothing(ctx: Ctx) -> CaseResul
 pub async fn counts_never_mix_when_a_try_races_a_waiter(ctx: Ctx) -> CaseResult {
     const TRIALS: u64 = 24;
     let (a, b) = (ctx.client().await?, ctx.client().await?);
-    let delayed = match ctx.factory().delay(&a, Duration::from_millis(20)).await {
-        Err(e) if e.kind() != ErrorKind::Unsupported => return Err(e.into()),
-        Err(_) => false,
-        Ok(()) => true,
-    };
+    let delayed = crate::util::slow_link(&ctx, &a, Duration::from_millis(20)).await?;
     let started = tokio::time::Instant::now();
     a.semaphore("calibrate", 5)?.acquire().await?.release().await?;
     let span = started.elapsed();
