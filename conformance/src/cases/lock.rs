@@ -272,6 +272,8 @@ pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
     }
     // The queue order, as the server has it.
     let seen = std::sync::Mutex::new(Vec::<usize>::new());
+    let all = || std::iter::once(&holder).chain(waiters.iter());
+    let troubled_at_start: Vec<u64> = all().map(|c| c.stats().session_transitions).collect();
     eventually(ctx.expiry_wait(), "every waiter's entry is queued", || async {
         let view = retrying(|| holder.inspect_one(RecipeKind::Lock, "herd")).await?;
         let queued: Vec<usize> = view
@@ -290,9 +292,29 @@ pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
         Ok(full)
     })
     .await
-    .map_err(|e| match rx.try_recv() {
-        Ok((i, Err(f))) => anyhow::anyhow!("waiter {i}'s wait failed while queueing: {f}"),
-        _ => e,
+    .map_err(|e| {
+        // Under member faults the holder's session may be lost meanwhile (a waiter then
+        // holds, and the queue never has every waiter) or a waiter's wait may fail: say
+        // so, so that a member fault is told from a broken guarantee.
+        let troubled = all()
+            .zip(&troubled_at_start)
+            .any(|(c, then)| c.stats().session_transitions > *then);
+        let holder_state = holder_guard.as_ref().map(|g| g.state());
+        match rx.try_recv() {
+            Ok((i, Err(f))) => anyhow::anyhow!("waiter {i}'s wait failed while queueing: {f}"),
+            Ok((i, Ok(t))) if troubled => anyhow::anyhow!(
+                "waiter {i} acquired (token {t}) before the holder released, while a session was in trouble \
+                 (a member unavailable; the holder {holder_state:?}): {e}"
+            ),
+            Ok((i, Ok(t))) => anyhow::anyhow!(
+                "waiter {i} acquired (token {t}) before the holder released, no session in trouble \
+                 (the holder {holder_state:?}): exclusion broken"
+            ),
+            _ if troubled => {
+                e.context("a session was in trouble (a member unavailable) while the waiters queued")
+            }
+            _ => e,
+        }
     })?;
     let order = seen.into_inner().unwrap_or_else(|p| p.into_inner());
     let events = |ws: &[coord_core::Client]| ws.iter().map(|w| w.stats().watch_events).collect::<Vec<u64>>();
