@@ -691,6 +691,101 @@ impl Cluster {
         Ok(())
     }
 
+    /// ZooKeeper: member `i`'s quorum (peer) and leader-election addresses, which the
+    /// other members connect to.
+    ///
+    /// # Errors
+    ///
+    /// No such member.
+    pub fn quorum_addrs(&self, i: usize) -> Result<(SocketAddr, SocketAddr)> {
+        self.check(i)?;
+        let m = &self.state.members[i];
+        Ok((
+            SocketAddr::from(([127, 0, 0, 1], m.peer_port)),
+            SocketAddr::from(([127, 0, 0, 1], m.election_port)),
+        ))
+    }
+
+    /// ZooKeeper: rewrites member `i`'s `zoo.cfg` so that it reaches each listed member
+    /// `j` at the given (peer, election) addresses — fault proxies, say, to cut member
+    /// `i` off from the rest while its clients still reach it — and sets the `key=value`
+    /// lines in `settings` (replacing the same keys). Takes effect when the member
+    /// starts again ([`Cluster::restart`]); [`Cluster::restore_config`] undoes it.
+    ///
+    /// A member reaches another through its own configuration when it connects: as a
+    /// follower to the leader's peer port, and in elections to every member with a
+    /// lower id (ZooKeeper keeps one connection per pair, the one from the higher id).
+    ///
+    /// # Errors
+    ///
+    /// Not ZooKeeper, no such member, or the file cannot be read or written.
+    pub fn route_quorum(
+        &self,
+        i: usize,
+        routes: &[(usize, SocketAddr, SocketAddr)],
+        settings: &[String],
+    ) -> Result<()> {
+        self.check(i)?;
+        if self.kind() != Kind::Zk {
+            return Err(err("route_quorum is for ZooKeeper ensembles"));
+        }
+        let cfg = self.dir.join(format!("m{i}")).join("zoo.cfg");
+        let original = cfg.with_extension("cfg.orig");
+        if !original.exists() {
+            std::fs::copy(&cfg, &original).map_err(|e| err(format!("cannot keep {}: {e}", cfg.display())))?;
+        }
+        let text = std::fs::read_to_string(&original)
+            .map_err(|e| err(format!("cannot read {}: {e}", original.display())))?;
+        let key = |line: &str| line.split_once('=').map(|(k, _)| k.trim().to_owned());
+        let replaced: Vec<Option<String>> = settings.iter().map(|s| key(s)).collect();
+        let mut lines: Vec<String> = Vec::new();
+        for line in text.lines() {
+            let k = key(line);
+            if k.is_some() && replaced.contains(&k) {
+                continue;
+            }
+            let routed = routes
+                .iter()
+                .find(|(j, _, _)| k.as_deref() == Some(&format!("server.{}", j + 1)));
+            match routed {
+                Some((j, peer, election)) => lines.push(format!(
+                    "server.{}={}:{}:{}",
+                    j + 1,
+                    peer.ip(),
+                    peer.port(),
+                    election.port()
+                )),
+                None => lines.push(line.to_owned()),
+            }
+        }
+        // ZooKeeper takes one host for both ports of a member.
+        if let Some((_, peer, election)) = routes.iter().find(|(_, p, e)| p.ip() != e.ip()) {
+            return Err(err(format!(
+                "the peer ({peer}) and election ({election}) addresses of a member must share a host"
+            )));
+        }
+        lines.extend(settings.iter().cloned());
+        std::fs::write(&cfg, lines.join("\n") + "\n")
+            .map_err(|e| err(format!("cannot write {}: {e}", cfg.display())))
+    }
+
+    /// ZooKeeper: puts back the `zoo.cfg` [`Cluster::route_quorum`] rewrote (nothing if
+    /// it did not); takes effect when the member starts again.
+    ///
+    /// # Errors
+    ///
+    /// No such member, or the file cannot be written.
+    pub fn restore_config(&self, i: usize) -> Result<()> {
+        self.check(i)?;
+        let cfg = self.dir.join(format!("m{i}")).join("zoo.cfg");
+        let original = cfg.with_extension("cfg.orig");
+        if original.exists() {
+            std::fs::rename(&original, &cfg)
+                .map_err(|e| err(format!("cannot put back {}: {e}", cfg.display())))?;
+        }
+        Ok(())
+    }
+
     /// Takes the cluster's fault lock (the file `faults.lock` in its directory), waiting
     /// for it: whoever takes members down holds it until they are back, so two fault
     /// injectors (a test and `scripts/member-chaos`, say) never take down a majority

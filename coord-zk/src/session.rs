@@ -276,10 +276,14 @@ impl Inner {
         match tokio::time::timeout(deadline, Box::pin(f(current.zk))).await {
             Ok(Err(zk::Error::ClientClosed)) if self.is_closed() => Err(Error::closed().with_operation(op)),
             Ok(r) => {
-                if matches!(
-                    &r,
-                    Ok(_) | Err(zk::Error::NoNode | zk::Error::NodeExists | zk::Error::BadVersion)
-                ) {
+                // A write is answered through the ensemble's leader: it proves the
+                // session alive there (as the probe's `sync` does; see `supervise`).
+                if write
+                    && matches!(
+                        &r,
+                        Ok(_) | Err(zk::Error::NoNode | zk::Error::NodeExists | zk::Error::BadVersion)
+                    )
+                {
                     self.note_acked(current.generation, sent);
                 }
                 Ok(r)
@@ -389,50 +393,74 @@ impl Inner {
             drop(current);
             // When to give the session up. The server expires it one timeout T after it
             // last heard from us — no earlier than T after the send of the last request
-            // it answered. So while disconnected, coord reports Lost at that send +
-            // 7/10 T: 3/10 T before the server can expire the session (for a slow
-            // scheduler, a clock running fast, the round trip). So that "the last request
-            // answered" is recent on an idle client too, a cheap probe goes out whenever
-            // nothing was answered for T/10; a reset connection then has at least
-            // 3/5 T to come back (see the crate docs, # Sessions, for why less is not
-            // enough with several hosts).
+            // that reached the ensemble's leader. Only answers that passed through the
+            // leader prove that: a write, or a `sync` (a member cut off from the leader
+            // still answers pings and reads from its own copy until it gives up on the
+            // leader, `syncLimit · tickTime`, 10 s with ZooKeeper's defaults, while the
+            // leader expires the session after T). So coord reports `Lost` at that
+            // send + 7/10 T, connected or not: 3/10 T before the server can expire the
+            // session (for a slow scheduler, a clock running fast, the round trip, and
+            // the member reporting the session's activity to the leader on its next
+            // tick). `Suspended` comes on a disconnect, or once nothing was proven for
+            // T/2 on a connection that looks fine. So that the last proven request is
+            // recent on a client that only reads or idles, a `sync` goes out whenever
+            // nothing was proven for T/10; a reset connection then has at least 3/5 T
+            // to come back (see the crate docs, # Sessions, for why less is not enough
+            // with several hosts).
             let probe_every = negotiated / 10;
+            let quiet_after = negotiated / 2;
             let give_up_after = negotiated * 7 / 10;
             let mut last_probe: Option<Instant> = None;
-            let mut suspended = false;
+            let mut disconnected = false;
+            let mut quiet = false;
             let closed = self.closed();
             tokio::pin!(closed);
             let lost_reason = loop {
-                let acked = self.acked_at(generation);
-                let deadline =
-                    suspended.then(|| acked.map_or_else(Instant::now, |sent| sent + give_up_after));
-                // The next probe: T/10 after the last answered request (or the last probe,
+                let acked = self.acked_at(generation).unwrap_or_else(Instant::now);
+                let suspended = disconnected || quiet;
+                // Suspended on a quiet connection until a proven answer comes.
+                if quiet && Instant::now() < acked + quiet_after {
+                    quiet = false;
+                    if !disconnected {
+                        self.session.set(SessionState::Connected, generation, &self.stats);
+                    }
+                }
+                // The next probe: T/10 after the last proven request (or the last probe,
                 // if that is later and still unanswered).
-                let next_probe = acked
-                    .into_iter()
-                    .chain(last_probe)
-                    .max()
-                    .unwrap_or_else(Instant::now)
-                    + probe_every;
+                let next_probe = last_probe.map_or(acked, |p| p.max(acked)) + probe_every;
+                let next_quiet = acked + quiet_after;
                 let state = tokio::select! {
                     s = states.changed() => s,
-                    _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
-                        break "suspended until the server may expire the session";
+                    _ = tokio::time::sleep_until(acked + give_up_after) => {
+                        break if disconnected {
+                            "suspended until the server may expire the session"
+                        } else {
+                            "no answer through the ensemble's leader until the server may expire the session"
+                        };
                     }
-                    _ = tokio::time::sleep_until(next_probe), if !suspended => {
+                    _ = tokio::time::sleep_until(next_quiet), if !suspended => {
+                        quiet = true;
+                        self.session.set(SessionState::Suspended, generation, &self.stats);
+                        continue;
+                    }
+                    _ = tokio::time::sleep_until(next_probe), if !disconnected => {
                         last_probe = Some(Instant::now());
                         self.probe();
                         continue;
                     }
+                    // Wakes the loop when a proven answer ends a quiet spell.
+                    _ = tokio::time::sleep(probe_every), if quiet => continue,
                     _ = &mut closed => return,
                 };
                 match state {
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                        suspended = false;
-                        self.session.set(SessionState::Connected, generation, &self.stats);
+                        disconnected = false;
+                        if !quiet {
+                            self.session.set(SessionState::Connected, generation, &self.stats);
+                        }
                     }
                     zk::SessionState::Disconnected => {
-                        suspended = true;
+                        disconnected = true;
                         self.session.set(SessionState::Suspended, generation, &self.stats);
                     }
                     zk::SessionState::Expired => break "expired",
@@ -463,19 +491,21 @@ impl Inner {
         }
     }
 
-    /// Sends a cheap read (a stat of `/`, which no ACL restricts) in the background, so
-    /// an idle session also has a recent answered request.
+    /// Sends a `sync` in the background (its answer comes through the ensemble's
+    /// leader; no ACL restricts it), so that a client that only reads or idles also has
+    /// a recent proven request.
     fn probe(self: &Arc<Self>) {
         let inner = self.clone();
         tokio::spawn(async move {
-            let _ = inner
-                .call(
-                    Counter::SessionRequest,
-                    "keep-alive probe",
-                    false,
-                    |zk| async move { zk.check_stat("/").await },
-                )
-                .await;
+            let Ok(current) = inner.current() else { return };
+            let (generation, sent) = (current.generation, Instant::now());
+            inner.stats.incr(Counter::SessionRequest);
+            // Its answer counts whenever it comes before the session is given up, also
+            // after the request deadline (a slow link keeps its session).
+            let wait = current.zk.session_timeout() * 7 / 10;
+            if let Ok(Ok(())) = tokio::time::timeout(wait, current.zk.sync("/")).await {
+                inner.note_acked(generation, sent);
+            }
         });
     }
 
@@ -497,6 +527,9 @@ impl Inner {
             }
             *current = Some(Current { zk, generation });
         }
+        // The leader made (or moved) the session while the handshake's last round trip
+        // was under way: counted from its end, off by one round trip, well inside the
+        // 3/10 T margin.
         self.note_acked(generation, Instant::now());
         self.session.set(SessionState::Connected, generation, &self.stats);
         true

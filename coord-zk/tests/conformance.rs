@@ -13,6 +13,8 @@ use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, Re
 
 #[path = "conformance/interop.rs"]
 mod interop;
+#[path = "conformance/minority.rs"]
+mod minority;
 #[path = "conformance/security.rs"]
 mod security;
 use coord_core::{Client, Error, ErrorKind, Result};
@@ -597,6 +599,17 @@ fn main() {
             name: "zk::failed_reread_is_retried",
             needs: Needs::NONE,
             run: |ctx| Box::pin(failed_reread_is_retried(ctx)),
+        },
+        Case {
+            name: "zk::cut_off_follower_does_not_keep_held",
+            needs: Needs {
+                faults: Faults {
+                    member_faults: true,
+                    ..Needs::NONE.faults
+                },
+                ..Needs::NONE
+            },
+            run: |ctx| Box::pin(minority::cut_off_follower_does_not_keep_held(ctx)),
         },
         Case {
             name: "zk::locally_lost_session_is_closed_not_resumed",
