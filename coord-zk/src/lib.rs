@@ -42,16 +42,22 @@
 //! # Sessions
 //!
 //! One task follows the client's session: `Disconnected` ⇒ `Suspended`; `Expired`, or
-//! still suspended 7/10 of the negotiated timeout T after sending the last request the
-//! server answered ⇒ `Lost`. The server cannot expire the session earlier than T after
-//! that send, so `Lost` comes at least 3/10 T before it (measured against a silent
-//! partition: 600 ms of a 2 s timeout). An idle client sends a cheap probe (a stat of
-//! `/`) whenever nothing was answered for T/10, so a reset connection has at least
-//! 7/10 T − T/10 (3/5 of T) to come back before the session is given up. That much is
-//! needed with several hosts: after every host refused once, the client library waits
-//! between passes over them (about 0.3 s, then 0.6 s, doubling, for three hosts), so a
-//! cut of T/4 may take until about T/2 + 0.2 s to heal. The probes also stand in for the
-//! library's own pings, which it sends only after 0.15 T without a request.
+//! 7/10 of the negotiated timeout T after sending the last request *the ensemble's
+//! leader* answered ⇒ `Lost`, whether the connection looks fine or not. The server cannot
+//! expire the session earlier than T after that send, so `Lost` comes at least 3/10 T
+//! before it (measured against a silent partition: 600 ms of a 2 s timeout). Only
+//! writes, `sync`s and reconnects are answered through the leader: a follower cut off
+//! from the leader keeps answering pings and reads from its own copy until it gives up
+//! on the leader (`syncLimit · tickTime`, 10 s with ZooKeeper's defaults), while the
+//! leader expires the session after T and grants its locks to others — so those answers
+//! keep nothing `Held`, and a connection with no proven answer for T/2 is `Suspended`.
+//! A client that only reads or idles sends a `sync` whenever nothing was proven for
+//! T/10, so a reset connection has at least 7/10 T − T/10 (3/5 of T) to come back
+//! before the session is given up. That much is needed with several hosts: after every
+//! host refused once, the client library waits between passes over them (about 0.3 s,
+//! then 0.6 s, doubling, for three hosts), so a cut of T/4 may take until about
+//! T/2 + 0.2 s to heal. The probes also stand in for the library's own pings, which it
+//! sends only after 0.15 T without a request.
 //! After `Lost` the old client is dropped — if its session is still alive it is *closed*
 //! on reconnect, deleting its nodes, never resumed — and a new session is opened with
 //! backoff; registrations are re-created on it.

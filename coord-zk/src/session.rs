@@ -454,6 +454,11 @@ impl Inner {
                 };
                 match state {
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                        // Reconnecting, a member has the leader validate (and touch) the
+                        // session before it answers; a read-only member does not.
+                        if disconnected && state == zk::SessionState::SyncConnected {
+                            self.note_acked(generation, Instant::now());
+                        }
                         disconnected = false;
                         if !quiet {
                             self.session.set(SessionState::Connected, generation, &self.stats);

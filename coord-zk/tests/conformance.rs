@@ -506,7 +506,18 @@ async fn config_cas_exact_against_foreign_recreates(ctx: Ctx) -> CaseResult {
         let key = format!("r{trial}");
         let node = format!("{root}/config/{key}");
         raw.create(&node, b"v", &persistent).await?;
-        let read = client.get(&key).await?.context("read the foreign key")?;
+        // On an ensemble the two clients may be on different members, and a member's
+        // reads may lag another's writes (ZooKeeper orders reads per client only):
+        // read until the foreign node shows.
+        let mut read = None;
+        let deadline = tokio::time::Instant::now() + ctx.expiry_wait();
+        while read.is_none() && tokio::time::Instant::now() < deadline {
+            read = client.get(&key).await?;
+            if read.is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let read = read.context("the foreign key never showed to coord's client")?;
         let recreate = {
             let (raw, node, persistent) = (raw.clone(), node.clone(), persistent.clone());
             // 0 to 59 ms: before, between and after the requests of a compare-and-set
@@ -532,6 +543,8 @@ async fn config_cas_exact_against_foreign_recreates(ctx: Ctx) -> CaseResult {
             .compare_and_set(&key, Some(read.version), b"mine".to_vec())
             .await;
         recreate.await??;
+        // Up to date with coord's write, whichever member each client is on.
+        raw.sync(&node).await?;
         let (data, _) = raw.get_data(&node).await?;
         match cas {
             Ok(_) if data == b"mine" => aba += 1, // written onto the new incarnation
