@@ -44,6 +44,20 @@ pub struct Faults {
     pub reply_loss: bool,
 }
 
+/// Another program writing coord's config keys on the server — a raw client of the
+/// backend, as zkCli, kazoo, Curator or etcdctl would — for the histories that check
+/// coord stays exact beside it. Each write acts on the key's own node or key.
+#[async_trait]
+pub trait ForeignWriter: Send + Sync {
+    /// Writes `value` to config key `key` unconditionally (creating it when absent):
+    /// the version coord reports for it afterwards.
+    async fn put(&self, key: &str, value: &[u8]) -> Result<coord_core::Version>;
+
+    /// Deletes config key `key` (ZooKeeper: with whatever children coord gave it):
+    /// whether it existed.
+    async fn delete(&self, key: &str) -> Result<bool>;
+}
+
 /// A backend under test.
 ///
 /// Cases call [`Factory::open`] for every client they need, each in the case's own
@@ -172,6 +186,21 @@ pub trait Factory: Send + Sync + 'static {
     async fn lose_replies(&self, client: &Client, n: usize) -> Result<()> {
         let _ = (client, n);
         Err(unsupported("lose_replies"))
+    }
+
+    /// A foreign writer on the config keys `client` sees (its namespace), connected on
+    /// its own: see [`ForeignWriter`]. Part of the `operator` faults.
+    async fn foreign_writer(&self, client: &Client) -> Result<Box<dyn ForeignWriter>> {
+        let _ = client;
+        Err(unsupported("foreign_writer"))
+    }
+
+    /// Whether a read (`get`, `list`) sees every write that finished before it began,
+    /// whichever member each client is on. ZooKeeper serves reads from the member a
+    /// client is on, which may lag the leader (it orders reads per client only): its
+    /// ensembles say `false`, and the histories leave reads out there.
+    fn linearizable_reads(&self) -> bool {
+        true
     }
 
     /// Deletes the node or key at `path` (a backend path, e.g. a fence's resource) from

@@ -235,3 +235,18 @@ pub async fn slow_link(
         Err(e) => Err(e.into()),
     }
 }
+
+/// Where config key `key` (without `/`) of `client`'s namespace lives on the server: the
+/// znode (ZooKeeper), key (etcd, mem) a foreign writer writes — the namespace's root
+/// (as the lock layout shows it) followed by `config/<key>`.
+///
+/// # Errors
+///
+/// When the client's lock layout does not end in `locks/<name>`.
+pub fn config_key_path(client: &coord_core::Client, key: &str) -> anyhow::Result<String> {
+    let lock = client.lock_path("x")?;
+    let root = lock
+        .strip_suffix("locks/x")
+        .ok_or_else(|| anyhow::anyhow!("the lock layout {lock:?} does not end in locks/x"))?;
+    Ok(format!("{root}config/{key}"))
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Factory, Faults};
+use coord_conformance::{Factory, Faults, ForeignWriter};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_mem::{MemClient, MemCluster, MemOptions};
 
@@ -19,6 +19,32 @@ fn mem(client: &Client) -> Result<&MemClient> {
     client
         .backend_as::<MemClient>()
         .ok_or_else(|| Error::new(ErrorKind::Unexpected, "not a mem client"))
+}
+
+/// Writes coord's config keys in the store directly (see [`ForeignWriter`]).
+struct MemForeign {
+    cluster: MemCluster,
+    client: Client,
+}
+
+impl MemForeign {
+    fn key(&self, key: &str) -> Result<String> {
+        coord_conformance::util::config_key_path(&self.client, key)
+            .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))
+    }
+}
+
+#[async_trait]
+impl ForeignWriter for MemForeign {
+    async fn put(&self, key: &str, value: &[u8]) -> Result<coord_core::Version> {
+        let key = self.key(key)?;
+        let data = self.cluster.with(|s| s.put(&key, value.to_vec(), None));
+        Ok(coord_core::raw::version(data.mod_rev, 0))
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool> {
+        Ok(self.cluster.delete_key(&self.key(key)?))
+    }
 }
 
 #[async_trait]
@@ -106,6 +132,13 @@ impl Factory for MemFactory {
     async fn delay(&self, client: &Client, delay: Duration) -> Result<()> {
         mem(client)?.delay_replies(delay);
         Ok(())
+    }
+
+    async fn foreign_writer(&self, client: &Client) -> Result<Box<dyn ForeignWriter>> {
+        Ok(Box::new(MemForeign {
+            cluster: self.cluster.clone(),
+            client: client.clone(),
+        }))
     }
 
     async fn operator_delete(&self, path: &str) -> Result<()> {

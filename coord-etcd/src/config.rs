@@ -22,6 +22,32 @@ impl EtcdClient {
     fn config_root(&self) -> String {
         self.inner.key("config/")
     }
+
+    /// The deliberate bug `CasReadThenWrite` (coord's own tests only): each version check
+    /// of `txn` made by a read, before the write and apart from it.
+    async fn check_then_write(&self, txn: &Txn) -> Result<()> {
+        for check in txn.checks() {
+            if let Check::Version {
+                key,
+                version: expected,
+            } = check
+            {
+                let k = format!("{}{key}", self.config_root());
+                let resp = self
+                    .inner
+                    .call(Counter::Read, "commit", false, move |mut c: etcd::KvClient| {
+                        let k = k.clone();
+                        async move { c.get(k, None).await }
+                    })
+                    .await?;
+                let actual = resp.kvs().first().map(|kv| version(kv.mod_revision()));
+                if actual != *expected {
+                    return Err(version_mismatch(key, *expected, actual));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn entry(root: &str, prefix: &str, kv: Kv) -> Option<Entry> {
@@ -118,6 +144,10 @@ impl KvStore for EtcdClient {
                 Op::Delete { key } => etcd::TxnOp::delete(full(key), None),
             })
             .collect();
+        if coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::CasReadThenWrite) {
+            self.check_then_write(&txn).await?;
+            compares.clear();
+        }
         let request = etcd::Txn::new().when(compares).and_then(ops).or_else(diagnose);
         let resp = self
             .inner

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, RealServer};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, ForeignWriter, Group, Needs, RealServer};
 
 #[path = "conformance/interop.rs"]
 mod interop;
@@ -81,6 +81,43 @@ impl EtcdFactory {
     }
 }
 
+/// A raw etcd client writing coord's config keys (see [`ForeignWriter`]).
+struct EtcdForeign {
+    etcd: etcd_client::Client,
+    client: Client,
+}
+
+impl EtcdForeign {
+    fn key(&self, key: &str) -> Result<String> {
+        coord_conformance::util::config_key_path(&self.client, key)
+            .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))
+    }
+}
+
+#[async_trait]
+impl ForeignWriter for EtcdForeign {
+    async fn put(&self, key: &str, value: &[u8]) -> Result<coord_core::Version> {
+        let resp = self
+            .etcd
+            .kv_client()
+            .put(self.key(key)?, value.to_vec(), None)
+            .await
+            .map_err(|e| unavailable("foreign put", e))?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        Ok(coord_core::raw::version(revision as u64, 0))
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool> {
+        let resp = self
+            .etcd
+            .kv_client()
+            .delete(self.key(key)?, None)
+            .await
+            .map_err(|e| unavailable("foreign delete", e))?;
+        Ok(resp.deleted() > 0)
+    }
+}
+
 #[async_trait]
 impl Factory for EtcdFactory {
     fn name(&self) -> &str {
@@ -130,6 +167,13 @@ impl Factory for EtcdFactory {
             .await
             .map_err(|e| unavailable("lease revoke", e))?;
         Ok(())
+    }
+
+    async fn foreign_writer(&self, client: &Client) -> Result<Box<dyn ForeignWriter>> {
+        Ok(Box::new(EtcdForeign {
+            etcd: self.admin().await?,
+            client: client.clone(),
+        }))
     }
 
     async fn operator_delete(&self, path: &str) -> Result<()> {

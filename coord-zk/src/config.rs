@@ -252,7 +252,7 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         return Ok(None);
     };
     let mut out = planned.op_results(&results)?;
-    read_back_create_stats(inner, txn, &mut out).await?;
+    read_back_create_stats(inner, &planned, &mut out).await?;
     Ok(Some(out))
 }
 
@@ -329,24 +329,22 @@ async fn create_key(inner: &Inner, key: &str, value: &[u8]) -> Result<Option<Ver
         let marker = new_marker();
         let ops = [
             PlannedOp::Create(path.clone(), value.to_vec()),
-            PlannedOp::Create(format!("{path}/{marker}"), Vec::new()),
+            PlannedOp::Create(key_marker(&path, &marker), Vec::new()),
         ];
         match write_multi(inner, &ops).await? {
             Ok(results) => {
                 let created = match results.first() {
                     Some(zk::MultiWriteResult::Create { stat, .. }) if !unknown_major(version(stat)) => {
-                        Some(*stat)
+                        version(stat)
                     }
-                    // No stat from this server (ZOOKEEPER-4026): read it back.
-                    _ => read_back(inner, &path).await?,
+                    // No stat from this server (ZOOKEEPER-4026): the marker's, made in
+                    // the same `multi`, tells.
+                    _ => created_version(inner, &key_marker(&path, &marker)).await?,
                 };
-                if let Some(stat) = &created {
-                    // Made in one `multi` with the node: this incarnation's marker (a
-                    // read back may have met a later incarnation, which then does not
-                    // have it and fails the check).
-                    inner.markers.remember(&path, stat.czxid, &marker);
-                }
-                return Ok(created.as_ref().map(version));
+                // Made in one `multi` with the node: this incarnation's marker.
+                let czxid = coord_core::raw::version_parts(created).0 as i64;
+                inner.markers.remember(&path, czxid, &marker);
+                return Ok(Some(created));
             }
             Err((0, zk::Error::NodeExists)) => return Ok(None),
             // The config directory does not exist yet (or went as an empty container).
@@ -389,12 +387,9 @@ async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Resul
     let path = node_path(inner, key);
     let (czxid, data_version) = incarnation(expected);
     if let Some(marker) = inner.markers.of(&path, czxid) {
-        let ops = [
-            PlannedOp::Check(format!("{path}/{marker}"), -1),
-            PlannedOp::Set(path.clone(), value.to_vec(), data_version),
-        ];
+        let ops = marked_set(&path, &marker, value, data_version);
         match write_multi(inner, &ops).await? {
-            Ok(results) => return set_result(&results, 1),
+            Ok(results) => return set_result(&results, ops.len() - 1),
             Err((_, zk::Error::NoAuth)) => return Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
             // The marker is gone (so is that incarnation) or the data version moved on:
             // the read below tells which.
@@ -412,12 +407,9 @@ async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Resul
             mark(inner, &path, &node.stat).await?;
             continue;
         };
-        let ops = [
-            PlannedOp::Check(format!("{path}/{marker}"), -1),
-            PlannedOp::Set(path.clone(), value.to_vec(), data_version),
-        ];
+        let ops = marked_set(&path, marker, value, data_version);
         return match write_multi(inner, &ops).await? {
-            Ok(results) => set_result(&results, 1),
+            Ok(results) => set_result(&results, ops.len() - 1),
             Err((_, zk::Error::NoAuth)) => Err(map_at(zk::Error::NoAuth, "commit", true, &path)),
             Err(_) => Err(mismatch_now(inner, key, Some(expected)).await),
         };
@@ -428,6 +420,16 @@ async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Resul
             "config key {key:?} kept changing while it was marked for compare-and-set; nothing was written — retry"
         ),
     ))
+}
+
+/// The `multi` of a compare-and-set: the incarnation's marker is there, and the node
+/// at the data version gets `value` (the result of the set is the last one).
+fn marked_set(path: &str, marker: &str, value: &[u8], data_version: i32) -> Vec<PlannedOp> {
+    let set = PlannedOp::Set(path.to_owned(), value.to_vec(), data_version);
+    if coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::MarkerUnchecked) {
+        return vec![set];
+    }
+    vec![PlannedOp::Check(format!("{path}/{marker}"), -1), set]
 }
 
 /// The `czxid` and data version a version was made of.
@@ -720,22 +722,51 @@ impl Planned {
     }
 }
 
-/// Some servers return no stat for a create inside multi (ZOOKEEPER-4026): reads those
-/// back. The write is applied whatever happens to that read, so a failed read never
-/// reports the commit as not applied: it is retried, and then reported with an unknown
-/// outcome (the strongest true thing a caller can act on).
-async fn read_back_create_stats(inner: &Inner, txn: &Txn, out: &mut [OpResult]) -> Result<()> {
-    for (i, op) in txn.ops().iter().enumerate() {
-        if let (Op::Put { key, .. }, OpResult::Put(v)) = (op, out[i]) {
-            let major = coord_core::raw::version_parts(v).0;
-            if major == 0 || major == u64::MAX {
-                if let Some(stat) = read_back(inner, &node_path(inner, key)).await? {
-                    out[i] = OpResult::Put(version(&stat));
-                }
-            }
+/// Some servers return no stat for a create inside multi (ZOOKEEPER-4026): the
+/// version of each key the commit created is read from its marker, created in the same
+/// `multi` (so with the same `czxid`) — never from the key's node, which another writer
+/// may have changed since. The write is applied whatever happens to that read, so a
+/// failed read never reports the commit as not applied: it is retried, and then
+/// reported with an unknown outcome (the strongest true thing a caller can act on).
+async fn read_back_create_stats(inner: &Inner, planned: &Planned, out: &mut [OpResult]) -> Result<()> {
+    for (i, &(slot, is_delete)) in planned.result_slots.iter().enumerate() {
+        let OpResult::Put(v) = out[i] else { continue };
+        if is_delete || !unknown_major(v) {
+            continue;
         }
+        let Some((_, marker)) = planned.plan.get(slot + 1) else {
+            continue;
+        };
+        out[i] = OpResult::Put(created_version(inner, marker.path()).await?);
     }
     Ok(())
+}
+
+/// The path of a key node's marker.
+fn key_marker(path: &str, marker: &str) -> String {
+    format!("{path}/{marker}")
+}
+
+/// The version of a key node just created in one `multi` with the marker at
+/// `marker_path`: the marker's `czxid` is the node's, its data version 0.
+///
+/// # Errors
+///
+/// Outcome unknown (the write *was* applied) when the marker is gone already — the key
+/// deleted or its marker removed by another writer at once — so that the version the
+/// write made cannot be told, or when reading it keeps failing.
+async fn created_version(inner: &Inner, marker_path: &str) -> Result<Version> {
+    match read_back(inner, marker_path).await? {
+        Some(stat) => Ok(coord_core::raw::version(stat.czxid as u64, 0)),
+        None => Err(Error::new(
+            ErrorKind::Unavailable,
+            "the write was applied, but another writer deleted the key (or its marker) at once, so the \
+             version it made cannot be told",
+        )
+        .with_operation("commit")
+        .with_retryable(false)
+        .with_outcome_unknown(true)),
+    }
 }
 
 /// The stat of `path`, just written by a commit that succeeded: read again on retryable

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, Group, Needs, RealServer};
+use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, ForeignWriter, Group, Needs, RealServer};
 
 #[path = "conformance/interop.rs"]
 mod interop;
@@ -132,6 +132,66 @@ impl ZkFactory {
     }
 }
 
+/// A raw ZooKeeper client writing coord's config nodes (see [`ForeignWriter`]).
+struct ZkForeign {
+    zk: zookeeper_client::Client,
+    client: Client,
+}
+
+impl ZkForeign {
+    fn path(&self, key: &str) -> Result<String> {
+        coord_conformance::util::config_key_path(&self.client, key)
+            .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))
+    }
+}
+
+fn zk_version(stat: &zookeeper_client::Stat) -> coord_core::Version {
+    coord_core::raw::version(stat.czxid as u64, u64::from(stat.version as u32))
+}
+
+#[async_trait]
+impl ForeignWriter for ZkForeign {
+    async fn put(&self, key: &str, value: &[u8]) -> Result<coord_core::Version> {
+        use zookeeper_client as zk;
+        let path = self.path(key)?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        loop {
+            match self.zk.set_data(&path, value, None).await {
+                Ok(stat) => return Ok(zk_version(&stat)),
+                Err(zk::Error::NoNode) => match self.zk.create(&path, value, &persistent).await {
+                    Ok((stat, _)) => return Ok(zk_version(&stat)),
+                    Err(zk::Error::NodeExists) => continue,
+                    Err(e) => return Err(unavailable("foreign create", e)),
+                },
+                Err(e) => return Err(unavailable("foreign set", e)),
+            }
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool> {
+        use zookeeper_client as zk;
+        let path = self.path(key)?;
+        // zkCli's deleteall: the children (coord's incarnation marker), then the node;
+        // a marker coord adds meanwhile fails the delete: again.
+        loop {
+            let children = match self.zk.list_children(&path).await {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(unavailable("foreign list", e)),
+            };
+            for child in children {
+                let _ = self.zk.delete(&format!("{path}/{child}"), None).await;
+            }
+            match self.zk.delete(&path, None).await {
+                Ok(()) => return Ok(true),
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(zk::Error::NotEmpty) => continue,
+                Err(e) => return Err(unavailable("foreign delete", e)),
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Factory for ZkFactory {
     fn name(&self) -> &str {
@@ -186,6 +246,17 @@ impl Factory for ZkFactory {
 
     async fn kill_session(&self, client: &Client) -> Result<()> {
         self.expire(client).await
+    }
+
+    async fn foreign_writer(&self, client: &Client) -> Result<Box<dyn ForeignWriter>> {
+        Ok(Box::new(ZkForeign {
+            zk: self.operator().await?,
+            client: client.clone(),
+        }))
+    }
+
+    fn linearizable_reads(&self) -> bool {
+        self.server.addrs().len() == 1
     }
 
     async fn operator_delete(&self, path: &str) -> Result<()> {

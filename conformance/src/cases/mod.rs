@@ -13,6 +13,7 @@ pub mod counter;
 pub mod double_barrier;
 pub mod election;
 pub mod fencing;
+pub mod histories;
 pub mod input;
 pub mod inspect;
 pub mod lock;
@@ -89,6 +90,20 @@ const OPERATOR: Needs = Needs {
         ..Needs::NONE.faults
     },
     ..Needs::NONE
+};
+const OPERATOR_AND_DELAY: Needs = Needs {
+    faults: Faults {
+        operator: true,
+        delay: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+/// Switches process-wide mutants on: runs alone.
+#[cfg(feature = "mutants")]
+const OPERATOR_AND_DELAY_ALONE: Needs = Needs {
+    exclusive: true,
+    ..OPERATOR_AND_DELAY
 };
 const GAP_AND_OPERATOR: Needs = Needs {
     faults: Faults {
@@ -192,7 +207,8 @@ pub fn smoke() -> Vec<Case> {
 
 /// Every shared case.
 pub fn all() -> Vec<Case> {
-    vec![
+    #[allow(unused_mut)] // without the mutants feature
+    let mut cases = vec![
         case!(lock::revocation_reaches_the_holder),
         case!(lock::acquire_and_release),
         case!(lock::try_lock_none_when_held),
@@ -208,6 +224,10 @@ pub fn all() -> Vec<Case> {
         case!(
             beliefs::held_beliefs_never_overlap_under_faults,
             KILL_AND_OPERATOR
+        ),
+        case!(
+            histories::config_histories_beside_a_foreign_writer,
+            OPERATOR_AND_DELAY
         ),
         case!(lock::guard_reports_lost_on_session_kill, KILL),
         case!(lock::tokens_increase_across_session_loss, KILL),
@@ -381,5 +401,11 @@ pub fn all() -> Vec<Case> {
         case!(input::oversized_values_rejected),
         case!(input::bad_transactions_rejected),
         case!(input::bad_connection_strings_rejected),
-    ]
+    ];
+    #[cfg(feature = "mutants")]
+    cases.push(case!(
+        histories::config_histories_catch_the_backend_mutants,
+        OPERATOR_AND_DELAY_ALONE
+    ));
+    cases
 }

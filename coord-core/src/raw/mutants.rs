@@ -36,11 +36,19 @@ pub enum Mutant {
     /// holder's release re-creates the entry with no session behind it, a ghost holder
     /// the lock never gets past.
     MarkUnchecked,
+    /// ZooKeeper's compare-and-set writes at the data version without checking the
+    /// incarnation marker: a node deleted and re-created up to the same data version
+    /// passes (ABA).
+    MarkerUnchecked,
+    /// etcd's compare-and-set (a `commit` with version checks) reads the keys, checks
+    /// their versions itself, then writes without a compare: a write landing between
+    /// the read and the write is overwritten.
+    CasReadThenWrite,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -50,6 +58,8 @@ impl Mutant {
         Mutant::WatchGapSilent,
         Mutant::BarrierEnterEarly,
         Mutant::MarkUnchecked,
+        Mutant::MarkerUnchecked,
+        Mutant::CasReadThenWrite,
     ];
 
     fn bit(self) -> u32 {
