@@ -25,6 +25,8 @@ macro_rules! ensure {
     };
 }
 
+#[path = "cli/beliefs.rs"]
+mod beliefs;
 #[path = "cli/recipes.rs"]
 mod recipes;
 
@@ -1121,7 +1123,8 @@ fn main() {
         ("config_json", config_json),
         ("session_json", session_json),
     ];
-    let real_only: [(&str, Case); 13] = [
+    let real_only: [(&str, Case); 14] = [
+        ("cli_holders_never_overlap", beliefs::cli_holders_never_overlap),
         ("lock_modes_refuse_each_other", lock_modes_refuse_each_other),
         (
             "revoke_stops_a_revocable_holder",
