@@ -769,6 +769,17 @@ impl Cluster {
             .map_err(|e| err(format!("cannot write {}: {e}", cfg.display())))
     }
 
+    /// ZooKeeper: the value of `key` in member `i`'s `zoo.cfg` (`tickTime`, say), if set.
+    pub fn zk_setting(&self, i: usize, key: &str) -> Option<String> {
+        self.check(i).ok()?;
+        let cfg = self.dir.join(format!("m{i}")).join("zoo.cfg");
+        let text = std::fs::read_to_string(cfg).ok()?;
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == key)
+            .map(|(_, v)| v.trim().to_owned())
+    }
+
     /// ZooKeeper: puts back the `zoo.cfg` [`Cluster::route_quorum`] rewrote (nothing if
     /// it did not); takes effect when the member starts again.
     ///

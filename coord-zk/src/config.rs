@@ -198,7 +198,7 @@ async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
 /// One attempt at a commit; `Ok(None)` means "raced with a concurrent change, retry".
 /// Reads what the transaction touches, checks its fences and versions, and sends one
 /// `multi` guarded by the versions read, so nothing changes under it unnoticed.
-async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> {
+async fn commit_once(inner: &Inner, txn: &Txn, caught_up: &mut bool) -> Result<Option<Vec<OpResult>>> {
     let fences: Vec<&coord_core::Fence> = txn
         .checks()
         .iter()
@@ -225,7 +225,16 @@ async fn commit_once(inner: &Inner, txn: &Txn) -> Result<Option<Vec<OpResult>>> 
         .map(String::as_str)
         .zip(key_nodes.iter().map(Option::as_ref))
         .collect();
-    let checked = check_versions(txn, &current)?;
+    let checked = match check_versions(txn, &current) {
+        // A refusal decided by a read: only once the member caught up with the leader
+        // (its copy may lag a write that finished before this call began).
+        Err(e) if e.kind() == ErrorKind::VersionMismatch && !*caught_up => {
+            *caught_up = true;
+            catch_up(inner, &config_dir(inner)).await?;
+            return Ok(None);
+        }
+        other => other?,
+    };
     // A checked key without a marker of its own cannot be checked exactly in one
     // `multi`: it gets one first, and the commit reads again.
     let unmarked: Vec<&str> = checked
@@ -397,10 +406,18 @@ async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Resul
             Err(_) => {}
         }
     }
+    let mut caught_up = false;
     for _ in 0..4 {
         let node = nodes(inner, std::slice::from_ref(&path)).await?.pop().flatten();
         let actual = node.as_ref().map(|n| version(&n.stat));
         let Some(node) = node.filter(|_| actual == Some(expected)) else {
+            // A refusal decided by a read: only once the member caught up with the
+            // leader (its copy may lag a write that finished before this call began).
+            if !caught_up {
+                caught_up = true;
+                catch_up(inner, &config_dir(inner)).await?;
+                continue;
+            }
             return Err(mismatch(key, Some(expected), actual));
         };
         let Some(marker) = node.marker() else {
@@ -742,6 +759,20 @@ async fn read_back_create_stats(inner: &Inner, planned: &Planned, out: &mut [OpR
     Ok(())
 }
 
+/// Brings this client's member up to date with the ensemble's leader (`sync`): reads
+/// after it see every write that finished before it was sent.
+async fn catch_up(inner: &Inner, dir: &str) -> Result<()> {
+    let d = dir.to_owned();
+    inner
+        .call_mapped(Counter::Read, "commit", false, |zk| async move {
+            match zk.sync(&d).await {
+                Err(zk::Error::NoNode) => Ok(()),
+                other => other,
+            }
+        })
+        .await
+}
+
 /// The path of a key node's marker.
 fn key_marker(path: &str, marker: &str) -> String {
     format!("{path}/{marker}")
@@ -900,11 +931,12 @@ impl KvStore for ZkClient {
         // Contention backs off (with jitter) between attempts, so racing writers spread
         // out instead of colliding again at once.
         let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+        let mut caught_up = false;
         for attempt in 0..COMMIT_ATTEMPTS {
             if attempt > 0 {
                 backoff.wait().await;
             }
-            if let Some(results) = commit_once(&self.inner, &txn)
+            if let Some(results) = commit_once(&self.inner, &txn, &mut caught_up)
                 .await
                 .map_err(|e| e.with_operation("commit"))?
             {

@@ -51,6 +51,11 @@
 //! on the leader (`syncLimit · tickTime`, 10 s with ZooKeeper's defaults), while the
 //! leader expires the session after T and grants its locks to others — so those answers
 //! keep nothing `Held`, and a connection with no proven answer for T/2 is `Suspended`.
+//! The margin is less by the member's report of the session's activity to the leader,
+//! sent with its next ping reply (every half tick): 3/10 T − tickTime/2, 550 ms with
+//! 100 ms ticks and a 2 s timeout, 200 ms at ZooKeeper's smallest timeout of two ticks.
+//! The price: a leader whose commits take 7/10 T or longer (a disk stalled, say) cannot
+//! be told from a lost one, and its clients give up their sessions.
 //! A client that only reads or idles sends a `sync` whenever nothing was proven for
 //! T/10, so a reset connection has at least 7/10 T − T/10 (3/5 of T) to come back
 //! before the session is given up. That much is needed with several hosts: after every
@@ -128,8 +133,10 @@
 //!
 //! Uncontended `lock` + `release`: create, list children, arm the own-node watch, delete
 //! (4 requests; 2 more when the lock's directory was swept as an empty container
-//! meanwhile). Config `put`: one stat read plus one `multi`. An idle session sends a
-//! stat of `/` every 1/6 of the timeout (counted as a session request).
+//! meanwhile). Config `put` of an existing key: one `setData`; of a new key, one `multi`
+//! (plus a stat of its marker on servers that return no stat from a `multi`,
+//! ZOOKEEPER-4026). A session with no write answered for 1/10 of the timeout sends a
+//! `sync` (counted as a session request).
 //!
 //! # Examples
 //!

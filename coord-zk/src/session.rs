@@ -1,6 +1,7 @@
 //! Session supervision: one task owns the ZooKeeper client and maps its states to
-//! coord's. `Disconnected` ⇒ Suspended; `Expired`, or suspended past the point where the
-//! server may have expired the session ⇒ Lost. After Lost the old client is dropped (if
+//! coord's. `Disconnected`, or no answer through the ensemble's leader for half the
+//! session timeout ⇒ Suspended; `Expired`, or no such answer until the server may have
+//! expired the session ⇒ Lost. After Lost the old client is dropped (if
 //! its session is still alive it is closed on reconnect, deleting its nodes, never
 //! resumed), a new client is built with backoff, and registrations are re-created.
 
@@ -507,9 +508,15 @@ impl Inner {
             inner.stats.incr(Counter::SessionRequest);
             // Its answer counts whenever it comes before the session is given up, also
             // after the request deadline (a slow link keeps its session).
+            // Given up when the client closes, so that it never holds up the close.
             let wait = current.zk.session_timeout() * 7 / 10;
-            if let Ok(Ok(())) = tokio::time::timeout(wait, current.zk.sync("/")).await {
-                inner.note_acked(generation, sent);
+            tokio::select! {
+                synced = tokio::time::timeout(wait, current.zk.sync("/")) => {
+                    if let Ok(Ok(())) = synced {
+                        inner.note_acked(generation, sent);
+                    }
+                }
+                _ = inner.closed() => {}
             }
         });
     }

@@ -3,7 +3,7 @@
 //! Three coord clients (one over a slowed link, so that its compare-and-sets' reads and
 //! writes are far apart) put, compare-and-set, delete and commit two-key transactions
 //! on three keys, some of them dropped midway by a short timeout; a raw client of the
-//! backend (see [`ForeignWriter`](crate::ForeignWriter)) meanwhile rewrites, deletes
+//! backend (see [`ForeignWriter`]) meanwhile rewrites, deletes
 //! and re-creates the same keys' nodes, as zkCli, kazoo or etcdctl would — on ZooKeeper
 //! a delete and re-create brings a node back at data version 0, the ABA a plain version
 //! check misses. Every operation is recorded with its outcome on one clock, and each

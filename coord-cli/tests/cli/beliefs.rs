@@ -6,8 +6,9 @@
 //! end the command before the server can grant it to another). Every command appends
 //! `<kind> <token> <worker> <ns>` lines (the realtime clock, shared by the machine's processes) to one
 //! ledger every 10 ms; each token's first and last line bound its interval, judged by
-//! [`coord_check::beliefs`] with no allowance: the next holder is granted only after the
-//! server expired the lost one's session, which `coord` ends the command before.
+//! [`coord_check::beliefs`] with an allowance of 100 ms for a busy machine: the next
+//! holder is granted only after the server expired the lost one's session, which
+//! `coord` ends the command before.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,6 +29,10 @@ const ENOUGH_TOKENS: usize = 12;
 const ENOUGH_LOSSES: usize = 2;
 const LONGEST: Duration = Duration::from_secs(120);
 const WORKERS: usize = 3;
+/// What a command may overlap the next holder's by: none in principle (the next grant
+/// follows the server's expiry of the session, which `coord` ends the command before),
+/// 100 ms for a machine busy enough to be late with the kill or the beats' clock reads.
+const ALLOWANCE: Duration = Duration::from_millis(100);
 
 pub fn cli_holders_never_overlap(b: &Backend) -> Result {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -72,11 +77,12 @@ pub fn cli_holders_never_overlap(b: &Backend) -> Result {
             while !stop.load(Ordering::SeqCst) {
                 round += 1;
                 // Lock and election in turn; the command beats for 50..250 ms, every
-                // third one for 2.5 s (longer than a loss takes to show).
+                // third one for 4 s (longer than a loss takes to show, and than the
+                // allowance by far: a command left running after a loss overlaps).
                 let elect = round % 2 == 0;
                 let kind = if elect { "elect" } else { "lock" };
                 let beats_ms = if round % 3 == 0 {
-                    2500
+                    4000
                 } else {
                     50 + (round * 37 + w * 61) % 200
                 };
@@ -234,7 +240,7 @@ fn judge(ledger: &std::path::Path, backend: &str) -> Result {
             });
         }
     }
-    let report = beliefs::check(&beliefs, 0);
+    let report = beliefs::check(&beliefs, ALLOWANCE.as_nanos() as u64);
     eprintln!("[{backend}] cli beliefs: {report}");
     if report.is_ok() {
         Ok(())

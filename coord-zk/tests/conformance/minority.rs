@@ -16,23 +16,33 @@ use coord_conformance::util::{retrying, within};
 use coord_conformance::{CaseResult, Cluster, Ctx, FaultProxy};
 use coord_core::{HoldState, Lock};
 
-/// How long the follower is cut off: past the leader's expiry of its clients' sessions
-/// (one session timeout) and the other client's grant, short of the follower's own
-/// give-up (`syncLimit` 50 ticks of 100 ms = 5 s, the ratio of ZooKeeper's defaults:
-/// 10 s beside sessions of 4 s and more).
-const CUT: Duration = Duration::from_secs(4);
-
-/// Puts the follower's configuration back and restarts it, also when the case fails.
+/// Puts the follower's configuration back and restarts it before it lets the fault lock
+/// go (its fields drop after [`Drop::drop`]), also when the case fails, panics or is
+/// cancelled: no other fault injector takes a member down before this one is back.
 struct Restore {
     cluster: Arc<Cluster>,
     member: usize,
+    proxies: Vec<FaultProxy>,
     done: bool,
+    _faults: coord_testkit::FaultLock,
 }
 
 impl Restore {
+    fn undo(&self) -> Result<(), coord_testkit::Error> {
+        for p in &self.proxies {
+            p.pass();
+        }
+        self.cluster.restore_config(self.member)?;
+        self.cluster.restart(self.member)
+    }
+
+    /// Undoes it on the blocking pool; the fault lock goes with `self` after.
     async fn now(mut self) -> anyhow::Result<()> {
         self.done = true;
         let (c, i) = (self.cluster.clone(), self.member);
+        for p in &self.proxies {
+            p.pass();
+        }
         blocking(move || {
             c.restore_config(i)?;
             c.restart(i)
@@ -45,12 +55,8 @@ impl Restore {
 impl Drop for Restore {
     fn drop(&mut self) {
         if !self.done {
-            let (c, i) = (self.cluster.clone(), self.member);
-            // On the blocking pool: the member comes back even if the case panicked.
-            std::thread::spawn(move || {
-                let _ = c.restore_config(i);
-                let _ = c.restart(i);
-            });
+            // Synchronous: the member is back before the fault lock is released.
+            let _ = self.undo();
         }
     }
 }
@@ -58,14 +64,26 @@ impl Drop for Restore {
 /// A client on a follower cut off from the leader (the client's own link is fine) holds
 /// a lock; another client on the majority gets the lock once the leader expired the
 /// first one's session. By then the first guard must have stopped saying `Held`.
+///
+/// The follower gives up on the leader only after 3 session timeouts (its `syncLimit`
+/// raised so: ZooKeeper's defaults give 10 s beside sessions from 4 s), and the cut
+/// lasts 2.5 of them: past the leader's expiry of the session and the other client's
+/// grant, short of the follower dropping its clients.
 pub async fn cut_off_follower_does_not_keep_held(ctx: Ctx) -> CaseResult {
     let cluster = ctx.factory().cluster()?;
     let c = cluster.clone();
-    let _faults = blocking(move || c.fault_lock()).await?;
+    let faults = blocking(move || c.fault_lock()).await?;
     let c = cluster.clone();
     let leader = blocking(move || c.wait_leader(Duration::from_secs(30))).await?;
     let follower = (leader + 1) % cluster.len();
     let others: Vec<usize> = (0..cluster.len()).filter(|j| *j != follower).collect();
+    let tick = cluster
+        .zk_setting(follower, "tickTime")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map_or(Duration::from_secs(2), Duration::from_millis);
+    let timeout = ctx.session_timeout();
+    let sync_limit = (timeout * 3).as_millis().div_ceil(tick.as_millis().max(1)) + 1;
+    let cut = timeout * 5 / 2;
     // The follower reaches every other member through a proxy of its own.
     let mut proxies = Vec::new();
     let mut routes = Vec::new();
@@ -79,21 +97,24 @@ pub async fn cut_off_follower_does_not_keep_held(ctx: Ctx) -> CaseResult {
     let restore = Restore {
         cluster: cluster.clone(),
         member: follower,
+        proxies,
         done: false,
+        _faults: faults,
     };
     let c = cluster.clone();
     blocking(move || {
-        c.route_quorum(follower, &routes, &["syncLimit=50".to_owned()])?;
+        c.route_quorum(follower, &routes, &[format!("syncLimit={sync_limit}")])?;
         c.restart(follower)?;
         c.wait_leader(Duration::from_secs(30)).map(drop)
     })
     .await?;
-    let outcome = judge(&ctx, &cluster, follower, &others, &proxies).await;
-    for p in &proxies {
-        p.pass();
+    let outcome = judge(&ctx, &cluster, follower, &others, &restore.proxies, cut).await;
+    let restored = restore.now().await;
+    match (outcome, restored) {
+        (Err(e), Err(r)) => Err(e.context(format!("and restoring the follower failed: {r}"))),
+        (Err(e), Ok(())) => Err(e),
+        (Ok(()), r) => r,
     }
-    restore.now().await?;
-    outcome
 }
 
 async fn judge(
@@ -102,6 +123,7 @@ async fn judge(
     follower: usize,
     others: &[usize],
     proxies: &[FaultProxy],
+    cut: Duration,
 ) -> CaseResult {
     let timeout = ctx.session_timeout();
     let url = |members: &[usize]| {
@@ -141,10 +163,10 @@ async fn judge(
     };
     let cut_at = tokio::time::Instant::now();
     for p in proxies {
-        p.blackhole_for(CUT);
+        p.blackhole_for(cut);
     }
     let next = within(
-        CUT,
+        cut,
         "the majority's client acquires once the leader expired the follower's client",
         retrying(|| majority.lock("res")),
     )
