@@ -375,6 +375,7 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"))
         .map(|server| Arc::new(EtcdFactory::plain(server)) as Arc<dyn Factory>);
     let mut cases = coord_conformance::cases::all();
+    cases.extend(coord_conformance::cases::backend_mutants());
     cases.extend(coord_conformance::cases::server::all());
     cases.extend([
         Case {

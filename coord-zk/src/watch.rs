@@ -209,8 +209,14 @@ pub(crate) async fn follow<F: DirFollower>(
                 // when the read was one request. A re-read of more nodes than one
                 // request holds is several requests, which may straddle a write: then
                 // only a round with no notification at all is known to be a state.
+                let one_request = |read: &[zk::WatchedEvent]| {
+                    distinct_paths(read) <= crate::session::CHUNK
+                        || coord_core::raw::mutants::active(
+                            coord_core::raw::mutants::Mutant::RereadSplitSilently,
+                        )
+                };
                 let covered = match &batch {
-                    Some(read) if distinct_paths(read) <= crate::session::CHUNK => {
+                    Some(read) if one_request(read.as_slice()) => {
                         more.iter().all(|e| read.iter().any(|r| r.path == e.path))
                     }
                     _ => more.is_empty(),

@@ -391,6 +391,32 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
 /// A watch whose read after a notification fails — here it times out on a slow link,
 /// without any reconnect — reads again until it succeeds instead of dropping the change
 /// (nothing else would make it read: no further change comes).
+/// The negative control of `cache::config_cache_never_mixes_commits_above_64_keys` on
+/// ZooKeeper's layout: with the mutant `RereadSplitSilently` (a re-read of more than 64
+/// nodes taken as one state unchecked), the same run must show mixed views.
+async fn split_reread_mutant_is_caught(ctx: Ctx) -> CaseResult {
+    use coord_core::raw::mutants::{self, Mutant};
+    struct Off;
+    impl Drop for Off {
+        fn drop(&mut self) {
+            mutants::set(Mutant::RereadSplitSilently, false);
+        }
+    }
+    let _off = Off;
+    mutants::set(Mutant::RereadSplitSilently, true);
+    for run in 1..=3 {
+        let (judged, mixed, _, _) = coord_conformance::cases::cache::wide_commit_views(&ctx).await?;
+        if !mixed.is_empty() {
+            eprintln!(
+                "[zk] split re-read mutant caught in run {run}: {} of {judged} views mixed",
+                mixed.len()
+            );
+            return Ok(());
+        }
+    }
+    anyhow::bail!("3 runs with re-reads split silently showed no mixed view: the case cannot catch it")
+}
+
 async fn failed_reread_is_retried(ctx: Ctx) -> CaseResult {
     use anyhow::{Context as _, bail, ensure};
     use coord_conformance::util::next_event;
@@ -642,6 +668,7 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"))
         .map(|server| Arc::new(ZkFactory::new(server, "zk", String::new())) as Arc<dyn Factory>);
     let mut cases = coord_conformance::cases::all();
+    cases.extend(coord_conformance::cases::backend_mutants());
     cases.extend(coord_conformance::cases::server::all());
     cases.extend([
         Case {
@@ -694,6 +721,19 @@ fn main() {
                 ..Needs::NONE
             },
             run: |ctx| Box::pin(minority::cut_off_follower_does_not_keep_held(ctx)),
+        },
+        Case {
+            name: "zk::split_reread_mutant_is_caught",
+            needs: Needs {
+                faults: Faults {
+                    delay: true,
+                    ..Needs::NONE.faults
+                },
+                // It switches a process-wide mutant on.
+                exclusive: true,
+                ..Needs::NONE
+            },
+            run: |ctx| Box::pin(split_reread_mutant_is_caught(ctx)),
         },
         Case {
             name: "zk::locally_lost_session_is_closed_not_resumed",

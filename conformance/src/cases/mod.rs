@@ -207,8 +207,7 @@ pub fn smoke() -> Vec<Case> {
 
 /// Every shared case.
 pub fn all() -> Vec<Case> {
-    #[allow(unused_mut)] // without the mutants feature
-    let mut cases = vec![
+    vec![
         case!(lock::revocation_reaches_the_holder),
         case!(lock::acquire_and_release),
         case!(lock::try_lock_none_when_held),
@@ -401,11 +400,17 @@ pub fn all() -> Vec<Case> {
         case!(input::oversized_values_rejected),
         case!(input::bad_transactions_rejected),
         case!(input::bad_connection_strings_rejected),
-    ];
-    #[cfg(feature = "mutants")]
-    cases.push(case!(
+    ]
+}
+
+/// The cases that switch a backend's own mutants on (see
+/// [`histories::config_histories_catch_the_backend_mutants`]): for the suites of the
+/// backends that have them (ZooKeeper, etcd), never for another, where the mutant
+/// changes nothing.
+#[cfg(feature = "mutants")]
+pub fn backend_mutants() -> Vec<Case> {
+    vec![case!(
         histories::config_histories_catch_the_backend_mutants,
         OPERATOR_AND_DELAY_ALONE
-    ));
-    cases
+    )]
 }

@@ -44,11 +44,15 @@ pub enum Mutant {
     /// their versions itself, then writes without a compare: a write landing between
     /// the read and the write is overwritten.
     CasReadThenWrite,
+    /// ZooKeeper's re-read of more nodes than one request holds is taken as one state
+    /// without checking that nothing changed between its requests: a commit landing
+    /// between two of them shows up mixed with the one before.
+    RereadSplitSilently,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -60,6 +64,7 @@ impl Mutant {
         Mutant::MarkUnchecked,
         Mutant::MarkerUnchecked,
         Mutant::CasReadThenWrite,
+        Mutant::RereadSplitSilently,
     ];
 
     fn bit(self) -> u32 {
