@@ -515,8 +515,8 @@ pub async fn config_cache_shows_only_states_that_existed(ctx: Ctx) -> CaseResult
 }
 
 /// The same storm, while the cache's client loses its connection again and again (each
-/// cut on its next request 100 ms after it is connected again, the link refusing for
-/// 50 ms, the session kept): a
+/// cut on its next request 100 ms after it is connected again and the cache has shown a
+/// new in-sync view, the link refusing for 50 ms, the session kept): a
 /// read whose answer is lost is sent again on the new connection, where changes made
 /// meanwhile were never notified, so what it returns must not be taken as the whole
 /// state. The cache shows only states that existed, or says it is out of sync, and ends
@@ -535,7 +535,8 @@ pub async fn config_cache_shows_only_states_that_existed_through_reconnects(ctx:
 
 /// A write storm under a cache of `reader`'s, judged as
 /// [`config_cache_shows_only_states_that_existed`] says; with `cuts`, the links are cut
-/// on their next request every 100 ms until the storm ends.
+/// on their next request, again 100 ms after the cache has shown a new in-sync view
+/// since the last cut, until the storm ends.
 async fn storm_shows_only_states_that_existed(
     ctx: &Ctx,
     reader: &Client,
@@ -614,8 +615,12 @@ async fn storm_shows_only_states_that_existed(
             anyhow::Ok(())
         }));
     }
-    // The cuts go on until every writer is done.
+    // The cuts go on until every writer is done. After each, the next waits until the
+    // cache has shown a new in-sync view: however slow the machine, a cut never comes
+    // before the cache could recover from the last one (so the storm cannot livelock
+    // it), and every view judged follows a reconnect.
     let cut = std::sync::atomic::AtomicUsize::new(0);
+    let mut cut_judged = judged_rx.clone();
     let cutting = async {
         let Some(links) = cuts else {
             return std::future::pending().await;
@@ -625,10 +630,18 @@ async fn storm_shows_only_states_that_existed(
             if reader.session_state() != SessionState::Connected {
                 continue;
             }
+            let mut armed = false;
             for link in links.all() {
                 if !link.reset_pending() {
                     link.reset_after_next_request(Duration::from_millis(50));
                     cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    armed = true;
+                }
+            }
+            if armed {
+                let last = *cut_judged.borrow_and_update();
+                if cut_judged.wait_for(|c| *c > last).await.is_err() {
+                    return std::future::pending().await;
                 }
             }
         }

@@ -228,6 +228,7 @@ pub fn all() -> Vec<Case> {
             histories::config_histories_beside_a_foreign_writer,
             OPERATOR_AND_DELAY
         ),
+        case!(histories::queue_history_with_closes_mid_take, DELAY),
         case!(lock::guard_reports_lost_on_session_kill, KILL),
         case!(lock::tokens_increase_across_session_loss, KILL),
         case!(lock::same_client_queues_locally),
