@@ -56,6 +56,45 @@ pub trait ForeignWriter: Send + Sync {
     /// Deletes config key `key` (ZooKeeper: with whatever children coord gave it):
     /// whether it existed.
     async fn delete(&self, key: &str) -> Result<bool>;
+
+    /// Reads config key `key` as of now, past any lag of the member it is on (ZooKeeper:
+    /// after a `sync`; etcd reads are linearizable): its value and the version coord
+    /// reports for it.
+    async fn read(&self, key: &str) -> Result<Option<(Vec<u8>, coord_core::Version)>>;
+
+    /// Starts recording every write to the config keys beginning with `prefix`, as the
+    /// backend itself records them — where it keeps such a record (etcd: its revision
+    /// history, followed by a watch of its own from the current revision). `None` where it
+    /// keeps none (ZooKeeper: a watch there is a one-shot trigger, not a record).
+    async fn record(&self, prefix: &str) -> Result<Option<Box<dyn Recording>>> {
+        let _ = prefix;
+        Ok(None)
+    }
+}
+
+/// One write of a backend's own record ([`ForeignWriter::record`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedWrite {
+    /// The revision it committed at, shared by the writes of one transaction.
+    pub revision: u64,
+    /// The config key, as coord names it.
+    pub key: String,
+    /// The value it set; `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A recording started by [`ForeignWriter::record`].
+#[async_trait]
+pub trait Recording: Send {
+    /// Every write recorded, in commit order, up to and including revision `last` (the
+    /// revision of a write that the caller made last), waiting at most `within` for the
+    /// record to reach it.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` when the record broke off and could not be resumed from where it
+    /// stopped (history compacted meanwhile), or did not reach `last` in time.
+    async fn finish(self: Box<Self>, last: u64, within: Duration) -> Result<Vec<RecordedWrite>>;
 }
 
 /// A backend under test.

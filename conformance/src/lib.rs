@@ -38,6 +38,6 @@ pub mod real_server;
 pub mod util;
 
 pub use coord_testkit::{Cluster, FaultProxy, Links, ProxyMap};
-pub use factory::{Factory, Faults, ForeignWriter};
+pub use factory::{Factory, Faults, ForeignWriter, RecordedWrite, Recording};
 pub use harness::{Case, CaseResult, Ctx, Group, Needs, ServerSettings, run_groups, run_main, run_main_with};
 pub use real_server::{RealServer, UrlFactory};

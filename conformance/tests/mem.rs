@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Factory, Faults, ForeignWriter};
+use coord_conformance::{Factory, Faults, ForeignWriter, RecordedWrite, Recording};
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_mem::{MemClient, MemCluster, MemOptions};
 
@@ -44,6 +44,49 @@ impl ForeignWriter for MemForeign {
 
     async fn delete(&self, key: &str) -> Result<bool> {
         Ok(self.cluster.delete_key(&self.key(key)?))
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<(Vec<u8>, coord_core::Version)>> {
+        let key = self.key(key)?;
+        Ok(self.cluster.with(|s| {
+            s.get(&key)
+                .map(|d| (d.value.clone(), coord_core::raw::version(d.mod_rev, 0)))
+        }))
+    }
+
+    async fn record(&self, prefix: &str) -> Result<Option<Box<dyn Recording>>> {
+        self.cluster.record_writes();
+        Ok(Some(Box::new(MemRecording {
+            cluster: self.cluster.clone(),
+            root: self.key("")?,
+            prefix: self.key(prefix)?,
+        })))
+    }
+}
+
+/// The in-memory store's own record of every write ([`MemCluster::writes`]).
+struct MemRecording {
+    cluster: MemCluster,
+    root: String,
+    prefix: String,
+}
+
+#[async_trait]
+impl Recording for MemRecording {
+    async fn finish(self: Box<Self>, last: u64, _within: Duration) -> Result<Vec<RecordedWrite>> {
+        Ok(self
+            .cluster
+            .writes(&self.prefix)
+            .into_iter()
+            .filter(|(revision, _, _)| *revision <= last)
+            .filter_map(|(revision, key, value)| {
+                Some(RecordedWrite {
+                    revision,
+                    key: key.strip_prefix(&self.root)?.to_owned(),
+                    value,
+                })
+            })
+            .collect())
     }
 }
 

@@ -103,8 +103,16 @@ where
             }
             let mut next = rev + 1;
             let mut broken = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            let mut resumed = false;
             // Follow until compaction forces a resync.
             loop {
+                if resumed
+                    && coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::WatchResumeFromNow)
+                    && let Some((now, _)) = retry(&inner, &tx, || range(&inner, &prefix)).await
+                {
+                    next = now + 1;
+                }
+                resumed = true;
                 let p = prefix.clone();
                 let mut moves = inner.member_moves();
                 let Some(mut stream) = retry(&inner, &tx, || {

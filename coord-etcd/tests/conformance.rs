@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_conformance::{Case, CaseResult, Ctx, Factory, Faults, ForeignWriter, Group, Needs, RealServer};
+use coord_conformance::{
+    Case, CaseResult, Ctx, Factory, Faults, ForeignWriter, Group, Needs, RealServer, RecordedWrite, Recording,
+};
 
 #[path = "conformance/interop.rs"]
 mod interop;
@@ -85,6 +87,8 @@ impl EtcdFactory {
 struct EtcdForeign {
     etcd: etcd_client::Client,
     client: Client,
+    /// Every member, for the record's watch.
+    addrs: Vec<std::net::SocketAddr>,
 }
 
 impl EtcdForeign {
@@ -115,6 +119,155 @@ impl ForeignWriter for EtcdForeign {
             .await
             .map_err(|e| unavailable("foreign delete", e))?;
         Ok(resp.deleted() > 0)
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<(Vec<u8>, coord_core::Version)>> {
+        let resp = self
+            .etcd
+            .kv_client()
+            .get(self.key(key)?, None)
+            .await
+            .map_err(|e| unavailable("foreign read", e))?;
+        Ok(resp.kvs().first().map(|kv| {
+            (
+                kv.value().to_vec(),
+                coord_core::raw::version(kv.mod_revision() as u64, 0),
+            )
+        }))
+    }
+
+    async fn record(&self, prefix: &str) -> Result<Option<Box<dyn Recording>>> {
+        let root = self.key("")?;
+        let start = self
+            .etcd
+            .kv_client()
+            .get(
+                root.clone(),
+                Some(etcd_client::GetOptions::new().with_count_only()),
+            )
+            .await
+            .map_err(|e| unavailable("record start", e))?
+            .header()
+            .map_or(0, |h| h.revision());
+        let state = Arc::new(std::sync::Mutex::new(Record::default()));
+        let task = tokio::spawn(follow_record(
+            self.addrs.clone(),
+            format!("{root}{prefix}"),
+            root,
+            start + 1,
+            state.clone(),
+        ));
+        Ok(Some(Box::new(EtcdRecording { task, state })))
+    }
+}
+
+/// What a recording holds so far.
+#[derive(Default)]
+struct Record {
+    writes: Vec<RecordedWrite>,
+    /// The highest revision recorded.
+    reached: u64,
+    /// Why it stopped for good.
+    broke: Option<String>,
+}
+
+/// etcd's own record of a prefix: a watch from `from`, resumed after the last revision
+/// it delivered whenever its stream breaks (a member killed), on any member.
+async fn follow_record(
+    addrs: Vec<std::net::SocketAddr>,
+    prefix: String,
+    root: String,
+    mut from: i64,
+    state: Arc<std::sync::Mutex<Record>>,
+) {
+    let set_broke = |why: String| state.lock().unwrap_or_else(|p| p.into_inner()).broke = Some(why);
+    let mut failures = 0;
+    loop {
+        let endpoints: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
+        let attempt = async {
+            let mut c = etcd_client::Client::connect(endpoints, None).await?;
+            let options = etcd_client::WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(from);
+            c.watch(prefix.clone(), Some(options)).await
+        };
+        let mut stream = match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                failures += 1;
+                if failures > 100 {
+                    return set_broke(format!(
+                        "the record's watch could not resume from revision {from}"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        while let Ok(Some(resp)) = stream.message().await {
+            if resp.canceled() {
+                if resp.compact_revision() > 0 {
+                    return set_broke(format!(
+                        "the record's history was compacted at revision {} before it was read",
+                        resp.compact_revision()
+                    ));
+                }
+                break;
+            }
+            let mut record = state.lock().unwrap_or_else(|p| p.into_inner());
+            for event in resp.events() {
+                let Some(kv) = event.kv() else { continue };
+                let key = String::from_utf8_lossy(kv.key());
+                let Some(key) = key.strip_prefix(&root) else {
+                    continue;
+                };
+                let revision = kv.mod_revision();
+                let value = match event.event_type() {
+                    etcd_client::EventType::Put => Some(kv.value().to_vec()),
+                    etcd_client::EventType::Delete => None,
+                };
+                record.writes.push(RecordedWrite {
+                    revision: revision as u64,
+                    key: key.to_owned(),
+                    value,
+                });
+                record.reached = record.reached.max(revision as u64);
+                from = from.max(revision + 1);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct EtcdRecording {
+    task: tokio::task::JoinHandle<()>,
+    state: Arc<std::sync::Mutex<Record>>,
+}
+
+#[async_trait]
+impl Recording for EtcdRecording {
+    async fn finish(self: Box<Self>, last: u64, within: Duration) -> Result<Vec<RecordedWrite>> {
+        let deadline = tokio::time::Instant::now() + within;
+        let result = loop {
+            {
+                let record = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(why) = &record.broke {
+                    break Err(unavailable("record", why));
+                }
+                if record.reached >= last {
+                    break Ok(record.writes.clone());
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    break Err(unavailable(
+                        "record",
+                        format!("it reached revision {} of {last} in {within:?}", record.reached),
+                    ));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        self.task.abort();
+        result
     }
 }
 
@@ -173,6 +326,7 @@ impl Factory for EtcdFactory {
         Ok(Box::new(EtcdForeign {
             etcd: self.admin().await?,
             client: client.clone(),
+            addrs: self.server.addrs().to_vec(),
         }))
     }
 

@@ -341,7 +341,10 @@ async fn read_batch<F: DirFollower>(
     let mut rearmed = None;
     let events = loop {
         let attempt = async {
-            if batch.is_none() && rearmed.is_none() {
+            if batch.is_none()
+                && rearmed.is_none()
+                && !coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::WatchNotRearmed)
+            {
                 rearmed = Some(arm(inner, dir).await?);
             }
             follower.changed(inner, batch).await

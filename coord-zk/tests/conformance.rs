@@ -140,7 +140,8 @@ struct ZkForeign {
 
 impl ZkForeign {
     fn path(&self, key: &str) -> Result<String> {
-        coord_conformance::util::config_key_path(&self.client, key)
+        // A key's segments are one node's name, `/` written as `:`.
+        coord_conformance::util::config_key_path(&self.client, &key.replace('/', ":"))
             .map_err(|e| Error::new(ErrorKind::InvalidArgument, e.to_string()))
     }
 }
@@ -188,6 +189,20 @@ impl ForeignWriter for ZkForeign {
                 Err(zk::Error::NotEmpty) => continue,
                 Err(e) => return Err(unavailable("foreign delete", e)),
             }
+        }
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<(Vec<u8>, coord_core::Version)>> {
+        let path = self.path(key)?;
+        // The member this client is on may lag the leader: `sync` first.
+        self.zk
+            .sync(&path)
+            .await
+            .map_err(|e| unavailable("foreign sync", e))?;
+        match self.zk.get_data(&path).await {
+            Ok((data, stat)) => Ok(Some((data, zk_version(&stat)))),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(e) => Err(unavailable("foreign read", e)),
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod session;
 pub mod spans;
 pub mod tls;
 pub mod two_phase;
+pub mod watch_history;
 
 use crate::factory::Faults;
 use crate::harness::{Case, Needs};
@@ -120,6 +121,24 @@ const BLACKHOLE: Needs = Needs {
         ..Needs::NONE.faults
     },
     ..Needs::NONE
+};
+/// The watch histories: a foreign writer, slowed links, and one watcher cut off and
+/// then its session killed.
+const WATCH_HISTORY: Needs = Needs {
+    faults: Faults {
+        operator: true,
+        delay: true,
+        suspend: true,
+        kill_session: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
+/// The watch histories with process-wide mutants switched on: alone.
+#[cfg(feature = "mutants")]
+const WATCH_HISTORY_ALONE: Needs = Needs {
+    exclusive: true,
+    ..WATCH_HISTORY
 };
 const DELAY: Needs = Needs {
     faults: Faults {
@@ -229,6 +248,10 @@ pub fn all() -> Vec<Case> {
             OPERATOR_AND_DELAY
         ),
         case!(histories::queue_history_with_closes_mid_take, DELAY),
+        case!(
+            watch_history::watch_histories_beside_a_foreign_writer,
+            WATCH_HISTORY
+        ),
         case!(lock::guard_reports_lost_on_session_kill, KILL),
         case!(lock::tokens_increase_across_session_loss, KILL),
         case!(lock::same_client_queues_locally),
@@ -410,8 +433,14 @@ pub fn all() -> Vec<Case> {
 /// changes nothing.
 #[cfg(feature = "mutants")]
 pub fn backend_mutants() -> Vec<Case> {
-    vec![case!(
-        histories::config_histories_catch_the_backend_mutants,
-        OPERATOR_AND_DELAY_ALONE
-    )]
+    vec![
+        case!(
+            histories::config_histories_catch_the_backend_mutants,
+            OPERATOR_AND_DELAY_ALONE
+        ),
+        case!(
+            watch_history::watch_histories_catch_the_backend_mutants,
+            WATCH_HISTORY_ALONE
+        ),
+    ]
 }

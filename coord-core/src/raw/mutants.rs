@@ -48,11 +48,19 @@ pub enum Mutant {
     /// without checking that nothing changed between its requests: a commit landing
     /// between two of them shows up mixed with the one before.
     RereadSplitSilently,
+    /// etcd's watch, resumed after its stream broke, starts from the current revision
+    /// instead of the one after the last it delivered, with no `Resync`: what was
+    /// written while it was broken is silently missed.
+    WatchResumeFromNow,
+    /// ZooKeeper's directory watch is not added again after a resumed session (a
+    /// reconnect): the client library re-registers only one-shot watches, so the watch
+    /// goes silent.
+    WatchNotRearmed,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -65,6 +73,8 @@ impl Mutant {
         Mutant::MarkerUnchecked,
         Mutant::CasReadThenWrite,
         Mutant::RereadSplitSilently,
+        Mutant::WatchResumeFromNow,
+        Mutant::WatchNotRearmed,
     ];
 
     fn bit(self) -> u32 {
