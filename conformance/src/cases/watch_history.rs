@@ -294,6 +294,7 @@ fn follow(
     stop: Arc<AtomicBool>,
     last: Arc<Mutex<Option<(String, String)>>>,
     patience: Duration,
+    ready: Arc<tokio::sync::Semaphore>,
 ) -> tokio::task::JoinHandle<(Vec<Seen>, bool)> {
     tokio::spawn(async move {
         let mut events = Vec::new();
@@ -320,7 +321,12 @@ fn follow(
                 continue;
             };
             match tokio::time::timeout(Duration::from_millis(50), s.next()).await {
-                Ok(Some(Ok(event))) => events.push(seen_of(event)),
+                Ok(Some(Ok(event))) => {
+                    if events.is_empty() {
+                        ready.add_permits(1);
+                    }
+                    events.push(seen_of(event));
+                }
                 Ok(Some(Err(_)) | None) => {
                     events.push(Seen::Resync);
                     stream = None;
@@ -354,6 +360,7 @@ async fn watch_history(ctx: &Ctx, seed: u64) -> anyhow::Result<(Vec<String>, Wat
         .await?;
     let stop = Arc::new(AtomicBool::new(false));
     let last: Arc<Mutex<Option<(String, String)>>> = Arc::new(Mutex::new(None));
+    let ready = Arc::new(tokio::sync::Semaphore::new(0));
     let follows: Vec<_> = watchers
         .iter()
         .map(|w| {
@@ -363,9 +370,19 @@ async fn watch_history(ctx: &Ctx, seed: u64) -> anyhow::Result<(Vec<String>, Wat
                 stop.clone(),
                 last.clone(),
                 ctx.expiry_wait() * 2,
+                ready.clone(),
             )
         })
         .collect();
+    // Every watch is armed (its snapshot in) before the first write and fault.
+    within(
+        ctx.expiry_wait(),
+        "the watchers' snapshots",
+        ready.acquire_many(3),
+    )
+    .await?
+    .context("the watchers' readiness")?
+    .forget();
     let shared = Arc::new(Shared::default());
     let mut tasks = Vec::new();
     for (i, w) in writers.iter().enumerate() {
