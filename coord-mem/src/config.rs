@@ -63,9 +63,9 @@ impl KvStore for MemClient {
 
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
         let root = self.config_root();
-        let full = |k: &str| format!("{root}/{k}");
         self.inner
-            .call(Counter::Txn, |s| {
+            .call_write(Counter::Txn, move |s| {
+                let full = |k: &str| format!("{root}/{k}");
                 for check in txn.checks() {
                     if mutants::active(Mutant::FenceIgnored) {
                         break;

@@ -21,7 +21,9 @@
 //!
 //! # Fault injection
 //!
-//! [`MemClient::suspend`] (partition for a while), [`MemClient::crash`] (die without
+//! [`MemClient::suspend`] (partition for a while), [`MemClient::blackhole`] (a silent
+//! partition: requests wait, time out with their outcome unknown, and writes land when
+//! the link is back, as on a real server), [`MemClient::crash`] (die without
 //! cleanup), [`MemClient::expire_session`] / [`MemCluster::expire_session`] (server-side
 //! expiry), [`MemCluster::compact`] (drop history so lagging watchers `Resync`). Sessions
 //! run on tokio's clock: `tokio::time::pause()` and `advance()` move through timeouts.
@@ -154,14 +156,60 @@ impl Inner {
     ///
     /// Over a silent link (a blackhole) the request waits, unanswered, until the link is
     /// back or its deadline (the session TTL) passes: then it fails with `Timeout`, its
-    /// outcome unknown for a write — and it was not applied (unlike a real server, which
-    /// may still apply it when the partition heals).
+    /// outcome unknown for a write. Writes go through [`Inner::call_write`], which lands
+    /// such a request later, as a real server may.
     pub(crate) async fn call<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
         let write = matches!(counter, Counter::Write | Counter::Txn);
         self.through_silence(write).await?;
         let out = self.request(counter, f)?;
         self.reply(write).await?;
         Ok(out)
+    }
+
+    /// A write as [`Inner::call`] sends it, except over a silent link: past its deadline
+    /// the caller is told `Timeout` (outcome unknown) and the request stays in flight,
+    /// as one sent into a real partition does — it lands once the link is back (a
+    /// real server applies it when the partition heals), and never if the link is reset,
+    /// closed or crashed first. Its checks (a session still alive, a fence, a version)
+    /// are made when it lands.
+    pub(crate) async fn call_write<R, F>(&self, counter: Counter, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut State) -> R + Send + 'static,
+    {
+        if let Err(e) = self.through_silence(true).await {
+            self.land_late(f);
+            return Err(e);
+        }
+        let out = self.request(counter, f)?;
+        self.reply(true).await?;
+        Ok(out)
+    }
+
+    /// Applies `f` once the silent link is back up (see [`Inner::call_write`]).
+    fn land_late<R, F>(&self, f: F)
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut State) -> R + Send + 'static,
+    {
+        let mut link = self.link.subscribe();
+        let cluster = self.cluster.clone();
+        tokio::spawn(async move {
+            let up = match link
+                .wait_for(|l| !matches!(l, Link::Down { silent: true, .. }))
+                .await
+            {
+                Ok(l) => matches!(*l, Link::Up),
+                Err(_) => false,
+            };
+            if up {
+                tracing::debug!("coord.mem.late_landing");
+                cluster.with(|s| {
+                    s.sweep();
+                    drop(f(s));
+                });
+            }
+        });
     }
 
     /// Waits while the link is silent, for at most a request's deadline.
@@ -352,8 +400,10 @@ impl MemClient {
 
     /// Fault hook: silences this client's link for `duration` (a blackhole: nothing is
     /// refused, nothing answers). Requests and replies wait until it ends or their
-    /// deadline (the session TTL) passes; keep-alives stop, so the session is `Suspended`
-    /// and, past the TTL, `Lost`; watches deliver nothing until the link is back.
+    /// deadline (the session TTL) passes; a write past its deadline fails with its outcome
+    /// unknown and lands once the link is back (never if the client crashed or closed
+    /// meanwhile); keep-alives stop, so the session is `Suspended` and, past the TTL,
+    /// `Lost`; watches deliver nothing until the link is back.
     pub fn blackhole(&self, duration: Duration) {
         let until = Instant::now() + duration;
         self.inner.link.send_if_modified(|l| match l {

@@ -76,19 +76,20 @@ impl Queue for MemClient {
         let dir = self.queue_dir(&ticket.queue);
         // One request: create our key if absent, bound to a session the server knows,
         // and read where it stands.
+        let (ticket, queue) = (ticket.locator.clone(), ticket.queue.clone());
         self.inner
-            .call(Counter::Txn, |s| {
+            .call_write(Counter::Txn, move |s| {
                 if !s.session_alive(session) {
                     return Err(error::session_expired());
                 }
-                let own_rev = match s.get(&ticket.locator) {
+                let own_rev = match s.get(&ticket) {
                     Some(existing) => existing.create_rev,
-                    None => s.put(&ticket.locator, value, Some(session)).create_rev,
+                    None => s.put(&ticket, value, Some(session)).create_rev,
                 };
-                let position = position_in(s, &dir, &ticket.queue, own_rev);
+                let position = position_in(s, &dir, &queue, own_rev);
                 Ok(Joined {
                     own: QueueEntry {
-                        path: ticket.locator.clone(),
+                        path: ticket,
                         token: FencingToken(own_rev),
                         seen_at: s.revision(),
                     },
@@ -131,10 +132,11 @@ impl Queue for MemClient {
     }
 
     async fn update(&self, _ticket: &Ticket, own: &QueueEntry, value: Vec<u8>) -> Result<()> {
+        let (path, token) = (own.path.clone(), own.token.get());
         self.inner
-            .call(Counter::Txn, |s| match s.get(&own.path) {
-                Some(d) if d.create_rev == own.token.get() => {
-                    s.put(&own.path, value, None);
+            .call_write(Counter::Txn, move |s| match s.get(&path) {
+                Some(d) if d.create_rev == token => {
+                    s.put(&path, value, None);
                     Ok(())
                 }
                 _ => Err(error::grant_lost()),
@@ -143,15 +145,16 @@ impl Queue for MemClient {
     }
 
     async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool> {
+        let (path, token) = (entry.path.clone(), entry.token.get());
         self.inner
-            .call(Counter::Txn, |s| match s.get(&entry.path) {
+            .call_write(Counter::Txn, move |s| match s.get(&path) {
                 _ if mutants::active(Mutant::MarkUnchecked) => {
-                    s.put(&entry.path, value, None);
+                    s.put(&path, value, None);
                     true
                 }
-                Some(d) if d.create_rev == entry.token.get() => {
+                Some(d) if d.create_rev == token => {
                     // `put` keeps the key's owner.
-                    s.put(&entry.path, value, None);
+                    s.put(&path, value, None);
                     true
                 }
                 _ => false,
@@ -161,14 +164,15 @@ impl Queue for MemClient {
 
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
         let session = ticket.session_id as u64;
+        let (locator, own) = (ticket.locator.clone(), own.map(|o| o.token.get()));
         self.inner
-            .call(Counter::Txn, |s| match s.get(&ticket.locator) {
+            .call_write(Counter::Txn, move |s| match s.get(&locator) {
                 Some(d)
                     if d.owner == Some(session)
-                        && (own.is_none_or(|o| o.token.get() == d.create_rev)
+                        && (own.is_none_or(|token| token == d.create_rev)
                             || mutants::active(Mutant::LeaveByKey)) =>
                 {
-                    s.delete(&ticket.locator);
+                    s.delete(&locator);
                 }
                 _ => {}
             })

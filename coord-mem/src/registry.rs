@@ -39,7 +39,7 @@ impl InstanceStore for Inner {
     async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
         let session = self.slot().id;
         let (key, value) = (path.to_owned(), data.to_vec());
-        self.call(Counter::Write, move |s| {
+        self.call_write(Counter::Write, move |s| {
             if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
                 s.put(&key, value, None);
             }
@@ -50,7 +50,7 @@ impl InstanceStore for Inner {
     async fn delete_instance(&self, path: &str) -> Result<()> {
         let session = self.slot().id;
         let key = path.to_owned();
-        self.call(Counter::Txn, move |s| {
+        self.call_write(Counter::Txn, move |s| {
             if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
                 s.delete(&key);
             }

@@ -13,7 +13,8 @@
 //! `tokio::time::timeout` with a random, often tiny, limit, so futures are dropped at
 //! random points; guards are sometimes dropped instead of released. The nemesis picks
 //! among: expiring a client's session on the server; suspending a client, briefly or past
-//! its TTL; crashing a client (at most one per history; it is gone and its workers stop);
+//! its TTL; silencing a client's link past its TTL (a blackhole: its writes time out,
+//! outcome unknown, and land when the link is back); crashing a client (at most one per history; it is gone and its workers stop);
 //! losing the replies of a client's next 1–3 writes (applied, outcome unknown); delaying
 //! a client's replies for a while; an operator deleting a contender's entry (a holder's
 //! or a waiter's) under the family's directory — for the counter and config family, a key,
@@ -458,10 +459,20 @@ async fn run_nemesis(world: Arc<World>, mut rng: StdRng, nemesis: Nemesis) {
                 node.mem.suspend(d);
                 Some(format!("suspend c{c} for {d:?}"))
             }
-            (Profile::Full, 30..38) => {
+            (Profile::Full, 30..35) => {
                 let d = world.ttl + ms(rng.random_range(50..250));
                 node.mem.suspend(d);
                 Some(format!("suspend c{c} for {d:?}, past its TTL"))
+            }
+            // A silent link past the TTL: the client's requests wait, time out with their
+            // outcome unknown, and its writes land when the link is back (as a real
+            // server applies what it received before a partition once it heals).
+            (Profile::Full, 35..38) => {
+                let d = world.ttl + ms(rng.random_range(50..250));
+                node.mem.blackhole(d);
+                Some(format!(
+                    "blackhole c{c} for {d:?}, past its TTL (its writes land late)"
+                ))
             }
             (Profile::Full, 38..42) if !crashed_one && live.len() >= 3 => {
                 crashed_one = true;

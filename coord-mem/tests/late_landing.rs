@@ -1,0 +1,63 @@
+//! A write sent into a silent link (a blackhole) lands when the link is back, as one
+//! sent into a real partition may: its caller was told `Timeout` with the outcome
+//! unknown, never "not applied".
+
+use std::time::Duration;
+
+use coord_core::ErrorKind;
+use coord_core::prelude::*;
+use coord_mem::{MemClient, MemCluster, MemOptions};
+
+fn options(ttl: Duration) -> MemOptions {
+    MemOptions {
+        namespace: "late".into(),
+        session_ttl: ttl,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blackholed_write_lands_when_the_link_is_back() {
+    let ttl = Duration::from_secs(2);
+    let cluster = MemCluster::new();
+    let a = MemClient::connect(&cluster, options(ttl)).unwrap();
+    let b = MemClient::connect(&cluster, options(ttl)).unwrap();
+    a.put("k", "before").await.unwrap();
+    a.backend_as::<MemClient>().expect("mem").blackhole(ttl * 2);
+    let err = a.put("k", "during").await.expect_err("no answer in a blackhole");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.outcome_unknown(), "a write into silence may land: {err}");
+    // Not yet: the link is still silent.
+    assert_eq!(b.get("k").await.unwrap().unwrap().value, b"before");
+    tokio::time::sleep(ttl * 2).await;
+    // The link is back: the write lands.
+    let landed = async {
+        loop {
+            if b.get("k").await.unwrap().unwrap().value == b"during" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(ttl, landed)
+        .await
+        .expect("the blackholed write never landed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blackholed_write_is_lost_with_a_crashed_client() {
+    let ttl = Duration::from_secs(2);
+    let cluster = MemCluster::new();
+    let a = MemClient::connect(&cluster, options(ttl)).unwrap();
+    let b = MemClient::connect(&cluster, options(ttl)).unwrap();
+    let mem = a.backend_as::<MemClient>().expect("mem").clone();
+    mem.blackhole(ttl * 2);
+    let err = a.put("k", "during").await.expect_err("no answer in a blackhole");
+    assert!(err.outcome_unknown(), "{err}");
+    mem.crash();
+    tokio::time::sleep(ttl * 3).await;
+    assert_eq!(
+        b.get("k").await.unwrap(),
+        None,
+        "a crashed client's silent write landed"
+    );
+}
