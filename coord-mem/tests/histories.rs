@@ -701,9 +701,7 @@ struct ExclShared {
     crashed_at: Mutex<BTreeMap<u64, u64>>,
     /// The entries the operator deleted: their token (create revision) and when.
     operator_deleted: Mutex<BTreeMap<u64, u64>>,
-    /// When the history's tasks could not run on time (µs, from and to): a timer that
-    /// should have fired was late by more than a millisecond (a busy machine).
-    stalls: Mutex<Vec<(u64, u64)>>,
+
     /// Handles that said `Lost` while their session looked intact: (client, holder,
     /// token, the grant's session generation, when).
     lost_in_session: Mutex<Vec<LostInSession>>,
@@ -717,31 +715,40 @@ impl ExclShared {
         let mut started = lock(&self.started);
         started.get_or_insert_with(Instant::now).elapsed().as_micros() as u64
     }
+}
 
-    /// Notes, until the history ends, when a 2 ms timer of its runtime fires late:
-    /// every task of the history (and the client tasks the in-memory backend runs on)
-    /// was as late then.
-    fn watch_stalls(self: &Arc<Self>) -> JoinHandle<()> {
-        let shared = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let due = shared.clock() + 2_000;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                let now = shared.clock();
-                if now > due + 1_000 {
-                    lock(&shared.stalls).push((due, now));
+/// For the entry created at revision `token` in a queue directory's `writes` (revision,
+/// key, value or `None` for a delete): its deletion's revision and the last deletion of
+/// an entry created before it, when its own came first — a grant for it then came from
+/// a wake-up after the entry was gone. `None` when it was not deleted, or an entry ahead
+/// of it never went.
+fn woken_after_own_delete(writes: &[(u64, String, Option<Vec<u8>>)], token: u64) -> Option<(u64, u64)> {
+    // Each incarnation: created at, deleted at.
+    let mut live: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut incarnations: Vec<(u64, Option<u64>)> = Vec::new();
+    for (revision, key, value) in writes {
+        match value {
+            Some(_) => {
+                if !live.contains_key(key.as_str()) {
+                    live.insert(key, incarnations.len());
+                    incarnations.push((*revision, None));
                 }
             }
-        })
+            None => {
+                if let Some(i) = live.remove(key.as_str()) {
+                    incarnations[i].1 = Some(*revision);
+                }
+            }
+        }
     }
-
-    /// How long the history's tasks were stalled between `from` and `to` (µs).
-    fn stalled(&self, from: u64, to: u64) -> u64 {
-        lock(&self.stalls)
-            .iter()
-            .map(|&(a, b)| b.min(to).saturating_sub(a.max(from)))
-            .sum()
+    let own_gone = incarnations.iter().find(|(created, _)| *created == token)?.1?;
+    let mut ahead_gone = 0;
+    for (created, gone) in &incarnations {
+        if *created < token {
+            ahead_gone = ahead_gone.max((*gone)?);
+        }
     }
+    (own_gone < ahead_gone).then_some((own_gone, ahead_gone))
 }
 
 impl ExclRun {
@@ -1002,7 +1009,8 @@ async fn exclusion_history_under(
     let world = World::new(&mut rng)?;
     let nemesis_rng = StdRng::from_rng(&mut rng);
     let shared = Arc::new(ExclShared::default());
-    let stall_watch = shared.watch_stalls();
+    // Every write, for judging grants against the store's own order.
+    world.cluster.record_writes();
     // Every client's session changes, on the history's clock.
     for node in &world.nodes {
         let (mut session, shared, client) = (node.client.session(), shared.clone(), node.id as u64);
@@ -1109,7 +1117,6 @@ async fn exclusion_history_under(
         .map_err(|e| format!("the nemesis failed: {e}"))?;
     world.settle().await;
     world.join(workers).await?;
-    stall_watch.abort();
     // The beliefs: a crashed client's handles believe nothing after the crash; the
     // bound is the clients' loss margin (a tenth of the TTL).
     let beliefs: Vec<coord_check::beliefs::Belief> = {
@@ -1134,25 +1141,26 @@ async fn exclusion_history_under(
         let crashed = lock(&shared.crashed_at).clone();
         let sessions = lock(&shared.sessions).clone();
         let soon = world.ttl.as_micros() as u64 * 2;
-        // A grant handed out for an entry the operator had deleted well before (more
-        // than the loss margin, plus however long the history's tasks were stalled
-        // meanwhile: the grant may have been decided before the delete and returned
-        // late): the waiter never confirmed its own entry. Judged for the exclusive
-        // families: a semaphore's waiter does not confirm its lease's entry before its
-        // grant yet (it learns of the loss through the armed watch within the bound) —
-        // a known gap.
+        // A grant handed out for an entry that was deleted before the last entry ahead
+        // of it went, in the store's own order (revisions, not wall time, so a busy
+        // machine that returns a grant late excuses nothing and accuses no one): the
+        // waiter was woken after its entry was gone and never confirmed it. Judged for
+        // the exclusive families: a semaphore's waiter does not confirm its lease's
+        // entry before its grant yet (it learns of the loss through the armed watch
+        // within the bound) — a known gap.
+        let writes = world.cluster.writes(&format!("{NS}/{}/{RES}/", kind.dir()));
         for b in beliefs.iter().filter(|b| b.admits == 1) {
-            if let Some(&gone) = deleted.get(&b.token)
-                && gone
-                    .saturating_add(margin)
-                    .saturating_add(shared.stalled(gone, b.from))
-                    < b.from
-            {
+            if let Some((own_gone, ahead_gone)) = woken_after_own_delete(&writes, b.token) {
                 belief_violations.push(format!(
-                    "holder {} was granted token {} {} ms after the operator deleted its entry",
+                    "holder {} was granted token {} although its entry was deleted (revision {own_gone}) \
+                     before the last entry ahead of it went (revision {ahead_gone}){}",
                     b.holder,
                     b.token,
-                    (b.from - gone) / 1000
+                    if deleted.contains_key(&b.token) {
+                        ", by the operator"
+                    } else {
+                        ""
+                    }
                 ));
             }
         }
@@ -1749,13 +1757,16 @@ async fn queue_history(seed: u64) -> Result<QueueRun, String> {
     let attributed = may_be_redelivered(&mut history, &lock(&crashes), &lock(&faults));
     let report = queue::check(&history);
 
-    // Negative control: one take duplicated.
+    // Negative control: one take duplicated — one whose second delivery nothing excuses
+    // (its consumer was not faulted before settling it; on a busy machine more takes
+    // are, and the first take may be one of them).
     let mut mutant = history.clone();
     if let Some(take) = mutant
         .ops
         .iter()
-        .find(|op| matches!(op.outcome, Outcome::Ok(QueueRet::Took(_))))
-        .cloned()
+        .enumerate()
+        .find(|(i, op)| matches!(op.outcome, Outcome::Ok(QueueRet::Took(_))) && !history.crashed.contains(i))
+        .map(|(_, op)| op.clone())
     {
         let at = mutant.ops.iter().filter_map(|op| op.complete).max().unwrap_or(0) + 1;
         mutant.ops.push(Op {
