@@ -230,7 +230,7 @@ async fn commit_once(inner: &Inner, txn: &Txn, caught_up: &mut bool) -> Result<O
         // (its copy may lag a write that finished before this call began).
         Err(e) if e.kind() == ErrorKind::VersionMismatch && !*caught_up => {
             *caught_up = true;
-            catch_up(inner, &config_dir(inner)).await?;
+            crate::session::catch_up(inner, &config_dir(inner), "commit").await?;
             return Ok(None);
         }
         other => other?,
@@ -415,7 +415,7 @@ async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Resul
             // leader (its copy may lag a write that finished before this call began).
             if !caught_up {
                 caught_up = true;
-                catch_up(inner, &config_dir(inner)).await?;
+                crate::session::catch_up(inner, &config_dir(inner), "commit").await?;
                 continue;
             }
             return Err(mismatch(key, Some(expected), actual));
@@ -757,20 +757,6 @@ async fn read_back_create_stats(inner: &Inner, planned: &Planned, out: &mut [OpR
         out[i] = OpResult::Put(created_version(inner, marker.path()).await?);
     }
     Ok(())
-}
-
-/// Brings this client's member up to date with the ensemble's leader (`sync`): reads
-/// after it see every write that finished before it was sent.
-async fn catch_up(inner: &Inner, dir: &str) -> Result<()> {
-    let d = dir.to_owned();
-    inner
-        .call_mapped(Counter::Read, "commit", false, |zk| async move {
-            match zk.sync(&d).await {
-                Err(zk::Error::NoNode) => Ok(()),
-                other => other,
-            }
-        })
-        .await
 }
 
 /// The path of a key node's marker.

@@ -89,15 +89,7 @@ async fn find_own(inner: &Inner, ticket: &Ticket) -> Result<Option<QueueEntry>> 
     let (dir, mine) = split_locator(ticket);
     // The server this client reconnected to may not have applied the create yet: catch
     // it up with the leader first, or a create that landed would look missing.
-    let d = dir.to_owned();
-    inner
-        .call_mapped(Counter::Read, "find own contender", false, |zk| async move {
-            match zk.sync(&d).await {
-                Err(zk::Error::NoNode) => Ok(()),
-                other => other,
-            }
-        })
-        .await?;
+    crate::session::catch_up(inner, dir, "find own contender").await?;
     let Some(name) = crate::session::children(inner, dir, "find own contender")
         .await?
         .into_iter()

@@ -660,6 +660,22 @@ fn last_chunk_len(n: usize) -> usize {
     }
 }
 
+/// Brings this client's member up to date with the ensemble's leader (`sync` on `path`;
+/// a missing path is fine): reads after it see every write that finished before it was
+/// sent. The member a client is on may lag, so a read that decides something (a refusal
+/// by version, whether a create of unknown outcome landed) comes after one of these.
+pub(crate) async fn catch_up(inner: &Inner, path: &str, op: &'static str) -> Result<()> {
+    let p = path.to_owned();
+    inner
+        .call_mapped(Counter::Read, op, false, |zk| async move {
+            match zk.sync(&p).await {
+                Err(zk::Error::NoNode) => Ok(()),
+                other => other,
+            }
+        })
+        .await
+}
+
 /// The children of `dir`; none if `dir` does not exist.
 pub(crate) async fn children(inner: &Inner, dir: &str, op: &'static str) -> Result<Vec<String>> {
     let d = dir.to_owned();

@@ -403,22 +403,12 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// A watch whose read after a notification fails — here it times out on a slow link,
-/// without any reconnect — reads again until it succeeds instead of dropping the change
-/// (nothing else would make it read: no further change comes).
 /// The negative control of `cache::config_cache_never_mixes_commits_above_64_keys` on
 /// ZooKeeper's layout: with the mutant `RereadSplitSilently` (a re-read of more than 64
 /// nodes taken as one state unchecked), the same run must show mixed views.
 async fn split_reread_mutant_is_caught(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{self, Mutant};
-    struct Off;
-    impl Drop for Off {
-        fn drop(&mut self) {
-            mutants::set(Mutant::RereadSplitSilently, false);
-        }
-    }
-    let _off = Off;
-    mutants::set(Mutant::RereadSplitSilently, true);
+    use coord_core::raw::mutants::{Mutant, switch_on};
+    let _on = switch_on(&[Mutant::RereadSplitSilently]);
     for run in 1..=3 {
         let (judged, mixed, _, _) = coord_conformance::cases::cache::wide_commit_views(&ctx).await?;
         if !mixed.is_empty() {
@@ -432,6 +422,9 @@ async fn split_reread_mutant_is_caught(ctx: Ctx) -> CaseResult {
     anyhow::bail!("3 runs with re-reads split silently showed no mixed view: the case cannot catch it")
 }
 
+/// A watch whose read after a notification fails — here it times out on a slow link,
+/// without any reconnect — reads again until it succeeds instead of dropping the change
+/// (nothing else would make it read: no further change comes).
 async fn failed_reread_is_retried(ctx: Ctx) -> CaseResult {
     use anyhow::{Context as _, bail, ensure};
     use coord_conformance::util::next_event;

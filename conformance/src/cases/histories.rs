@@ -426,17 +426,8 @@ pub async fn config_histories_beside_a_foreign_writer(ctx: Ctx) -> CaseResult {
 /// writes unconditionally), the same histories must show a violation.
 #[cfg(feature = "mutants")]
 pub async fn config_histories_catch_the_backend_mutants(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{self, Mutant};
-    struct Off;
-    impl Drop for Off {
-        fn drop(&mut self) {
-            mutants::set(Mutant::MarkerUnchecked, false);
-            mutants::set(Mutant::CasReadThenWrite, false);
-        }
-    }
-    let _off = Off;
-    mutants::set(Mutant::MarkerUnchecked, true);
-    mutants::set(Mutant::CasReadThenWrite, true);
+    use coord_core::raw::mutants::{Mutant, switch_on};
+    let _on = switch_on(&[Mutant::MarkerUnchecked, Mutant::CasReadThenWrite]);
     for seed in 1..=8 {
         let (violations, _, _) = config_history(&ctx, 100 + seed).await?;
         if !violations.is_empty() {
@@ -491,15 +482,8 @@ pub async fn queue_history_with_closes_mid_take(ctx: Ctx) -> CaseResult {
 /// removal landed); mem's seeded queue histories catch it.
 #[cfg(feature = "mutants")]
 pub async fn queue_history_catches_take_without_receipt(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{self, Mutant};
-    struct Off;
-    impl Drop for Off {
-        fn drop(&mut self) {
-            mutants::set(Mutant::TakeWithoutReceipt, false);
-        }
-    }
-    let _off = Off;
-    mutants::set(Mutant::TakeWithoutReceipt, true);
+    use coord_core::raw::mutants::{Mutant, switch_on};
+    let _on = switch_on(&[Mutant::TakeWithoutReceipt]);
     for run in 1..=6 {
         let (report, _, kind) = queue_history(&ctx, &format!("hqm{run}")).await?;
         if report.summary.lost > 0 {

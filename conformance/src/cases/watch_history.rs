@@ -713,17 +713,8 @@ pub async fn watch_histories_beside_a_foreign_writer(ctx: Ctx) -> CaseResult {
 /// again after a reconnect), the same histories must show a violation.
 #[cfg(feature = "mutants")]
 pub async fn watch_histories_catch_the_backend_mutants(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{self, Mutant};
-    struct Off;
-    impl Drop for Off {
-        fn drop(&mut self) {
-            mutants::set(Mutant::WatchResumeFromNow, false);
-            mutants::set(Mutant::WatchNotRearmed, false);
-        }
-    }
-    let _off = Off;
-    mutants::set(Mutant::WatchResumeFromNow, true);
-    mutants::set(Mutant::WatchNotRearmed, true);
+    use coord_core::raw::mutants::{Mutant, switch_on};
+    let _on = switch_on(&[Mutant::WatchResumeFromNow, Mutant::WatchNotRearmed]);
     // Under member faults a watcher's session may be lost and its watch armed anew,
     // which hides the ZooKeeper mutant in that history: up to ten.
     for seed in 1..=10 {

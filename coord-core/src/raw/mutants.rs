@@ -109,3 +109,27 @@ pub fn set(mutant: Mutant, on: bool) {
         ACTIVE.fetch_and(!mutant.bit(), Ordering::SeqCst);
     }
 }
+
+/// Mutants switched on for as long as this value lives: [`switch_on`].
+#[cfg(feature = "mutants")]
+#[must_use = "the mutants are switched off again when this is dropped"]
+pub struct Switched(Vec<Mutant>);
+
+/// Switches `mutants` on, process-wide, until the returned value is dropped (also on a
+/// panic or an early return).
+#[cfg(feature = "mutants")]
+pub fn switch_on(mutants: &[Mutant]) -> Switched {
+    for m in mutants {
+        set(*m, true);
+    }
+    Switched(mutants.to_vec())
+}
+
+#[cfg(feature = "mutants")]
+impl Drop for Switched {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            set(*m, false);
+        }
+    }
+}
