@@ -134,6 +134,12 @@ const WATCH_HISTORY: Needs = Needs {
     },
     ..Needs::NONE
 };
+/// Slowed links with process-wide mutants switched on: alone.
+#[cfg(feature = "mutants")]
+const DELAY_ALONE: Needs = Needs {
+    exclusive: true,
+    ..DELAY
+};
 /// The watch histories with process-wide mutants switched on: alone.
 #[cfg(feature = "mutants")]
 const WATCH_HISTORY_ALONE: Needs = Needs {
@@ -442,5 +448,6 @@ pub fn backend_mutants() -> Vec<Case> {
             watch_history::watch_histories_catch_the_backend_mutants,
             WATCH_HISTORY_ALONE
         ),
+        case!(histories::queue_history_catches_take_without_receipt, DELAY_ALONE),
     ]
 }
