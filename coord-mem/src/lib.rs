@@ -97,8 +97,45 @@ pub(crate) struct Inner {
     faults: Mutex<ReplyFaults>,
     /// When the cluster last heard from this client (a request or a keep-alive).
     heard: Mutex<Option<Instant>>,
+    /// Writes sent into a silent link and never answered, in the order sent: they land
+    /// when the link is back ([`Inner::call_write`]).
+    late: Arc<LateWrites>,
     /// Session status, counters, registrations, closed flag.
     state: ClientState,
+}
+
+/// A write in flight over a silent link, its answer no longer awaited.
+type LateWrite = Box<dyn FnOnce(&mut State) + Send>;
+
+/// A client's [`LateWrite`]s, in the order sent.
+struct LateWrites(Mutex<Vec<LateWrite>>);
+
+impl std::fmt::Debug for LateWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LateWrites({})", lock_late(self).len())
+    }
+}
+
+fn lock_late(late: &LateWrites) -> MutexGuard<'_, Vec<LateWrite>> {
+    late.0.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A request to apply to the store, answering `R`.
+type Request<R> = Box<dyn FnOnce(&mut State) -> R + Send>;
+
+/// A write sent and not yet applied: dropped unapplied (its caller timed out or went
+/// away), it is handed to [`Inner::land_late`].
+struct InFlight<'a, R: 'static> {
+    f: Option<Request<R>>,
+    inner: &'a Inner,
+}
+
+impl<R: 'static> Drop for InFlight<'_, R> {
+    fn drop(&mut self) {
+        if let Some(f) = self.f.take() {
+            self.inner.land_late(Box::new(move |s| drop(f(s))));
+        }
+    }
 }
 
 impl std::ops::Deref for Inner {
@@ -142,8 +179,11 @@ impl Inner {
         self.check_link()?;
         self.heard_now();
         self.stats.incr(counter);
+        // Writes still in flight from a silent spell land first, in order.
+        let mut pending = lock_late(&self.late);
         Ok(self.cluster.with(|s| {
             s.sweep();
+            pending.drain(..).for_each(|w| w(s));
             f(s)
         }))
     }
@@ -156,8 +196,10 @@ impl Inner {
     ///
     /// Over a silent link (a blackhole) the request waits, unanswered, until the link is
     /// back or its deadline (the session TTL) passes: then it fails with `Timeout`, its
-    /// outcome unknown for a write. Writes go through [`Inner::call_write`], which lands
-    /// such a request later, as a real server may.
+    /// outcome unknown for a write. The recipes' writes go through [`Inner::call_write`],
+    /// which lands such a request later, as a real server may (a registration's
+    /// re-creation by the session task is a plain [`Inner::request`], refused on a link
+    /// that is down).
     pub(crate) async fn call<R>(&self, counter: Counter, f: impl FnOnce(&mut State) -> R) -> Result<R> {
         let write = matches!(counter, Counter::Write | Counter::Txn);
         self.through_silence(write).await?;
@@ -166,34 +208,41 @@ impl Inner {
         Ok(out)
     }
 
-    /// A write as [`Inner::call`] sends it, except over a silent link: past its deadline
-    /// the caller is told `Timeout` (outcome unknown) and the request stays in flight,
-    /// as one sent into a real partition does — it lands once the link is back (a
-    /// real server applies it when the partition heals), and never if the link is reset,
-    /// closed or crashed first. Its checks (a session still alive, a fence, a version)
-    /// are made when it lands.
+    /// A write as [`Inner::call`] sends it, except over a silent link: the request is in
+    /// flight from the moment it is sent, as one sent into a real partition is. Past its
+    /// deadline the caller is told `Timeout` (outcome unknown); a caller that stops
+    /// waiting drops nothing. Either way the write lands once the link is back — before
+    /// any later request of this client, in the order they were sent (a session's
+    /// requests are applied in order) — and never if the link is reset, closed or
+    /// crashed first. Its checks (a session still alive, a fence, a version) are made
+    /// when it lands.
     pub(crate) async fn call_write<R, F>(&self, counter: Counter, f: F) -> Result<R>
     where
-        R: Send + 'static,
+        R: 'static,
         F: FnOnce(&mut State) -> R + Send + 'static,
     {
-        if let Err(e) = self.through_silence(true).await {
-            self.land_late(f);
-            return Err(e);
-        }
+        let mut flight = InFlight {
+            f: Some(Box::new(f)),
+            inner: self,
+        };
+        // On a timeout, or if this future is dropped while it waits, `flight` hands the
+        // write to `land_late`.
+        self.through_silence(true).await?;
+        let Some(f) = flight.f.take() else {
+            return Err(error::no_answer(self.options.session_ttl, true));
+        };
         let out = self.request(counter, f)?;
         self.reply(true).await?;
         Ok(out)
     }
 
-    /// Applies `f` once the silent link is back up (see [`Inner::call_write`]).
-    fn land_late<R, F>(&self, f: F)
-    where
-        R: Send + 'static,
-        F: FnOnce(&mut State) -> R + Send + 'static,
-    {
+    /// Queues `f` behind this client's other writes in flight over the silent link, to
+    /// be applied once the link is back up (by the first request then, or by the task
+    /// spawned here); dropped if the link is reset, closed or crashed first.
+    fn land_late(&self, f: LateWrite) {
+        lock_late(&self.late).push(f);
         let mut link = self.link.subscribe();
-        let cluster = self.cluster.clone();
+        let (cluster, late) = (self.cluster.clone(), self.late.clone());
         tokio::spawn(async move {
             let up = match link
                 .wait_for(|l| !matches!(l, Link::Down { silent: true, .. }))
@@ -202,11 +251,16 @@ impl Inner {
                 Ok(l) => matches!(*l, Link::Up),
                 Err(_) => false,
             };
-            if up {
-                tracing::debug!("coord.mem.late_landing");
+            let mut pending = lock_late(&late);
+            if !up {
+                pending.clear();
+                return;
+            }
+            if !pending.is_empty() {
+                tracing::debug!(writes = pending.len(), "coord.mem.late_landing");
                 cluster.with(|s| {
                     s.sweep();
-                    drop(f(s));
+                    pending.drain(..).for_each(|w| w(s));
                 });
             }
         });
@@ -336,6 +390,7 @@ impl MemClient {
             }),
             faults: Mutex::new(ReplyFaults::default()),
             heard: Mutex::new(None),
+            late: Arc::new(LateWrites(Mutex::new(Vec::new()))),
             state,
         });
         inner.stats.incr(Counter::SessionRequest);

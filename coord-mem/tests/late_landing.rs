@@ -61,3 +61,54 @@ async fn a_blackholed_write_is_lost_with_a_crashed_client() {
         "a crashed client's silent write landed"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_blackholed_write_whose_caller_gave_up_lands_too() {
+    let ttl = Duration::from_secs(2);
+    let cluster = MemCluster::new();
+    let a = MemClient::connect(&cluster, options(ttl)).unwrap();
+    let b = MemClient::connect(&cluster, options(ttl)).unwrap();
+    a.backend_as::<MemClient>().expect("mem").blackhole(ttl * 2);
+    // The caller stops waiting long before the request's deadline: the request was
+    // sent all the same.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), a.put("k", "sent")).await;
+    assert!(gave_up.is_err(), "a blackholed put answered: {gave_up:?}");
+    tokio::time::sleep(ttl * 3).await;
+    assert_eq!(
+        b.get("k").await.unwrap().map(|e| e.value),
+        Some(b"sent".to_vec()),
+        "a write whose caller gave up in the silence never landed"
+    );
+}
+
+/// On a runtime with two workers, where a landing task and the next request race: 20
+/// rounds, each with its own cluster (about 7 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_writes_land_before_the_next_request_in_the_order_sent() {
+    let ttl = Duration::from_millis(300);
+    for round in 0..20 {
+        let cluster = MemCluster::new();
+        let a = MemClient::connect(&cluster, options(ttl)).unwrap();
+        let b = MemClient::connect(&cluster, options(ttl)).unwrap();
+        let mem = a.backend_as::<MemClient>().expect("mem").clone();
+        mem.blackhole(ttl + Duration::from_millis(30));
+        // One write waits out its deadline, one is given up on at once.
+        let first = a.put("k", "first").await;
+        assert!(first.is_err(), "a blackholed put answered");
+        let second = tokio::time::timeout(Duration::from_millis(5), a.put("k", "second")).await;
+        assert!(second.is_err(), "a blackholed put answered");
+        // Once the link is back, this client's next write is applied after both.
+        loop {
+            match a.put("k", "third").await {
+                Ok(_) => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            b.get("k").await.unwrap().unwrap().value,
+            b"third",
+            "round {round}: a late write overtook a later one"
+        );
+    }
+}
