@@ -75,7 +75,8 @@ pub trait ForeignWriter: Send + Sync {
 /// One write of a backend's own record ([`ForeignWriter::record`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedWrite {
-    /// The revision it committed at, shared by the writes of one transaction.
+    /// The revision it committed at: on etcd shared by the writes of one transaction
+    /// (mem gives each write a revision of its own).
     pub revision: u64,
     /// The config key, as coord names it.
     pub key: String,

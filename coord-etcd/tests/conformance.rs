@@ -255,7 +255,12 @@ impl Recording for EtcdRecording {
                     break Err(unavailable("record", why));
                 }
                 if record.reached >= last {
-                    break Ok(record.writes.clone());
+                    break Ok(record
+                        .writes
+                        .iter()
+                        .filter(|w| w.revision <= last)
+                        .cloned()
+                        .collect());
                 }
                 if tokio::time::Instant::now() >= deadline {
                     break Err(unavailable(
