@@ -131,8 +131,35 @@ pub struct Cluster {
     _temp: Option<tempfile::TempDir>,
 }
 
-/// Picks a free loopback port (the kernel's choice; released before the server binds).
+/// Picks a free loopback port for a member, released before the server binds it: below
+/// the kernel's ephemeral range, where no outgoing connection takes its local port and no
+/// `bind` to port 0 lands. A member killed and started again on its ports then finds
+/// them free on a busy machine; one picked from the ephemeral range could be held by
+/// some client's connection by then ("address already in use"). Falls back to the
+/// kernel's choice when nothing below the range is free.
 fn free_port() -> Result<u16> {
+    use std::collections::BTreeSet;
+    use std::hash::{BuildHasher as _, Hasher as _};
+    use std::sync::Mutex;
+    // Ports this process handed out already (a member not yet started holds none).
+    static PICKED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let floor = 10_000u16.min(low / 2);
+    if low > floor {
+        let mut picked = PICKED.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..500 {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            let port = floor + (h.finish() % u64::from(low - floor)) as u16;
+            if !picked.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                picked.insert(port);
+                return Ok(port);
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
