@@ -547,16 +547,32 @@ pub async fn holder_entry_deleted_reports_lost(ctx: Ctx) -> CaseResult {
 pub async fn refused_fence_means_lost(ctx: Ctx) -> CaseResult {
     use coord_core::{ConfigStore, Election, HoldState, Txn};
     let (a, b) = (ctx.client().await?, ctx.client().await?);
-    let old = a.lock("res").await?;
-    let other = a.lock("other").await?;
-    ctx.factory().operator_delete(old.fence().resource()).await?;
-    let new = within(QUICK, "the next client acquires", b.lock("res")).await??;
-    ensure!(new.token() > old.token());
-    ensure!(
-        old.state() == HoldState::Held,
-        "precondition: nothing told the old guard yet, it says {:?}",
-        old.state()
-    );
+    // The first `state()` arms the entry watch on a task of its own, which may already
+    // have seen the delete when the state is read (a multi-threaded runtime): then the
+    // refusal is not what tells the guard, and the setup is made again on new names.
+    let mut attempt = 0;
+    let (old, other, new) = loop {
+        attempt += 1;
+        let old = a.lock(&format!("res{attempt}")).await?;
+        let other = a.lock(&format!("other{attempt}")).await?;
+        ctx.factory().operator_delete(old.fence().resource()).await?;
+        let new = within(
+            QUICK,
+            "the next client acquires",
+            b.lock(&format!("res{attempt}")),
+        )
+        .await??;
+        ensure!(new.token() > old.token());
+        match old.state() {
+            HoldState::Held => break (old, other, new),
+            state if attempt < 5 => {
+                tracing::debug!(?state, attempt, "the entry watch told the guard first; again");
+            }
+            state => bail!(
+                "precondition: in 5 attempts the entry watch always told the old guard first ({state:?})"
+            ),
+        }
+    };
     let refused = a
         .commit(
             Txn::new()
@@ -589,7 +605,12 @@ pub async fn refused_fence_means_lost(ctx: Ctx) -> CaseResult {
     // The same client can take the lock again once the refused guard is gone.
     old.release().await?;
     new.release().await?;
-    let again = within(QUICK, "the same client locks again", a.lock("res")).await??;
+    let again = within(
+        QUICK,
+        "the same client locks again",
+        a.lock(&format!("res{attempt}")),
+    )
+    .await??;
     ensure!(again.state() == HoldState::Held);
 
     // An election: a refused proclaim ends the leadership.
