@@ -779,7 +779,17 @@ pub async fn wide_commit_views(ctx: &Ctx) -> anyhow::Result<(usize, Vec<String>,
         storm.push(tokio::spawn(async move {
             let mut seen = 0;
             for n in 1..=COMMITS {
-                writer.commit(all(n * 2 + w)).await?;
+                // Two writers' 100-key commits contend: a commit whose keys kept
+                // changing under every attempt says `Unavailable`, nothing written
+                // (outcome known); asked again, as a caller would.
+                loop {
+                    match writer.commit(all(n * 2 + w)).await {
+                        Err(e) if e.kind() == coord_core::ErrorKind::Unavailable && !e.outcome_unknown() => {
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                        other => break other.map(drop)?,
+                    }
+                }
                 if n % STRIDE == w * STRIDE / 2 {
                     let last = seen;
                     seen = *within(
