@@ -60,12 +60,26 @@ pub trait ForeignWriter: Send + Sync {
     /// Reads config key `key` as of now, past any lag of the member it is on (ZooKeeper:
     /// after a `sync`; etcd reads are linearizable): its value and the version coord
     /// reports for it.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` when the server does not answer (or the raw client's session
+    /// expired); `InvalidArgument` for a key coord's layout cannot hold.
     async fn read(&self, key: &str) -> Result<Option<(Vec<u8>, coord_core::Version)>>;
 
     /// Starts recording every write to the config keys beginning with `prefix`, as the
     /// backend itself records them — where it keeps such a record (etcd: its revision
     /// history, followed by a watch of its own from the current revision). `None` where it
     /// keeps none (ZooKeeper: a watch there is a one-shot trigger, not a record).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` when the starting revision cannot be read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned [`Recording`] without [`Recording::finish`] leaves its
+    /// watch task running until the runtime ends; call `finish`.
     async fn record(&self, prefix: &str) -> Result<Option<Box<dyn Recording>>> {
         let _ = prefix;
         Ok(None)

@@ -15,14 +15,21 @@ fn options(ttl: Duration) -> MemOptions {
     }
 }
 
+/// A cluster of its own with two clients on it, `a` (the one faulted) and `b`.
+fn two_clients(ttl: Duration) -> (coord_core::Client, coord_core::Client, MemClient) {
+    let cluster = MemCluster::new();
+    let a = MemClient::connect(&cluster, options(ttl)).expect("a mem client");
+    let b = MemClient::connect(&cluster, options(ttl)).expect("a mem client");
+    let mem = a.backend_as::<MemClient>().expect("mem").clone();
+    (a, b, mem)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_blackholed_write_lands_when_the_link_is_back() {
     let ttl = Duration::from_secs(2);
-    let cluster = MemCluster::new();
-    let a = MemClient::connect(&cluster, options(ttl)).unwrap();
-    let b = MemClient::connect(&cluster, options(ttl)).unwrap();
+    let (a, b, mem) = two_clients(ttl);
     a.put("k", "before").await.unwrap();
-    a.backend_as::<MemClient>().expect("mem").blackhole(ttl * 2);
+    mem.blackhole(ttl * 2);
     let err = a.put("k", "during").await.expect_err("no answer in a blackhole");
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(err.outcome_unknown(), "a write into silence may land: {err}");
@@ -46,10 +53,7 @@ async fn a_blackholed_write_lands_when_the_link_is_back() {
 #[tokio::test(start_paused = true)]
 async fn a_blackholed_write_is_lost_with_a_crashed_client() {
     let ttl = Duration::from_secs(2);
-    let cluster = MemCluster::new();
-    let a = MemClient::connect(&cluster, options(ttl)).unwrap();
-    let b = MemClient::connect(&cluster, options(ttl)).unwrap();
-    let mem = a.backend_as::<MemClient>().expect("mem").clone();
+    let (a, b, mem) = two_clients(ttl);
     mem.blackhole(ttl * 2);
     let err = a.put("k", "during").await.expect_err("no answer in a blackhole");
     assert!(err.outcome_unknown(), "{err}");
@@ -65,10 +69,8 @@ async fn a_blackholed_write_is_lost_with_a_crashed_client() {
 #[tokio::test(start_paused = true)]
 async fn a_blackholed_write_whose_caller_gave_up_lands_too() {
     let ttl = Duration::from_secs(2);
-    let cluster = MemCluster::new();
-    let a = MemClient::connect(&cluster, options(ttl)).unwrap();
-    let b = MemClient::connect(&cluster, options(ttl)).unwrap();
-    a.backend_as::<MemClient>().expect("mem").blackhole(ttl * 2);
+    let (a, b, mem) = two_clients(ttl);
+    mem.blackhole(ttl * 2);
     // The caller stops waiting long before the request's deadline: the request was
     // sent all the same.
     let gave_up = tokio::time::timeout(Duration::from_millis(100), a.put("k", "sent")).await;
@@ -87,10 +89,7 @@ async fn a_blackholed_write_whose_caller_gave_up_lands_too() {
 async fn late_writes_land_before_the_next_request_in_the_order_sent() {
     let ttl = Duration::from_millis(300);
     for round in 0..20 {
-        let cluster = MemCluster::new();
-        let a = MemClient::connect(&cluster, options(ttl)).unwrap();
-        let b = MemClient::connect(&cluster, options(ttl)).unwrap();
-        let mem = a.backend_as::<MemClient>().expect("mem").clone();
+        let (a, b, mem) = two_clients(ttl);
         mem.blackhole(ttl + Duration::from_millis(30));
         // One write waits out its deadline, one is given up on at once.
         let first = a.put("k", "first").await;
