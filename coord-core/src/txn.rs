@@ -155,19 +155,6 @@ impl Txn {
                 validate_name("config key", key)?;
             }
         }
-        let total: usize = self
-            .ops
-            .iter()
-            .map(|op| match op {
-                Op::Put { key, value } => key.len() + value.len(),
-                Op::Delete { key } => key.len(),
-            })
-            .sum();
-        if total > MAX_TXN_BYTES {
-            return Err(Error::invalid_argument(format!(
-                "transaction writes {total} bytes of keys and values; the limit is {MAX_TXN_BYTES}: split it"
-            )));
-        }
         let mut seen = std::collections::HashSet::new();
         for op in &self.ops {
             let key = match op {
@@ -183,6 +170,21 @@ impl Txn {
                     "transaction writes config key {key:?} twice; combine the ops"
                 )));
             }
+        }
+        // After each op's own checks: one value over its limit is named as such (a plain
+        // put is a transaction of one op, and is not told to split itself).
+        let total: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value } => key.len() + value.len(),
+                Op::Delete { key } => key.len(),
+            })
+            .sum();
+        if total > MAX_TXN_BYTES {
+            return Err(Error::invalid_argument(format!(
+                "transaction writes {total} bytes of keys and values; the limit is {MAX_TXN_BYTES}: split it"
+            )));
         }
         Ok(())
     }

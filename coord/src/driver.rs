@@ -65,8 +65,8 @@ pub(crate) async fn connect(url: &str) -> Result<Client> {
         (None, Some(feature)) => Err(Error::new(
             ErrorKind::Unsupported,
             format!(
-                "{scheme}:// needs {}, which is not compiled in: enable the `{feature}` feature of coord \
-                 (coord = {{ version = \"0.1\", features = [\"{feature}\"] }})",
+                "{scheme}:// needs {}, which is not compiled in: enable the `{feature}` feature of \
+                 the coord-rs package (in Cargo.toml: coord-rs = {{ …, features = [\"{feature}\"] }})",
                 driver.backend
             ),
         )),

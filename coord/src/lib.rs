@@ -108,16 +108,44 @@ pub async fn connect(url: &str) -> Result<Client> {
 
 /// Opens a client from the `COORD_URL` environment variable, or `mem://` when unset.
 ///
+/// `mem://` lives in this process only: locks exclude nothing across processes and
+/// nothing outlives the process. A misspelt or forgotten variable would make that
+/// silent, so the fallback is logged as a `WARN` (once per process) that names the
+/// variable and how to set it.
+///
 /// # Errors
 ///
-/// As [`connect`].
+/// As [`connect`]; `ConfigInvalid` when `COORD_URL` is set but not UTF-8.
 ///
 /// # Cancel safety
 ///
 /// As [`connect`].
 pub async fn connect_from_env() -> Result<Client> {
-    let url = std::env::var(URL_VAR).unwrap_or_else(|_| "mem://".to_owned());
+    let url = url_from(std::env::var(URL_VAR))?;
     connect(&url).await
+}
+
+/// The URL `connect_from_env` connects to, given what reading `COORD_URL` returned.
+fn url_from(var: std::result::Result<String, std::env::VarError>) -> Result<String> {
+    match var {
+        Ok(url) => Ok(url),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::config_invalid(format!(
+            "{URL_VAR} is not valid UTF-8; set it to a connection string such as \
+             etcd://127.0.0.1:2379/myapp"
+        ))),
+        Err(std::env::VarError::NotPresent) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "{URL_VAR} is not set: coord falls back to mem://, which lives in this \
+                     process only (locks exclude nothing across processes, nothing is kept); \
+                     set {URL_VAR}, e.g. etcd://127.0.0.1:2379/myapp or \
+                     zk://127.0.0.1:2181/myapp, or call connect(\"mem://…\") to mean it"
+                );
+            });
+            Ok("mem://".to_owned())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +206,51 @@ mod tests {
         );
         assert!(e.is_retryable(), "{e:?}");
         assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+    }
+
+    /// A `std::io::Write` into a shared buffer, for capturing log lines.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn unset_url_falls_back_to_mem_with_a_warning_once() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            assert_eq!(
+                url_from(Err(std::env::VarError::NotPresent)).expect("url"),
+                "mem://"
+            );
+            assert_eq!(
+                url_from(Err(std::env::VarError::NotPresent)).expect("url"),
+                "mem://"
+            );
+            assert_eq!(url_from(Ok("zk://h/x".into())).expect("url"), "zk://h/x");
+        });
+        let logged = String::from_utf8_lossy(&captured.0.lock().expect("buffer")).into_owned();
+        assert_eq!(logged.matches("WARN").count(), 1, "{logged}");
+        for says in ["COORD_URL is not set", "mem://", "etcd://127.0.0.1:2379/myapp"] {
+            assert!(
+                logged.contains(says),
+                "the warning does not say {says:?}: {logged}"
+            );
+        }
+        let e = url_from(Err(std::env::VarError::NotUnicode("\u{fffd}".into()))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConfigInvalid);
     }
 
     #[tokio::test]

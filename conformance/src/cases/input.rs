@@ -88,6 +88,13 @@ pub async fn oversized_values_rejected(ctx: Ctx) -> CaseResult {
     let big = vec![0u8; MAX_VALUE_LEN + 1];
     let inv = ErrorKind::InvalidArgument;
     expect_kind("put(oversized)", c.put("k", big.clone()).await, inv)?;
+    // A plain put of a megabyte (over the value limit and a transaction's byte limit
+    // both) is told what is wrong with its value, not to split a transaction.
+    let said = c.put("k", vec![0u8; 1 << 20]).await;
+    ensure!(
+        matches!(&said, Err(e) if e.to_string().contains("value") && !e.to_string().contains("transaction")),
+        "a 1 MiB put was refused with {said:?}"
+    );
     expect_kind(
         "cas(oversized)",
         c.compare_and_set("k", None, big.clone()).await,

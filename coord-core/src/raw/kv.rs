@@ -33,7 +33,8 @@ pub fn version_mismatch(key: &str, expected: Option<Version>, actual: Option<Ver
         match (expected, actual) {
             (None, Some(a)) => format!("config key {key:?} exists (version {a}); expected it absent"),
             (Some(e), None) => format!("config key {key:?} does not exist; expected version {e}"),
-            (e, a) => format!("config key {key:?} is at version {a:?}, expected {e:?}"),
+            (Some(e), Some(a)) => format!("config key {key:?} is at version {a}, expected {e}"),
+            (None, None) => format!("config key {key:?} changed meanwhile; expected it absent"),
         },
     )
 }
