@@ -203,6 +203,49 @@ impl Target {
     }
 }
 
+/// Whether the command's program can be run (as a shell looks for it: a name with a
+/// `/` as that path, another name along `PATH`), checked before anything is taken for
+/// it: exit 127 when it is not found, 126 when it is found but not executable.
+pub fn check_runnable(command: &[OsString]) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(program) = command.first() else {
+        return Ok(());
+    };
+    let shown = program.to_string_lossy();
+    let candidates: Vec<std::path::PathBuf> = if shown.contains('/') {
+        vec![std::path::PathBuf::from(program)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join(program))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut found_but_not_executable = false;
+    for candidate in candidates {
+        match std::fs::metadata(&candidate) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return Ok(()),
+            Ok(_) => found_but_not_executable = true,
+            Err(_) => {}
+        }
+    }
+    Err(if found_but_not_executable {
+        Failure::new(
+            exit::CANNOT_RUN,
+            "cannot run",
+            format!("cannot run {shown}: it is not an executable file; nothing was taken"),
+        )
+    } else {
+        Failure::new(
+            exit::NOT_RUNNABLE,
+            "not found",
+            format!("command not found: {shown}; nothing was taken"),
+        )
+    })
+}
+
 fn spawn(command: &[OsString], env: &[(&str, String)], own_group: bool) -> Result<Child, Failure> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("no command given after --"));

@@ -29,7 +29,8 @@ use crate::output::Out;
 )]
 pub struct Cli {
     /// Where to coordinate: zk://HOST:2181,…/NAMESPACE, etcd://HOST:2379,…/NAMESPACE
-    /// (etcd+https://, zk+tls:// with TLS), or mem://NAMESPACE (this process only).
+    /// (etcd+https://, zk+tls:// with TLS). mem:// is refused but by `coord session`: it
+    /// lives in this one process.
     #[arg(
         long,
         env = "COORD_URL",
@@ -42,6 +43,12 @@ pub struct Cli {
     /// Print one JSON object per line instead of text.
     #[arg(long, global = true)]
     json: bool,
+
+    /// The session timeout (ZooKeeper) or lease TTL (etcd) for this run, e.g. 5s: how
+    /// long the servers keep coord's locks after it stops answering. Adds the backend's
+    /// option to the URL (session_timeout=, lease_ttl=, session_ttl=).
+    #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    session_timeout: Option<Duration>,
 
     #[command(subcommand)]
     command: Command,
@@ -117,6 +124,7 @@ a mode other than the one the name is held or waited for in.")]
     )]
     Revoke {
         /// The lock's name.
+        #[arg(value_parser = name_arg)]
         name: String,
     },
 
@@ -137,6 +145,7 @@ Examples:
     #[command(after_help = "Examples:\n  coord leader scheduler\n  coord leader --json scheduler")]
     Leader {
         /// The election's name.
+        #[arg(value_parser = name_arg)]
         name: String,
     },
 
@@ -146,6 +155,7 @@ Examples:
     )]
     Observe {
         /// The election's name.
+        #[arg(value_parser = name_arg)]
         name: String,
     },
 
@@ -203,7 +213,7 @@ Examples:
   coord inspect --watch scheduler")]
     Inspect {
         /// Only names at or below this prefix (whole segments).
-        #[arg(default_value = "")]
+        #[arg(default_value = "", value_parser = prefix_arg)]
         prefix: String,
         /// Print again whenever something changes, until interrupted.
         #[arg(long)]
@@ -216,15 +226,27 @@ Examples:
     /// credentials, 2 for a bad URL.
     #[command(after_help = "Examples:\n  coord session\n  coord --url zk://10.0.0.1:2181/app session --json")]
     Session,
+
+    /// Print a shell completion script (needs no backend).
+    #[command(after_help = "\
+Examples:
+  coord completions bash > ~/.local/share/bash-completion/completions/coord
+  coord completions zsh > ~/.zfunc/_coord
+  coord completions fish > ~/.config/fish/completions/coord.fish")]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
 struct LockArgs {
     /// The lock's name: segments of [A-Za-z0-9._-] separated by '/'.
+    #[arg(value_parser = name_arg)]
     name: String,
     /// Let up to N commands hold the name at once (a semaphore with N permits; every
     /// holder must use the same N).
-    #[arg(short = 'n', long = "permits", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_PERMITS)), conflicts_with_all = ["read", "write"])]
+    #[arg(short = 'n', long = "permits", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_PERMITS)), conflicts_with_all = ["read", "write"])]
     permits: Option<u32>,
     /// Hold the read side of a read/write lock: shared with other readers, excluded by
     /// a writer.
@@ -249,6 +271,14 @@ struct LockArgs {
     /// exits 123.
     #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
     revocable: bool,
+    /// What the lock's entry names as its holder, as `coord inspect` and waiters show it
+    /// (default: HOST:PID).
+    #[arg(long, value_name = "ID")]
+    identity: Option<String>,
+    /// The exit status when --try finds the lock held or --timeout passes (default 75
+    /// and 124), as flock's -E.
+    #[arg(long, short = 'E', value_name = "CODE")]
+    conflict_exit_code: Option<u8>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -257,6 +287,7 @@ struct LockArgs {
 #[derive(Debug, Args)]
 struct ElectArgs {
     /// The election's name.
+    #[arg(value_parser = name_arg)]
     name: String,
     /// The value others see while this candidate leads (e.g. its address).
     value: String,
@@ -282,7 +313,11 @@ pub(crate) enum ConfigCommand {
     )]
     Get {
         /// The key.
+        #[arg(value_parser = name_arg)]
         key: String,
+        /// Print the value's bytes as they are (no escaping, no newline added).
+        #[arg(long)]
+        raw: bool,
     },
     /// Create or replace a key; prints the new version.
     #[command(
@@ -290,11 +325,13 @@ pub(crate) enum ConfigCommand {
     )]
     Put {
         /// The key.
+        #[arg(value_parser = name_arg)]
         key: String,
         /// The value, or - to read it from standard input.
         value: String,
     },
     /// Write a key only if it is at a version (or absent): exit 4 otherwise.
+    #[command(group(clap::ArgGroup::new("condition").args(["expect", "absent"]).required(true)))]
     #[command(after_help = "\
 Examples:
   v=$(coord config get --json feature/x | jq -r .version)
@@ -302,34 +339,36 @@ Examples:
   coord config cas leader-lease node-1 --absent")]
     Cas {
         /// The key.
+        #[arg(value_parser = name_arg)]
         key: String,
         /// The value, or - to read it from standard input.
         value: String,
         /// The version the key must be at, as printed by get/put (e.g. 12.0).
-        #[arg(long, value_name = "VERSION", required_unless_present = "absent")]
+        #[arg(long, value_name = "VERSION")]
         expect: Option<String>,
         /// Write only if the key does not exist.
-        #[arg(long, conflicts_with = "expect")]
+        #[arg(long)]
         absent: bool,
     },
     /// Delete a key (exit 0 whether or not it existed; --json says which).
     #[command(after_help = "Examples:\n  coord config delete feature/x")]
     Delete {
         /// The key.
+        #[arg(value_parser = name_arg)]
         key: String,
     },
     /// List the keys at and below a prefix (segment-wise), sorted.
     #[command(after_help = "Examples:\n  coord config list\n  coord config list --json feature")]
     List {
         /// The prefix; empty for the whole namespace.
-        #[arg(default_value = "")]
+        #[arg(default_value = "", value_parser = prefix_arg)]
         prefix: String,
     },
     /// Print the keys under a prefix, then every change, until interrupted.
     #[command(after_help = "Examples:\n  coord config watch feature\n  coord config watch --json | jq -c .")]
     Watch {
         /// The prefix; empty for the whole namespace.
-        #[arg(default_value = "")]
+        #[arg(default_value = "", value_parser = prefix_arg)]
         prefix: String,
     },
 }
@@ -342,12 +381,14 @@ pub(crate) enum RegistryCommand {
     )]
     List {
         /// The service.
+        #[arg(value_parser = name_arg)]
         service: String,
     },
     /// Print a service's instances, then every change, until interrupted.
     #[command(after_help = "Examples:\n  coord registry watch api")]
     Watch {
         /// The service.
+        #[arg(value_parser = name_arg)]
         service: String,
     },
     /// Register an instance until interrupted, or while a command runs.
@@ -360,8 +401,10 @@ Examples:
   coord registry register api node-1 10.0.0.7:8080   # until Ctrl-C")]
     Register {
         /// The service.
+        #[arg(value_parser = name_arg)]
         service: String,
         /// The instance's id, unique within the service.
+        #[arg(value_parser = segment_arg)]
         id: String,
         /// Where to reach it, e.g. 10.0.0.7:8080.
         address: String,
@@ -382,6 +425,7 @@ pub(crate) enum QueueCommand {
     )]
     Push {
         /// The queue's name.
+        #[arg(value_parser = name_arg)]
         name: String,
         /// The item, or - to read it from standard input.
         item: String,
@@ -396,6 +440,7 @@ pub(crate) enum QueueCommand {
     )]
     Take {
         /// The queue's name.
+        #[arg(value_parser = name_arg)]
         name: String,
         /// Give up waiting after this long; exit 124.
         #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
@@ -408,6 +453,7 @@ pub(crate) enum QueueCommand {
     #[command(after_help = "Examples:\n  coord queue len jobs")]
     Len {
         /// The queue's name.
+        #[arg(value_parser = name_arg)]
         name: String,
     },
 }
@@ -418,12 +464,14 @@ pub(crate) enum CounterCommand {
     #[command(after_help = "Examples:\n  coord counter get visits")]
     Get {
         /// The counter's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
     },
     /// Add DELTA (may be negative) and print the new value; every add lands once.
     #[command(after_help = "Examples:\n  coord counter add visits 1\n  coord counter add visits -5")]
     Add {
         /// The counter's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
         /// What to add.
         #[arg(allow_negative_numbers = true)]
@@ -433,6 +481,7 @@ pub(crate) enum CounterCommand {
     #[command(after_help = "Examples:\n  coord counter set visits 0")]
     Set {
         /// The counter's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
         /// The new value.
         #[arg(allow_negative_numbers = true)]
@@ -446,12 +495,14 @@ pub(crate) enum BarrierCommand {
     #[command(after_help = "Examples:\n  coord barrier raise deploy/freeze")]
     Raise {
         /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
     },
     /// Remove the barrier, releasing everyone waiting.
     #[command(after_help = "Examples:\n  coord barrier remove deploy/freeze")]
     Remove {
         /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
     },
     /// Wait until the barrier is removed (at once if it is not raised).
@@ -460,6 +511,7 @@ pub(crate) enum BarrierCommand {
     )]
     Wait {
         /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
         /// Give up waiting after this long; exit 124.
         #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
@@ -469,6 +521,7 @@ pub(crate) enum BarrierCommand {
     #[command(after_help = "Examples:\n  coord barrier status deploy/freeze")]
     Status {
         /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
         key: String,
     },
 }
@@ -482,8 +535,34 @@ pub(crate) enum TxnCommand {
     )]
     Decision {
         /// The transaction's name.
+        #[arg(value_parser = name_arg)]
         name: String,
     },
+}
+
+/// A name or key, checked before anything is sent (as the library would, after
+/// connecting): a usage error at once.
+fn name_arg(s: &str) -> Result<String, String> {
+    coord::validate_name("name", s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.message().to_owned())
+}
+
+/// A single segment (an instance id).
+fn segment_arg(s: &str) -> Result<String, String> {
+    if s.contains('/') {
+        return Err(format!("{s:?} contains '/'; it must be a single segment"));
+    }
+    name_arg(s)
+}
+
+/// A prefix: empty (everything) or a name.
+fn prefix_arg(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Ok(String::new())
+    } else {
+        name_arg(s)
+    }
 }
 
 fn parse_meta(s: &str) -> Result<(String, String), String> {
@@ -493,7 +572,10 @@ fn parse_meta(s: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -521,10 +603,69 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints clap's error (help and version too) and exits as clap would; a command to run
+/// given without `--` before it gets a hint.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    if e.kind() == ErrorKind::UnknownArgument {
+        let args: Vec<OsString> = std::env::args_os().collect();
+        let runs_a_command = args
+            .iter()
+            .any(|a| a == "lock" || a == "elect" || a == "register");
+        if runs_a_command && !args.iter().any(|a| a == "--") {
+            eprintln!("\nhint: the command to run goes after `--`, e.g. coord lock NAME -- ./job.sh ARG…");
+        }
+    }
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE))
+}
+
+/// What `mem://` means on the command line: nothing another process can see.
+const MEM_REFUSED: &str = "mem:// lives inside this one coord process: a lock there excludes no \
+other process, and whatever is written is gone when coord exits, so the command line refuses it \
+(except for `coord session`). Use a ZooKeeper or etcd server: scripts/etcd-server start 2379 (or \
+scripts/zk-server start 2181) in coord's repository starts one on loopback, then \
+COORD_URL=etcd://127.0.0.1:2379/myapp (or zk://127.0.0.1:2181/myapp)";
+
 async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
+    if let Command::Completions { shell } = cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        // Into a buffer first: clap_complete panics on a failed write (a closed pipe).
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut command, "coord", &mut script);
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        return Ok(match stdout.write_all(&script).and_then(|()| stdout.flush()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(exit::BROKEN_PIPE),
+        });
+    }
     let url = cli.url.ok_or_else(|| {
         Failure::usage("no backend given: pass --url (e.g. etcd://127.0.0.1:2379/myapp) or set COORD_URL")
     })?;
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase())
+        .unwrap_or_default();
+    if scheme == "mem" && !matches!(cli.command, Command::Session) {
+        return Err(Failure::usage(MEM_REFUSED));
+    }
+    let url = match cli.session_timeout {
+        Some(timeout) => with_session_timeout(&url, &scheme, timeout)?,
+        None => url,
+    };
+    if cli.json && matches!(cli.command, Command::Config(ConfigCommand::Get { raw: true, .. })) {
+        return Err(Failure::usage(
+            "--raw prints the bare value; it cannot be --json too",
+        ));
+    }
+    // A command that cannot run is found before anything is taken for it.
+    match &cli.command {
+        Command::Lock(a) => child::check_runnable(&a.command)?,
+        Command::Elect(a) => child::check_runnable(&a.command)?,
+        Command::Registry(RegistryCommand::Register { command, .. }) => child::check_runnable(command)?,
+        _ => {}
+    }
     let mut stop = child::Stop::install()?;
     let client = match child::unless_stopped(&mut stop, coord::connect(&url)).await {
         Ok(connected) => connected.map_err(Failure::connecting)?,
@@ -532,7 +673,8 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
     };
     let result = match cli.command {
         Command::Lock(a) => {
-            cmd::lock::run(
+            let conflict = a.conflict_exit_code;
+            let ran = cmd::lock::run(
                 &client,
                 cmd::lock::Lock {
                     name: &a.name,
@@ -546,12 +688,22 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
                     try_once: a.try_once,
                     grace: a.grace,
                     revocable: a.revocable,
+                    identity: a.identity.as_deref(),
                     command: &a.command,
                 },
                 &mut stop,
                 out,
             )
-            .await
+            .await;
+            // flock's -E: one status for "someone else has it" (held under --try, or
+            // not granted within --timeout).
+            match (ran, conflict) {
+                (Err(mut f), Some(code)) if f.code == exit::BUSY || f.code == exit::TIMEOUT => {
+                    f.code = code;
+                    Err(f)
+                }
+                (ran, _) => ran,
+            }
         }
         Command::Revoke { name } => one_shot(&mut stop, cmd::lock::revoke(&client, &name, out)).await,
         Command::Elect(a) => {
@@ -587,11 +739,32 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
             cmd::inspect::run(&client, &prefix, watch, &mut stop, out).await
         }
         Command::Session => one_shot(&mut stop, cmd::session::run(&client, out)).await,
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     };
     // Ends the session now: whatever it still holds is released at once, not by timeout
     // (bounded: if the servers do not answer, the session ends by timeout instead).
     let _ = child::unless_stopped(&mut stop, tokio::time::timeout(CLOSE_TIMEOUT, client.close())).await;
     result
+}
+
+/// `url` with `--session-timeout` as the backend's own option (refused when the URL
+/// already sets it).
+fn with_session_timeout(url: &str, scheme: &str, timeout: Duration) -> Result<String, Failure> {
+    let option = match scheme {
+        "zk" | "zk+tls" => "session_timeout",
+        "etcd" | "etcd+https" => "lease_ttl",
+        "mem" => "session_ttl",
+        // An unknown scheme: connecting says so.
+        _ => return Ok(url.to_owned()),
+    };
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    if query.split('&').any(|kv| kv.split('=').next() == Some(option)) {
+        return Err(Failure::usage(format!(
+            "--session-timeout and the URL's {option}= both set the session timeout; give one"
+        )));
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{separator}{option}={}ms", timeout.as_millis()))
 }
 
 /// How long closing the session may take before coord exits anyway.

@@ -253,6 +253,17 @@ fn help_reads_well() -> Result {
         &["barrier"],
         &["txn"],
     ];
+    // Read while it runs: the script is larger than a pipe's buffer.
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .env_remove("COORD_URL")
+        .output()
+        .map_err(|e| e.to_string())?;
+    expect_code(&out, 0, "coord completions bash (no backend needed)")?;
+    ensure!(
+        text(&out.stdout).contains("_coord") && text(&out.stdout).contains("lock"),
+        "the bash completions do not complete coord's subcommands"
+    );
     for sub in subcommands.into_iter().chain(groups) {
         let out = output(Command::new(BIN).args(sub).arg("--help"), Duration::from_secs(10))?;
         expect_code(&out, 0, &format!("coord {} --help", sub.join(" ")))?;
@@ -266,22 +277,84 @@ fn help_reads_well() -> Result {
     Ok(())
 }
 
+/// Where nothing answers: a case that must fail before any request would wait 60 s
+/// here and exit 69 if it sent one.
+const NOWHERE: &str = "zk://127.0.0.1:1/x?connect_timeout=60s";
+
 fn usage_and_connection_errors() -> Result {
     let limit = Duration::from_secs(30);
-    let cases: [(&[&str], i32, &str); 7] = [
+    let dir = tempdir()?;
+    let not_executable = dir.path().join("job.sh");
+    std::fs::write(&not_executable, "true\n").map_err(|e| e.to_string())?;
+    let not_executable = not_executable.display().to_string();
+    let timeout_twice = format!("{NOWHERE}&session_timeout=3s");
+    let cases: [(&[&str], i32, &str); 20] = [
         (&["session"], 2, "--url"),
         (&["--url", "redis://h/x", "session"], 2, "scheme"),
         (
-            &["--url", "mem://x", "lock", "bad name", "--", "true"],
+            &["--url", NOWHERE, "lock", "bad name", "--", "true"],
             2,
             "bad name",
         ),
-        (&["--url", "mem://x", "lock", "jobs"], 2, "CMD"),
+        (&["--url", NOWHERE, "lock", "jobs"], 2, "CMD"),
         (
-            &["--url", "mem://x", "lock", "jobs", "--", "/nonexistent/cmd"],
+            &["--url", NOWHERE, "lock", "jobs", "--", "/nonexistent/cmd"],
             127,
             "not found",
         ),
+        // A command that cannot run is found before the lock is taken (or the connect).
+        (
+            &["--url", NOWHERE, "lock", "jobs", "--", "nosuchcmd"],
+            127,
+            "nothing was taken",
+        ),
+        (
+            &["--url", NOWHERE, "lock", "jobs", "--", &not_executable],
+            126,
+            "not an executable",
+        ),
+        (
+            &["--url", NOWHERE, "elect", "e", "v", "--", "nosuchcmd"],
+            127,
+            "not found",
+        ),
+        // A command given without `--` gets a hint.
+        (
+            &["--url", NOWHERE, "lock", "jobs", "./job.sh"],
+            2,
+            "goes after `--`",
+        ),
+        // Clap errors name the range and the alternatives.
+        (
+            &["--url", NOWHERE, "lock", "-n", "-1", "jobs", "--", "true"],
+            2,
+            "1..=",
+        ),
+        (&["--url", NOWHERE, "config", "cas", "k", "v"], 2, "--absent"),
+        (
+            &["--url", NOWHERE, "config", "get", "--raw", "--json", "k"],
+            2,
+            "--raw",
+        ),
+        (
+            &["--url", NOWHERE, "registry", "register", "s", "a/b", "h:1"],
+            2,
+            "single segment",
+        ),
+        (&["--url", NOWHERE, "config", "list", "a//b"], 2, "empty segment"),
+        (
+            &["--url", &timeout_twice, "--session-timeout", "4s", "session"],
+            2,
+            "give one",
+        ),
+        // mem:// lives in one process: refused where another process is the point.
+        (
+            &["--url", "mem://x", "lock", "jobs", "--", "true"],
+            2,
+            "scripts/etcd-server start",
+        ),
+        (&["--url", "mem://x", "config", "put", "k", "v"], 2, "mem://"),
+        (&["--url", "MEM://x", "queue", "len", "q"], 2, "mem://"),
         (
             &["--url", "zk://127.0.0.1:1/x?connect_timeout=1s", "session"],
             69,
@@ -575,7 +648,8 @@ fn command_in_a_terminal_reads_it(b: &Backend) -> Result {
 
 /// Config from the shell, parsed as JSON: put, get with the version, a stale
 /// compare-and-set refused (exit 4), a current one accepted, list, delete, missing keys
-/// (exit 3). On mem each run is its own store, so only single-run facts are checked.
+/// (exit 3); a binary value read back byte for byte with `get --raw`; a version
+/// mismatch says the versions as typed.
 fn config_json(b: &Backend) -> Result {
     let url = b.url("config", "");
     let limit = Duration::from_secs(30);
@@ -591,11 +665,35 @@ fn config_json(b: &Backend) -> Result {
         .to_owned();
     let out = run(&["cas", "feature/x", "off", "--expect", "999999.0"])?;
     expect_code(&out, 4, "cas with a wrong version")?;
+    ensure!(
+        text(&out.stderr).contains("999999.0") && !text(&out.stderr).contains("Some("),
+        "the version mismatch does not print versions as typed: {}",
+        text(&out.stderr)
+    );
     let out = run(&["cas", "feature/y", "v", "--expect", "not-a-version"])?;
     expect_code(&out, 2, "cas with a malformed version")?;
-    if !b.real() {
-        return Ok(());
+    // Binary bytes in and out unchanged.
+    let binary: &[u8] = b"\x00\xffline\n\x1b[31m";
+    let mut put = coord(&url)
+        .args(["config", "put", "blob", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    {
+        use std::io::Write as _;
+        let mut stdin = put.stdin.take().ok_or("stdin not piped")?;
+        stdin.write_all(binary).map_err(|e| e.to_string())?;
     }
+    expect_code(&finish(put, limit)?, 0, "put of a binary value from stdin")?;
+    let out = output(coord(&url).args(["config", "get", "--raw", "blob"]), limit)?;
+    expect_code(&out, 0, "get --raw")?;
+    ensure!(
+        out.stdout == binary,
+        "get --raw printed {:?}, not the bytes put {binary:?}",
+        out.stdout
+    );
     let out = run(&["get", "feature/x"])?;
     expect_code(&out, 0, "get")?;
     let got = json_lines(&out.stdout)?;
@@ -647,6 +745,23 @@ fn session_json(b: &Backend) -> Result {
     ensure!(
         s["round_trip_ms"].as_f64().is_some_and(|ms| ms > 0.0),
         "round trip {s}"
+    );
+    // --session-timeout sets the backend's own option for this run (the test ZooKeeper
+    // grants at most 2 s; etcd's TTL is whole seconds).
+    let (asked, ms) = if b.name == "zk" {
+        ("1500ms", 1500)
+    } else {
+        ("3s", 3000)
+    };
+    let out = output(
+        coord(&b.url("session", "")).args(["--session-timeout", asked, "session", "--json"]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 0, "session --session-timeout")?;
+    let s = &json_lines(&out.stdout)?[0];
+    ensure!(
+        s["session_timeout_ms"] == ms,
+        "--session-timeout {asked} gave {s}"
     );
     Ok(())
 }
@@ -743,7 +858,16 @@ fn busy_and_timeout(b: &Backend) -> Result {
         done.display()
     );
     let holder = coord(&url)
-        .args(["lock", "busy", "--", "sh", "-c", &script])
+        .args([
+            "lock",
+            "--identity",
+            "nightly@host-a",
+            "busy",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -757,10 +881,15 @@ fn busy_and_timeout(b: &Backend) -> Result {
     )?;
     expect_code(&out, 75, "--try on a held lock")?;
     ensure!(
-        text(&out.stderr).contains(&format!(":{}", holder.id())),
-        "--try did not name the holder: {}",
+        text(&out.stderr).contains("nightly@host-a"),
+        "--try did not name the holder by its --identity: {}",
         text(&out.stderr)
     );
+    let out = output(
+        coord(&url).args(["lock", "--try", "-E", "1", "busy", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 1, "--try -E 1 on a held lock (flock's conflict exit code)")?;
     let out = output(
         coord(&url).args(["lock", "--timeout", "1500ms", "busy", "--", "true"]),
         Duration::from_secs(20),
@@ -771,6 +900,20 @@ fn busy_and_timeout(b: &Backend) -> Result {
         "timeout message {}",
         text(&out.stderr)
     );
+    let out = output(
+        coord(&url).args([
+            "lock",
+            "--timeout",
+            "500ms",
+            "--conflict-exit-code",
+            "9",
+            "busy",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(20),
+    )?;
+    expect_code(&out, 9, "--timeout with --conflict-exit-code 9 on a held lock")?;
     ensure!(
         started.elapsed() < Duration::from_secs(15),
         "took {:?}",
@@ -1112,7 +1255,9 @@ fn main() {
         Trial::test("recipe_usage_errors", recipes::recipe_usage_errors),
     ];
     type Case = fn(&Backend) -> Result;
-    let everywhere: [(&str, Case); 6] = [
+    // mem:// is refused on the command line except by `coord session`.
+    let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
+    let real_only: [(&str, Case); 19] = [
         ("lock_runs_command_with_token", lock_runs_command_with_token),
         ("command_leaves_nothing_running", command_leaves_nothing_running),
         (
@@ -1121,9 +1266,6 @@ fn main() {
         ),
         ("command_in_a_terminal_reads_it", command_in_a_terminal_reads_it),
         ("config_json", config_json),
-        ("session_json", session_json),
-    ];
-    let real_only: [(&str, Case); 14] = [
         ("cli_holders_never_overlap", beliefs::cli_holders_never_overlap),
         ("lock_modes_refuse_each_other", lock_modes_refuse_each_other),
         (

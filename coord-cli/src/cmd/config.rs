@@ -14,7 +14,22 @@ use crate::output::{self, Out};
 /// The one-shot config commands (`watch` is [`watch`]).
 pub async fn run(client: &Client, command: ConfigCommand, out: Out) -> Result<ExitCode, Failure> {
     match command {
-        ConfigCommand::Get { key } => match client.get(&key).await? {
+        ConfigCommand::Get { key, raw: true } => match client.get(&key).await? {
+            Some(v) => {
+                use std::io::Write as _;
+                let mut stdout = std::io::stdout().lock();
+                if stdout.write_all(&v.value).and_then(|()| stdout.flush()).is_err() {
+                    return Ok(ExitCode::from(exit::BROKEN_PIPE));
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            None => Err(Failure::new(
+                exit::NOT_FOUND,
+                "not found",
+                format!("no key {key:?}"),
+            )),
+        },
+        ConfigCommand::Get { key, raw: false } => match client.get(&key).await? {
             Some(v) => {
                 let _ = out.result(
                     output::text(&v.value),

@@ -47,6 +47,8 @@ pub struct Lock<'a> {
     pub grace: Option<Duration>,
     /// Stop the command and release when someone asks (`coord revoke`).
     pub revocable: bool,
+    /// What the entry says holds it (default `host:pid`).
+    pub identity: Option<&'a str>,
     pub command: &'a [OsString],
 }
 
@@ -108,8 +110,7 @@ impl Grant {
 }
 
 /// Takes the grant (waiting, or once with `--try`); `None` when `--try` found it taken.
-async fn take(client: &Client, name: &str, mode: Mode, wait: bool) -> coord::Result<Option<Grant>> {
-    let me = super::identity();
+async fn take(client: &Client, name: &str, mode: Mode, wait: bool, me: &str) -> coord::Result<Option<Grant>> {
     Ok(match (mode, wait) {
         (Mode::Exclusive, true) => Some(Grant::Lock(client.lock_as(name, me).await?)),
         (Mode::Exclusive, false) => client.try_lock_as(name, me).await?.map(Grant::Lock),
@@ -214,10 +215,11 @@ pub fn default_grace(client: &Client) -> Duration {
 /// Takes the grant, runs the command while holding it, and releases it.
 pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> Result<ExitCode, Failure> {
     let (name, mode) = (args.name, args.mode);
+    let me = args.identity.map_or_else(super::identity, str::to_owned);
     let grace = checked_grace(client, args.grace, mode.what(), out);
     refuse_other_modes(client, name, mode).await?;
     let grant = if args.try_once {
-        match take(client, name, mode, false).await? {
+        match take(client, name, mode, false, &me).await? {
             Some(grant) => grant,
             None => {
                 let held = match holders(client, name, mode).await {
@@ -239,7 +241,7 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
             what: mode.what(),
             name,
         };
-        let acquire = async { take(client, name, mode, true).await?.ok_or_else(no_grant) };
+        let acquire = async { take(client, name, mode, true, &me).await?.ok_or_else(no_grant) };
         match wait::wait(
             waiting,
             acquire,

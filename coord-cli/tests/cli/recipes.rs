@@ -383,7 +383,7 @@ impl Drop for Foreign {
     }
 }
 
-/// Bad recipe arguments are usage errors (2) before any request.
+/// Bad recipe arguments are usage errors (2) before any request (the URL leads nowhere).
 pub fn recipe_usage_errors() -> Result {
     for args in [
         &["lock", "-n", "0", "x", "--", "true"][..],
@@ -394,7 +394,7 @@ pub fn recipe_usage_errors() -> Result {
         &["queue", "take", "--try", "--timeout", "1s", "q"],
         &["inspect", "bad//prefix"],
     ] {
-        let out = output(coord("mem://usage").args(args), Duration::from_secs(20))?;
+        let out = output(coord(super::NOWHERE).args(args), Duration::from_secs(20))?;
         expect_code(&out, 2, &args.join(" "))?;
     }
     Ok(())
