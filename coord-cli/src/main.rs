@@ -667,11 +667,45 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
         _ => {}
     }
     let mut stop = child::Stop::install()?;
-    let client = match child::unless_stopped(&mut stop, coord::connect(&url)).await {
-        Ok(connected) => connected.map_err(Failure::connecting)?,
+    let started = std::time::Instant::now();
+    let connecting = async {
+        match connect_bound(&cli.command) {
+            None => coord::connect(&url).await.map_err(Failure::connecting),
+            Some(Bound::Try) => tokio::time::timeout(TRY_CONNECT, coord::connect(&url))
+                .await
+                .map_err(|_| {
+                    Failure::new(
+                        exit::UNAVAILABLE,
+                        "unavailable",
+                        format!(
+                            "no session within {} (--try does not wait for the servers); nothing was taken",
+                            humantime::format_duration(TRY_CONNECT)
+                        ),
+                    )
+                })?
+                .map_err(Failure::connecting),
+            Some(Bound::Timeout(limit)) => tokio::time::timeout(limit, coord::connect(&url))
+                .await
+                .map_err(|_| {
+                    Failure::new(
+                        exit::TIMEOUT,
+                        "timeout",
+                        format!(
+                            "no session within --timeout {}; nothing was taken",
+                            humantime::format_duration(limit)
+                        ),
+                    )
+                })?
+                .map_err(Failure::connecting),
+        }
+    };
+    let client = match child::unless_stopped(&mut stop, connecting).await {
+        Ok(connected) => connected?,
         Err(signal) => return Ok(child::stopped_by(signal)),
     };
-    let result = match cli.command {
+    let mut command = cli.command;
+    spend(&mut command, started.elapsed());
+    let result = match command {
         Command::Lock(a) => {
             let conflict = a.conflict_exit_code;
             let ran = cmd::lock::run(
@@ -765,6 +799,49 @@ fn with_session_timeout(url: &str, scheme: &str, timeout: Duration) -> Result<St
     }
     let separator = if url.contains('?') { '&' } else { '?' };
     Ok(format!("{url}{separator}{option}={}ms", timeout.as_millis()))
+}
+
+/// How a command's own `--try` or `--timeout` bounds the connect too.
+enum Bound {
+    /// `--try`: at most [`TRY_CONNECT`].
+    Try,
+    /// `--timeout`: the connect counts toward it.
+    Timeout(Duration),
+}
+
+/// How long `--try` waits for a session.
+const TRY_CONNECT: Duration = Duration::from_secs(2);
+
+fn connect_bound(command: &Command) -> Option<Bound> {
+    let (timeout, try_once) = match command {
+        Command::Lock(a) => (a.timeout, a.try_once),
+        Command::Elect(a) => (a.timeout, false),
+        Command::Queue(QueueCommand::Take {
+            timeout, try_once, ..
+        }) => (*timeout, *try_once),
+        Command::Barrier(BarrierCommand::Wait { timeout, .. }) => (*timeout, false),
+        _ => (None, false),
+    };
+    match (try_once, timeout) {
+        (true, _) => Some(Bound::Try),
+        (false, Some(limit)) => Some(Bound::Timeout(limit)),
+        (false, None) => None,
+    }
+}
+
+/// Takes what the connect took off the command's `--timeout`, which bounds both.
+fn spend(command: &mut Command, elapsed: Duration) {
+    let timeout = match command {
+        Command::Lock(a) => &mut a.timeout,
+        Command::Elect(a) => &mut a.timeout,
+        Command::Queue(QueueCommand::Take { timeout, .. }) => timeout,
+        Command::Barrier(BarrierCommand::Wait { timeout, .. }) => timeout,
+        _ => return,
+    };
+    if let Some(t) = timeout {
+        // Never zero: that is a usage error of its own.
+        *t = t.saturating_sub(elapsed).max(Duration::from_millis(1));
+    }
 }
 
 /// How long closing the session may take before coord exits anyway.

@@ -358,7 +358,7 @@ fn usage_and_connection_errors() -> Result {
         (
             &["--url", "zk://127.0.0.1:1/x?connect_timeout=1s", "session"],
             69,
-            "reachable",
+            "refused",
         ),
         (
             &["--url", "etcd://127.0.0.1:1/x?connect_timeout=1s", "session"],
@@ -405,6 +405,99 @@ fn usage_and_connection_errors() -> Result {
         !text(&out.stderr).contains("s3cret"),
         "the password was printed: {}",
         text(&out.stderr)
+    );
+    Ok(())
+}
+
+/// A connect that cannot succeed says why, per host, at once: refused, a name that
+/// does not resolve; and `--try` and `--timeout` bound a connect to a host that never
+/// answers (it accepts the connection and says nothing).
+fn connect_errors_say_which() -> Result {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    for scheme in ["zk", "etcd"] {
+        for (host, says) in [
+            (format!("127.0.0.1:{closed}"), "connection refused"),
+            ("no-such-host.invalid:2181".to_owned(), "does not resolve"),
+        ] {
+            let url = format!("{scheme}://{host}/x?connect_timeout=60s");
+            let started = Instant::now();
+            let out = output(coord(&url).arg("session"), Duration::from_secs(30))?;
+            expect_code(&out, 69, &format!("session on {url}"))?;
+            let said = text(&out.stderr);
+            ensure!(said.contains(says), "{url}: {said:?} does not say {says:?}");
+            ensure!(
+                !said.contains("tonic") && !said.contains("Os {") && !said.contains("Custom {"),
+                "{url}: library Debug text in {said:?}"
+            );
+            ensure!(
+                started.elapsed() < Duration::from_secs(10),
+                "{url}: took {:?} to say so",
+                started.elapsed()
+            );
+        }
+    }
+    // A listener that never accepts: connections complete in its backlog, nothing answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let port = silent.local_addr().map_err(|e| e.to_string())?.port();
+    for scheme in ["zk", "etcd"] {
+        let url = format!("{scheme}://127.0.0.1:{port}/x?connect_timeout=60s");
+        let started = Instant::now();
+        let out = output(
+            coord(&url).args(["lock", "--timeout", "2s", "x", "--", "true"]),
+            Duration::from_secs(30),
+        )?;
+        expect_code(&out, 124, &format!("lock --timeout 2s on a silent {scheme} host"))?;
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "{scheme}: --timeout 2s took {:?}",
+            started.elapsed()
+        );
+        let started = Instant::now();
+        let out = output(
+            coord(&url).args(["lock", "--try", "x", "--", "true"]),
+            Duration::from_secs(30),
+        )?;
+        expect_code(&out, 69, &format!("lock --try on a silent {scheme} host"))?;
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "{scheme}: --try took {:?}",
+            started.elapsed()
+        );
+    }
+    drop(silent);
+    Ok(())
+}
+
+/// The other backend's port in a URL is named as such, at once (exit 2).
+fn other_backends_port_is_named(b: &Backend) -> Result {
+    let (other, var) = if b.name == "zk" {
+        ("etcd", "COORD_TEST_ETCD")
+    } else {
+        ("zk", "COORD_TEST_ZK")
+    };
+    let hosts = coord_testkit::env::endpoint(var)
+        .ok_or(format!("this case needs {var} as well (a {other} server)"))?;
+    let url = format!("{}://{hosts}/x?connect_timeout=60s", b.name);
+    let started = Instant::now();
+    let out = output(coord(&url).arg("session"), Duration::from_secs(30))?;
+    expect_code(&out, 2, &format!("a {} URL on the {other} server", b.name))?;
+    let want = if other == "zk" {
+        "a ZooKeeper server"
+    } else {
+        "an etcd server"
+    };
+    ensure!(
+        text(&out.stderr).contains(want),
+        "{url} says {:?}, not naming {want:?}",
+        text(&out.stderr)
+    );
+    ensure!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
     );
     Ok(())
 }
@@ -1253,11 +1346,13 @@ fn main() {
         Trial::test("help_reads_well", help_reads_well),
         Trial::test("usage_and_connection_errors", usage_and_connection_errors),
         Trial::test("recipe_usage_errors", recipes::recipe_usage_errors),
+        Trial::test("connect_errors_say_which", connect_errors_say_which),
     ];
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 19] = [
+    let real_only: [(&str, Case); 20] = [
+        ("other_backends_port_is_named", other_backends_port_is_named),
         ("lock_runs_command_with_token", lock_runs_command_with_token),
         ("command_leaves_nothing_running", command_leaves_nothing_running),
         (

@@ -21,11 +21,41 @@ pub(crate) fn map(err: E, op: &'static str, write: bool) -> Error {
         ErrorKind::SessionLost => "; the lease is gone and a new one is being granted — retry",
         _ => "",
     };
-    Error::new(kind, format!("etcd: {err}{hint}"))
+    Error::new(kind, format!("etcd: {}{hint}", describe(&err)))
         .with_operation(op)
         .with_retryable(retryable)
         .with_outcome_unknown(write && unknown)
         .with_source(err)
+}
+
+/// `err` in words: a gRPC status by its message and the causes under it (their
+/// `Display`, never the transport library's `Debug` text that etcd-client's own
+/// `Display` includes).
+fn describe(err: &E) -> String {
+    match err {
+        E::GRpcStatus(status) => {
+            let mut words = vec![status.message().to_owned()];
+            let mut cause = std::error::Error::source(status);
+            while let Some(c) = cause {
+                words.push(c.to_string());
+                cause = c.source();
+            }
+            words.dedup();
+            words.retain(|w| !w.is_empty());
+            format!("{} ({})", words.join(": "), status.code().description())
+        }
+        E::TransportError(e) => {
+            let mut words = vec![e.to_string()];
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                words.push(c.to_string());
+                cause = c.source();
+            }
+            words.dedup();
+            words.join(": ")
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Whether `err` is the member's fault, so another member may do better: it is

@@ -98,6 +98,22 @@ pub(crate) async fn explain_failures<T>(
     options: &EtcdOptions,
     establish: impl Future<Output = Result<T>>,
 ) -> Result<T> {
+    use coord_core::raw::reach::{self, Service};
+    // Every endpoint refused or unresolved: say so now, per endpoint.
+    reach::before_connect(Service::Etcd, &options.endpoints).await?;
+    reach::connect_or_explain(
+        Service::Etcd,
+        &options.endpoints,
+        Duration::from_millis(750),
+        explain_tls_failures(options, establish),
+    )
+    .await
+}
+
+async fn explain_tls_failures<T>(
+    options: &EtcdOptions,
+    establish: impl Future<Output = Result<T>>,
+) -> Result<T> {
     #[cfg(feature = "tls")]
     {
         let probe = coord_core::raw::tls_probe::Probe {

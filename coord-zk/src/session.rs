@@ -54,6 +54,21 @@ impl std::ops::Deref for Inner {
 /// explains why it cannot succeed (feature `tls`): the client library reports a TLS
 /// mismatch only as "no hosts" after the whole deadline.
 pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
+    use coord_core::raw::reach::{self, Service};
+    // Every host refused or unresolved: say so now, not after the deadline.
+    reach::before_connect(Service::ZooKeeper, &options.hosts).await?;
+    // The client reports any other host trouble as "no hosts" after the deadline: a
+    // closer look names another service on the port at once.
+    reach::connect_or_explain(
+        Service::ZooKeeper,
+        &options.hosts,
+        PROBE_AFTER,
+        open_session_explained(options, deadline),
+    )
+    .await
+}
+
+async fn open_session_explained(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
     #[cfg(feature = "tls")]
     {
         let probe = coord_core::raw::tls_probe::Probe {
@@ -73,8 +88,7 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
     try_open_session(options, deadline).await
 }
 
-/// How long a connect may fail before a TLS probe looks for the reason.
-#[cfg(feature = "tls")]
+/// How long a connect may fail before a probe looks for the reason.
 const PROBE_AFTER: Duration = Duration::from_millis(750);
 
 async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {

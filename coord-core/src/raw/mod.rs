@@ -34,6 +34,8 @@ mod instances;
 mod kv;
 pub mod mutants;
 mod queue;
+#[cfg(feature = "reach")]
+pub mod reach;
 pub(crate) mod registrations;
 pub(crate) mod session_signal;
 #[cfg(feature = "tls-probe")]
