@@ -464,7 +464,7 @@ type QueueRecord = Op<QueueOp<String>, QueueRet<String>>;
 /// [`coord_check::queue`]: no acknowledged item lost, none delivered twice, none
 /// invented. No consumer crashes here, so no second delivery is excused.
 pub async fn queue_history_with_closes_mid_take(ctx: Ctx) -> CaseResult {
-    let (report, troubled, kind) = queue_history(&ctx, "hq", 1).await?;
+    let (report, troubled, kind) = queue_history(&ctx, "hq", 1, false).await?;
     if !report.is_ok() && troubled {
         bail!(
             "the queue history on {kind} while a consumer's session was in trouble (a member unavailable; a take \
@@ -483,14 +483,23 @@ pub async fn queue_history_with_closes_mid_take(ctx: Ctx) -> CaseResult {
 /// dropped while the answer of their removal travels back depends on the backend
 /// (ZooKeeper's show the loss at the first speed, etcd's at the second) and on how busy
 /// the machine is, so the case runs histories until one loses an item, at most
-/// [`MUTANT_RUNS`].
+/// [`MUTANT_RUNS`] within [`MUTANT_TIME`]; its consumers close their client right after
+/// each take they dropped.
 #[cfg(feature = "mutants")]
 pub async fn queue_history_catches_take_without_receipt(ctx: Ctx) -> CaseResult {
     use coord_core::raw::mutants::{Mutant, switch_on};
     let _on = switch_on(&[Mutant::TakeWithoutReceipt]);
+    let started = tokio::time::Instant::now();
     for run in 1..=MUTANT_RUNS {
+        // Within the case's deadline, with room for one more history.
+        if started.elapsed() > MUTANT_TIME {
+            bail!(
+                "{} queue histories with takes writing no receipt (all that fit in {MUTANT_TIME:?}) lost no item",
+                run - 1
+            );
+        }
         let slow = [1, 4, 2, 8][(run - 1) % 4];
-        let (report, _, kind) = queue_history(&ctx, &format!("hqm{run}"), slow).await?;
+        let (report, _, kind) = queue_history(&ctx, &format!("hqm{run}"), slow, true).await?;
         if report.summary.lost > 0 {
             eprintln!("[{kind}] take without a receipt caught in run {run} (links {slow}x slower): {report}");
             return Ok(());
@@ -504,13 +513,21 @@ pub async fn queue_history_catches_take_without_receipt(ctx: Ctx) -> CaseResult 
 #[cfg(feature = "mutants")]
 const MUTANT_RUNS: usize = 20;
 
+/// After this long the mutant control starts no new history (a case has 60 s).
+#[cfg(feature = "mutants")]
+const MUTANT_TIME: Duration = Duration::from_secs(40);
+
 /// One queue history (see [`queue_history_with_closes_mid_take`]) on queue `name`, its
 /// links and take limits `slow` times the ones described there: the report, whether a
-/// consumer's session was in trouble, and the backend's kind.
+/// consumer's session was in trouble, and the backend's kind. With `eager_closes`, a
+/// consumer closes its client right after each take it dropped (up to six times): an
+/// item a dropped take kept only in memory is lost at once, not delivered by the
+/// client's next take.
 async fn queue_history(
     ctx: &Ctx,
     name: &str,
     slow: u64,
+    eager_closes: bool,
 ) -> anyhow::Result<(
     coord_core_report::Report<queue_check::QueueSummary, queue_check::QueueViolation<String>>,
     bool,
@@ -565,6 +582,7 @@ async fn queue_history(
             let mut rng = StdRng::seed_from_u64(c + 100);
             let mut client = first;
             let mut closes = 0;
+            let max_closes = if eager_closes { 6 } else { 2 };
             let process = 10 + c;
             loop {
                 let transitions = client.stats().session_transitions;
@@ -592,6 +610,9 @@ async fn queue_history(
                         Ok(Err(_)) => Outcome::Unknown,
                         Err(_) => {
                             drained = limit == full && done.load(std::sync::atomic::Ordering::SeqCst);
+                            if eager_closes && limit != full && closes < max_closes {
+                                n = turn;
+                            }
                             Outcome::Unknown
                         }
                     };
@@ -600,7 +621,7 @@ async fn queue_history(
                 if client.stats().session_transitions > transitions {
                     troubled.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
-                if closes == 2 || drained {
+                if closes == max_closes || drained {
                     return anyhow::Ok(client);
                 }
                 // Closed mid-take: a take in flight on another task when close runs.
