@@ -87,15 +87,19 @@ pub enum Ending {
 /// SIGTERM, then SIGKILL after `grace`, and this returns only once all of it is gone:
 /// the caller releases after that.
 ///
-/// The command's environment is coord's, without `COORD_URL` (it may hold credentials).
-/// If coord itself is killed (SIGKILL), the command keeps running: its fencing token is
-/// what keeps its writes safe then.
+/// With [`Leftovers::WaitFor`] the hold lasts until what the command left running has
+/// exited by itself (a loss still stops it).
+///
+/// The command's environment is coord's, with `COORD_URL` less its credentials (see
+/// [`pass_url_to_commands`]). The command runs under a guard (see [`crate::guard`]): if
+/// coord itself dies (SIGKILL), the command's group gets SIGTERM, then SIGKILL after
+/// `grace`.
 pub async fn run_while_held(
     command: &[OsString],
     env: &[(&str, String)],
     held: Held<'_>,
     ended: impl Future<Output = Ending>,
-    grace: Duration,
+    Stopping { grace, leftovers }: Stopping,
     stop: &mut Stop,
     out: Out,
 ) -> Result<ExitCode, Failure> {
@@ -103,7 +107,7 @@ pub async fn run_while_held(
     // Descendants the command orphans are re-parented to coord rather than to init, so
     // that coord can find and stop them when the command ends.
     adopt_orphans();
-    let mut child = spawn(command, env, !interactive)?;
+    let mut child = spawn(command, env, !interactive, grace)?;
     let target = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -121,6 +125,24 @@ pub async fn run_while_held(
                 match futures::FutureExt::now_or_never(&mut ended) {
                     Some(Ending::Lost) => {}
                     None | Some(Ending::Revoked) => {
+                        if leftovers == Leftovers::WaitFor {
+                            // Held until what the command started has exited too, unless
+                            // the hold ends first.
+                            match wait_for_leftovers(target, &mut ended, stop).await {
+                                None => return Ok(exit::of_child(status)),
+                                Some(ending) => {
+                                    out.notice(
+                                        format!("the {} {:?} ended while the command's processes ran on; stopping them", held.what, held.name),
+                                        json!({"event": "lost", "what": held.what, "name": held.name}),
+                                    );
+                                    sweep(target, tokio::time::Instant::now() + grace).await;
+                                    return Err(match ending {
+                                        Ending::Lost => lost_failure(&held),
+                                        Ending::Revoked => revoked_failure(&held),
+                                    });
+                                }
+                            }
+                        }
                         // What the command left running goes before the release.
                         sweep(target, tokio::time::Instant::now() + grace).await;
                         return Ok(exit::of_child(status));
@@ -146,11 +168,7 @@ pub async fn run_while_held(
                 terminate(&mut child, target, grace).await;
                 return Err(match ending {
                     Ending::Lost => lost_failure(&held),
-                    Ending::Revoked => Failure::new(
-                        exit::REVOKED,
-                        "revoked",
-                        format!("the {} {:?} was asked for; the command was stopped and the {} given up", held.what, held.name, held.what),
-                    ),
+                    Ending::Revoked => revoked_failure(&held),
                 });
             }
             signal = stop.next() => {
@@ -161,6 +179,66 @@ pub async fn run_while_held(
                     }
                 }
             }
+        }
+    }
+}
+
+fn revoked_failure(held: &Held<'_>) -> Failure {
+    Failure::new(
+        exit::REVOKED,
+        "revoked",
+        format!(
+            "the {} {:?} was asked for; the command was stopped and the {} given up",
+            held.what, held.name, held.what
+        ),
+    )
+}
+
+/// How the command and what it started are stopped.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopping {
+    /// SIGKILL follows SIGTERM after this long.
+    pub grace: Duration,
+    /// What becomes of what the command leaves running when it exits on its own.
+    pub leftovers: Leftovers,
+}
+
+/// What becomes of the processes a command leaves running when it exits on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftovers {
+    /// They get SIGTERM, then SIGKILL after the grace, before the release.
+    Stop,
+    /// The hold lasts until they have exited too (flock's behaviour: its lock lasts
+    /// while any process holds the lock file open).
+    WaitFor,
+}
+
+/// Waits until nothing the command started runs any more (its group is empty and
+/// nothing coord adopted runs): `None`; or until the hold ends first: `Some(why)`. Stop
+/// signals are passed on to what runs.
+async fn wait_for_leftovers(
+    target: Option<Target>,
+    ended: &mut std::pin::Pin<&mut impl Future<Output = Ending>>,
+    stop: &mut Stop,
+) -> Option<Ending> {
+    let group = target.filter(|t| t.group);
+    loop {
+        let running = reap_adopted();
+        let group_left = group.is_some_and(|g| g.signal(None));
+        if !group_left && running.is_empty() {
+            return None;
+        }
+        tokio::select! {
+            ending = ended.as_mut() => return Some(ending),
+            signal = stop.next() => {
+                if let Some(g) = group {
+                    g.signal(Some(signal));
+                }
+                for pid in running {
+                    let _ = kill(pid, signal);
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
 }
@@ -246,12 +324,56 @@ pub fn check_runnable(command: &[OsString]) -> Result<(), Failure> {
     })
 }
 
-fn spawn(command: &[OsString], env: &[(&str, String)], own_group: bool) -> Result<Child, Failure> {
+/// The `COORD_URL` a command run by coord gets: coord's own, without credentials.
+static URL_FOR_COMMANDS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Gives the commands coord runs `url` as their `COORD_URL`, less any `user:password@`
+/// (it is in coord's environment or command line, not theirs to pass on): a nested
+/// `coord` finds the same backend, and must be given credentials of its own.
+pub fn pass_url_to_commands(url: &str) {
+    let _ = URL_FOR_COMMANDS.set(without_credentials(url));
+}
+
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_ends = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_ends);
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://{}{tail}", &authority[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Starts `command` under its guard (see [`crate::guard`]), which stops it within
+/// `grace` should coord die; directly if coord cannot find its own executable.
+fn spawn(
+    command: &[OsString],
+    env: &[(&str, String)],
+    own_group: bool,
+    grace: Duration,
+) -> Result<Child, Failure> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("no command given after --"));
     };
-    let mut cmd = Command::new(program);
-    cmd.args(args).env_remove("COORD_URL").kill_on_drop(true);
+    let mut cmd = match std::env::current_exe() {
+        Ok(me) => {
+            let mut cmd = Command::new(me);
+            cmd.args(crate::guard::args(grace, own_group, command));
+            cmd
+        }
+        Err(_) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args);
+            cmd
+        }
+    };
+    match URL_FOR_COMMANDS.get() {
+        Some(url) => cmd.env("COORD_URL", url),
+        None => cmd.env_remove("COORD_URL"),
+    };
+    cmd.kill_on_drop(true);
     if own_group {
         cmd.process_group(0);
     }
@@ -382,5 +504,26 @@ pub async fn unless_stopped<T>(stop: &mut Stop, fut: impl Future<Output = T>) ->
     tokio::select! {
         v = fut => Ok(v),
         s = stop.next() => Err(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn credentials_are_dropped_from_the_commands_url() {
+        for (url, want) in [
+            (
+                "etcd://app:s3cret@h1:2379,h2/ns?lease_ttl=5s",
+                "etcd://h1:2379,h2/ns?lease_ttl=5s",
+            ),
+            ("zk://u:p@ss@h/ns", "zk://h/ns"),
+            ("zk://h:2181/ns", "zk://h:2181/ns"),
+            ("etcd+https://a:b@h", "etcd+https://h"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(without_credentials(url), want, "{url}");
+        }
     }
 }

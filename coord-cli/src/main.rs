@@ -7,6 +7,7 @@
 mod child;
 mod cmd;
 mod exit;
+mod guard;
 mod output;
 
 use std::ffi::OsString;
@@ -106,7 +107,10 @@ Ctrl-C and Ctrl-Z reach it) and the signals reach its own process only: a shell 
 run that way should `exec` its last command or trap TERM to stop its children.
 When the command exits on its own, whatever it left running (its group, and any
 process it orphaned, also one that left the group) gets SIGTERM, then SIGKILL after
---grace, before the lock is released.
+--grace, before the lock is released; with --wait-for-children the lock is kept until
+all of it has exited instead (flock's behaviour). If coord itself is killed, the
+command's group gets SIGTERM at once and SIGKILL after --grace. The command's
+COORD_URL is coord's without user:password@: a nested coord reaches the same backend.
 
 A name is used in one mode by all its holders: a plain lock, -n N and --read/--write
 keep their entries apart and would not exclude each other, so coord refuses (exit 4)
@@ -271,6 +275,11 @@ struct LockArgs {
     /// exits 123.
     #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
     revocable: bool,
+    /// When the command exits, keep the lock until everything it started has exited
+    /// too (flock's behaviour), instead of stopping what it left running (SIGTERM,
+    /// SIGKILL after --grace) and releasing at once.
+    #[arg(long)]
+    wait_for_children: bool,
     /// What the lock's entry names as its holder, as `coord inspect` and waiters show it
     /// (default: HOST:PID).
     #[arg(long, value_name = "ID")]
@@ -572,6 +581,10 @@ fn parse_meta(s: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == guard::ARG) {
+        return guard::main(&args[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -659,6 +672,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
             "--raw prints the bare value; it cannot be --json too",
         ));
     }
+    child::pass_url_to_commands(&url);
     // A command that cannot run is found before anything is taken for it.
     match &cli.command {
         Command::Lock(a) => child::check_runnable(&a.command)?,
@@ -723,6 +737,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
                     grace: a.grace,
                     revocable: a.revocable,
                     identity: a.identity.as_deref(),
+                    wait_for_children: a.wait_for_children,
                     command: &a.command,
                 },
                 &mut stop,

@@ -644,6 +644,144 @@ fn command_leaves_nothing_running(b: &Backend) -> Result {
     Ok(())
 }
 
+/// A `coord lock` killed with SIGKILL takes its command with it: the command's guard
+/// gets the parent-death signal and stops the command's whole process group (SIGTERM,
+/// SIGKILL after --grace). Nothing it ran keeps working beside the next holder.
+fn killed_coord_stops_its_command(b: &Backend) -> Result {
+    let url = b.url("killed", "");
+    let dir = tempdir()?;
+    let pids = dir.path().join("pids");
+    // The command and a child of its own, one ignoring SIGTERM.
+    let script = format!(
+        "(trap '' TERM; exec sleep 120) & echo $! >> {p}; echo $$ >> {p}; sleep 120",
+        p = pids.display()
+    );
+    let holder = coord(&url)
+        .args(["lock", "--grace", "300ms", "killed", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = loop {
+        let got: Vec<i32> = std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if got.len() == 2 {
+            break got;
+        }
+        ensure!(Instant::now() < deadline, "the command did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(holder.id(), "-KILL")?;
+    let _ = finish(holder, Duration::from_secs(10))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in started {
+        while alive(pid) {
+            ensure!(
+                Instant::now() < deadline,
+                "pid {pid}, started under the lock, still runs after coord was killed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+/// `--wait-for-children` keeps the lock after the command exits while what it started
+/// runs on (flock's behaviour): another `coord lock --try` is refused meanwhile, the
+/// leftover is not stopped, and coord exits with the command's status once it ended.
+fn wait_for_children_keeps_the_lock(b: &Backend) -> Result {
+    let url = b.url("wait-children", "");
+    let dir = tempdir()?;
+    let (started, finished) = (dir.path().join("started"), dir.path().join("finished"));
+    let script = format!(
+        "(sleep 1.5; echo done > {f}) > /dev/null 2>&1 & echo go > {s}; exit 3",
+        f = finished.display(),
+        s = started.display()
+    );
+    let holder = coord(&url)
+        .args(["lock", "--wait-for-children", "kept", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    wait_for_file(&started, Duration::from_secs(20))?;
+    let out = output(
+        coord(&url).args(["lock", "--try", "kept", "--", "true"]),
+        Duration::from_secs(20),
+    )?;
+    ensure!(
+        finished.exists() || code(out.status) == 75,
+        "the lock was free while the command's child ran: {}",
+        text(&out.stderr)
+    );
+    let out = finish(holder, Duration::from_secs(20))?;
+    expect_code(
+        &out,
+        3,
+        "coord lock --wait-for-children keeps the command's status",
+    )?;
+    ensure!(
+        finished.exists(),
+        "the command's child was stopped instead of waited for"
+    );
+    Ok(())
+}
+
+/// The command gets `COORD_URL`, so that a nested `coord` works on the same backend —
+/// without credentials: with ZooKeeper digest credentials (which a server accepts
+/// without checking them against any ACL) the command's URL has none, and nodes made
+/// with them are not the nested call's to write.
+fn nested_coord_gets_the_url(b: &Backend) -> Result {
+    let url = b.url("nested", "");
+    let dir = tempdir()?;
+    let seen = dir.path().join("seen");
+    let script = format!(
+        "echo \"$COORD_URL\" > {}; {BIN} config put nested/k v",
+        seen.display()
+    );
+    let out = output(
+        coord(&url).args(["lock", "nested", "--", "sh", "-c", &script]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 0, "a nested coord config put under coord lock")?;
+    let passed = std::fs::read_to_string(&seen).map_err(|e| e.to_string())?;
+    ensure!(
+        passed.trim() == url,
+        "the command's COORD_URL was {passed:?}, not {url:?}"
+    );
+    let out = output(
+        coord(&url).args(["config", "get", "nested/k"]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 0, "the nested put's key")?;
+    if b.name == "zk" {
+        let plain = b.url("nested-creds", "");
+        let with_credentials = plain.replacen("zk://", "zk://app:s3cret@", 1);
+        let script = format!("echo \"$COORD_URL\" > {}; {BIN} session", seen.display());
+        let out = output(
+            coord(&with_credentials).args(["lock", "nested", "--", "sh", "-c", &script]),
+            Duration::from_secs(30),
+        )?;
+        expect_code(
+            &out,
+            0,
+            "a nested coord session under coord lock with credentials",
+        )?;
+        let passed = std::fs::read_to_string(&seen).map_err(|e| e.to_string())?;
+        ensure!(
+            passed.trim() == plain,
+            "with credentials, the command's COORD_URL was {passed:?}, not {plain:?}"
+        );
+    }
+    Ok(())
+}
+
 /// `coord lock NAME`, `-n 1 NAME`, `--read NAME` and `--write NAME` keep their entries in
 /// three layouts that would not exclude each other: while one mode holds a name, each
 /// other mode is refused with exit 4 and a message naming the mode in use, and runs
@@ -1351,7 +1489,13 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 20] = [
+    let real_only: [(&str, Case); 23] = [
+        ("killed_coord_stops_its_command", killed_coord_stops_its_command),
+        (
+            "wait_for_children_keeps_the_lock",
+            wait_for_children_keeps_the_lock,
+        ),
+        ("nested_coord_gets_the_url", nested_coord_gets_the_url),
         ("other_backends_port_is_named", other_backends_port_is_named),
         ("lock_runs_command_with_token", lock_runs_command_with_token),
         ("command_leaves_nothing_running", command_leaves_nothing_running),

@@ -505,7 +505,9 @@ pub async fn queue_history_catches_take_without_receipt(ctx: Ctx) -> CaseResult 
             return Ok(());
         }
     }
-    bail!("{MUTANT_RUNS} queue histories with takes writing no receipt lost no item: the history cannot catch it")
+    bail!(
+        "{MUTANT_RUNS} queue histories with takes writing no receipt lost no item: the history cannot catch it"
+    )
 }
 
 /// How many queue histories the mutant control runs at most before it concludes that

@@ -85,7 +85,10 @@ pub async fn campaign(
                 leadership.lost().await;
                 child::Ending::Lost
             },
-            grace,
+            child::Stopping {
+                grace,
+                leftovers: child::Leftovers::Stop,
+            },
             stop,
             out,
         )

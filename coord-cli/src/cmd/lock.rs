@@ -49,6 +49,8 @@ pub struct Lock<'a> {
     pub revocable: bool,
     /// What the entry says holds it (default `host:pid`).
     pub identity: Option<&'a str>,
+    /// Hold until what the command started has exited too, instead of stopping it.
+    pub wait_for_children: bool,
     pub command: &'a [OsString],
 }
 
@@ -291,7 +293,14 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
         &env,
         held,
         grant.ended(args.revocable),
-        grace,
+        child::Stopping {
+            grace,
+            leftovers: if args.wait_for_children {
+                child::Leftovers::WaitFor
+            } else {
+                child::Leftovers::Stop
+            },
+        },
         stop,
         out,
     )

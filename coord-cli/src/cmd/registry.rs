@@ -83,7 +83,21 @@ pub async fn run(
                     name: &service,
                 };
                 let never = std::future::pending::<child::Ending>();
-                child::run_while_held(&command, &[], held, never, Duration::ZERO, stop, out).await
+                child::run_while_held(
+                    &command,
+                    &[],
+                    held,
+                    never,
+                    child::Stopping {
+                        // Nothing else takes the registration's place meanwhile: what
+                        // the command leaves running gets a second to finish.
+                        grace: Duration::from_secs(1),
+                        leftovers: child::Leftovers::Stop,
+                    },
+                    stop,
+                    out,
+                )
+                .await
             };
             if let Err(e) = registration.deregister().await {
                 out.notice(
