@@ -479,3 +479,111 @@ fn wait_for_file_exists(path: &Path) -> Result {
     }
     Ok(())
 }
+
+/// Every node (ZooKeeper) or key (etcd) under `namespace` on `b`'s server, read by the
+/// server's own client, sorted.
+fn server_keys(b: &Backend, namespace: &str) -> Result<Vec<String>> {
+    if b.name == "etcd" {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &b.hosts, "get", "--prefix", "--keys-only"])
+            .arg(format!("{namespace}/"))
+            .output()
+            .map_err(|e| format!("cannot run etcdctl: {e}"))?;
+        ensure!(out.status.success(), "etcdctl get: {}", text(&out.stderr));
+        let mut keys: Vec<String> = text(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        keys.sort();
+        return Ok(keys);
+    }
+    use zookeeper_client as zk;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let client = zk::Client::connect(&b.hosts)
+            .await
+            .map_err(|e| format!("cannot connect to ZooKeeper: {e}"))?;
+        let mut found = Vec::new();
+        let mut dirs = vec![format!("/{namespace}")];
+        while let Some(dir) = dirs.pop() {
+            let children = match client.list_children(&dir).await {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(format!("list {dir}: {e}").into()),
+            };
+            for child in children {
+                let path = format!("{dir}/{child}");
+                found.push(path.clone());
+                dirs.push(path);
+            }
+        }
+        found.sort();
+        Ok(found)
+    })
+}
+
+/// The namespace of a test URL.
+fn namespace_of(url: &str) -> String {
+    let path = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = path.split('?').next().unwrap_or(path);
+    path.split_once('/').map_or("", |(_, ns)| ns).to_owned()
+}
+
+/// Nothing is left on the server at a clean exit: a health check (`coord session`)
+/// creates nothing, and ten takes — plain, `--try` and `--timeout` — leave no receipt
+/// (`NAME/taken/…`) behind: each `coord` finishes its cleanups before it exits.
+pub fn nothing_left_behind(b: &Backend) -> Result {
+    let url = b.url("left-behind", "");
+    let namespace = namespace_of(&url);
+    let out = output(coord(&url).arg("session"), Duration::from_secs(20))?;
+    expect_code(&out, 0, "session")?;
+    let after_session = server_keys(b, &namespace)?;
+    ensure!(
+        after_session.is_empty(),
+        "coord session created {after_session:?}"
+    );
+    for n in 0..10 {
+        let out = output(
+            coord(&url).args(["queue", "push", "jobs", &format!("item-{n}")]),
+            Duration::from_secs(20),
+        )?;
+        expect_code(&out, 0, "push")?;
+    }
+    // The look itself sees the namespace: the queue's items are there.
+    let pushed = server_keys(b, &namespace)?;
+    ensure!(
+        pushed.iter().filter(|k| k.contains("jobs")).count() >= 10,
+        "the server shows {pushed:?} after ten pushes"
+    );
+    for n in 0..10 {
+        let mode: &[&str] = match n % 3 {
+            0 => &[],
+            1 => &["--try"],
+            _ => &["--timeout", "10s"],
+        };
+        let out = output(
+            coord(&url).args(["queue", "take"]).args(mode).arg("jobs"),
+            Duration::from_secs(30),
+        )?;
+        expect_code(&out, 0, &format!("take {mode:?}"))?;
+        ensure!(
+            text(&out.stdout).trim() == format!("item-{n}"),
+            "take {n} printed {:?}",
+            text(&out.stdout)
+        );
+    }
+    let receipts: Vec<String> = server_keys(b, &namespace)?
+        .into_iter()
+        .filter(|k| k.contains("/taken/"))
+        .collect();
+    ensure!(
+        receipts.is_empty(),
+        "receipts left behind by exited takers: {receipts:?}"
+    );
+    Ok(())
+}
