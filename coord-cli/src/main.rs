@@ -208,12 +208,16 @@ Examples:
     /// Reads the layouts coord writes, and Curator's, kazoo's and Go's `concurrency`
     /// on the same paths (each entry says which made it). A snapshot for people: each
     /// kind is read separately. With --watch, prints again whenever it changes (read
-    /// every second) until interrupted.
+    /// every second) until interrupted. --json prints one object per recipe, the same
+    /// with --watch (which adds a line {"event":"snapshot",…} before each set); times
+    /// are RFC 3339 ("since"), ages milliseconds ("age_ms"; ZooKeeper only: etcd keeps
+    /// no creation time).
     #[command(after_help = "\
 Examples:
   coord inspect                         # everything in the namespace
   coord inspect jobs                    # names at or below jobs/
   coord inspect --json | jq 'select(.kind == \"lock\") | .holders[0].token'
+  coord inspect --json --watch | jq 'select(.kind == \"lock\") | .holders[0].token'
   coord inspect --watch scheduler")]
     Inspect {
         /// Only names at or below this prefix (whole segments).

@@ -1489,7 +1489,8 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 24] = [
+    let real_only: [(&str, Case); 25] = [
+        ("inspect_json_is_one_shape", recipes::inspect_json_is_one_shape),
         ("nothing_left_behind", recipes::nothing_left_behind),
         ("killed_coord_stops_its_command", killed_coord_stops_its_command),
         (

@@ -30,7 +30,10 @@ pub async fn campaign(
     out: Out,
 ) -> Result<ExitCode, Failure> {
     let name = args.name;
-    let leader = || async { Ok(client.leader(name).await?.map(|l| Holder::one(l.token, l.value))) };
+    let leader = || async {
+        let view = client.inspect_one(coord::RecipeKind::Election, name).await?;
+        Ok(view.holders.first().map(Holder::of))
+    };
     let waiting = Waiting {
         what: "leadership",
         name,

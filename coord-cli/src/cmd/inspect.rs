@@ -53,12 +53,17 @@ pub async fn run(
 
 fn print(client: &Client, views: &[RecipeView], watch: bool, out: Out) -> std::io::Result<()> {
     if out.json() {
+        // The same recipe objects with and without --watch; --watch puts a snapshot line
+        // (no "kind") before each set.
         if watch {
-            let recipes: Vec<Value> = views.iter().map(to_json).collect();
-            return out.result(
+            out.result(
                 "",
-                json!({"event": "snapshot", "at_ms": now_ms(), "recipes": recipes}),
-            );
+                json!({
+                    "event": "snapshot",
+                    "at": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                    "recipes": views.len(),
+                }),
+            )?;
         }
         return views.iter().try_for_each(|v| out.result("", to_json(v)));
     }
@@ -129,6 +134,8 @@ fn participant_line(p: &Participant) -> String {
     }
     if p.role == "lease" {
         // A lease's value is the semaphore's permit count, shown in the heading.
+    } else if p.value == REVOKE {
+        line.push_str("  (asked to let go: coord revoke; its identity was overwritten)");
     } else if p.value.is_empty() {
         line.push_str("  (no identity)");
     } else {
@@ -184,17 +191,18 @@ fn participant_json(p: &Participant) -> Value {
     if !p.role.is_empty() {
         object["role"] = json!(p.role);
     }
-    if let Some(ms) = p
-        .since
-        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-    {
-        object["since_ms"] = json!(ms.as_millis() as u64);
+    if let Some(since) = p.since {
+        // A time as a time, an age as a duration.
+        object["since"] = json!(humantime::format_rfc3339_millis(since).to_string());
+        if let Ok(age) = SystemTime::now().duration_since(since) {
+            object["age_ms"] = json!(age.as_millis() as u64);
+        }
+    }
+    if p.value == REVOKE {
+        object["revoke_requested"] = json!(true);
     }
     output::with_value(object, &p.value)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// What a revocation request writes into the holder's entry (Curator's `Revoker`).
+const REVOKE: &[u8] = b"__REVOKE__";

@@ -140,7 +140,10 @@ async fn take(client: &Client, name: &str, mode: Mode, wait: bool, me: &str) -> 
 /// Who holds it now, as the progress line shows it.
 async fn holders(client: &Client, name: &str, mode: Mode) -> coord::Result<Option<Holder>> {
     match mode {
-        Mode::Exclusive => Ok(client.holder(name).await?.map(|h| Holder::one(h.token, h.holder))),
+        Mode::Exclusive => {
+            let view = client.inspect_one(RecipeKind::Lock, name).await?;
+            Ok(view.holders.first().map(Holder::of))
+        }
         Mode::Permits(n) => {
             let view = client.inspect_one(RecipeKind::Semaphore, name).await?;
             Ok(Holder::several(&view.holders, &format!("of {n} leases"), false))

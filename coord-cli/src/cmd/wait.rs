@@ -29,6 +29,8 @@ pub struct Holder {
     pub token: FencingToken,
     pub who: Vec<u8>,
     pub shown: Option<String>,
+    /// When the holder's entry was made, if the server says.
+    pub since: Option<std::time::SystemTime>,
 }
 
 impl Holder {
@@ -38,6 +40,15 @@ impl Holder {
             token,
             who,
             shown: None,
+            since: None,
+        }
+    }
+
+    /// The holder a participant of the inspector is, with its entry's age.
+    pub fn of(p: &coord::Participant) -> Holder {
+        Holder {
+            since: p.since,
+            ..Holder::one(p.token, p.value.clone())
         }
     }
 
@@ -53,12 +64,15 @@ impl Holder {
             token: newest,
             who: Vec::new(),
             shown: Some(format!("{} {what}: {}", holders.len(), each.join(", "))),
+            since: holders.iter().filter_map(|p| p.since).min(),
         })
     }
 
     pub fn describe(&self) -> String {
         if let Some(shown) = &self.shown {
             shown.clone()
+        } else if self.who == b"__REVOKE__" {
+            format!("a holder asked to let go (token {})", self.token)
         } else if self.who.is_empty() {
             format!("token {}", self.token)
         } else {
@@ -109,24 +123,31 @@ where
                     Some((token, since)) if token == h.token => since,
                     _ => seen.insert((h.token, Instant::now())).1,
                 };
+                // The entry's age when the server tells it (the holder may have queued
+                // for part of it); else how long this waiter has seen it hold.
+                let age = h.since.and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
                 let line = format!(
-                    "waiting for {} {:?}: held by {} (seen holding for {})",
+                    "waiting for {} {:?}: held by {} ({})",
                     waiting.what,
                     waiting.name,
                     h.describe(),
-                    output::ago(since.elapsed()),
+                    match age {
+                        Some(age) => format!("its entry made {} ago", output::ago(age)),
+                        None => format!("seen holding for {}", output::ago(since.elapsed())),
+                    },
                 );
-                let detail = output::with_value(
-                    json!({
-                        "event": "waiting",
-                        "what": waiting.what,
-                        "name": waiting.name,
-                        "token": h.token.get(),
-                        "holder": h.describe(),
-                        "seen_for_ms": since.elapsed().as_millis() as u64,
-                    }),
-                    &h.who,
-                );
+                let mut detail = json!({
+                    "event": "waiting",
+                    "what": waiting.what,
+                    "name": waiting.name,
+                    "token": h.token.get(),
+                    "holder": h.describe(),
+                    "seen_for_ms": since.elapsed().as_millis() as u64,
+                });
+                if let Some(age) = age {
+                    detail["entry_age_ms"] = json!(age.as_millis() as u64);
+                }
+                let detail = output::with_value(detail, &h.who);
                 progress.show(&h.token.to_string(), &line, detail);
                 last = Some(h);
             }

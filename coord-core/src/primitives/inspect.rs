@@ -340,7 +340,7 @@ impl Client {
     async fn admit(&self, view: &mut RecipeView, entries: Vec<(Surveyed, &'static str)>) -> Result<()> {
         let participants: Vec<Participant> = entries
             .into_iter()
-            .map(|(e, role)| participant(e, role))
+            .map(|(e, role)| participant(view.kind, e, role))
             .collect();
         match view.kind {
             RecipeKind::Lock | RecipeKind::Election | RecipeKind::Queue => {
@@ -371,7 +371,12 @@ impl Client {
                 let mut it = leases.into_iter();
                 view.holders.extend(it.by_ref().take(held));
                 view.waiters.extend(it);
-                view.waiters.extend(acquirers);
+                // A waiting acquirer holds the acquirers' lock and a lease beyond the
+                // permits at once: one waiter, shown once (by its lease).
+                let waiting: std::collections::HashSet<u64> =
+                    view.waiters.iter().map(|p| p.session).collect();
+                view.waiters
+                    .extend(acquirers.into_iter().filter(|p| !waiting.contains(&p.session)));
             }
             RecipeKind::Service | RecipeKind::DoubleBarrier | RecipeKind::TwoPhaseCommit => {
                 view.holders = participants;
@@ -474,11 +479,20 @@ fn name_and_role(kind: RecipeKind, entry: &Surveyed) -> Option<(String, &'static
     }
 }
 
-fn participant(entry: Surveyed, role: &'static str) -> Participant {
+fn participant(kind: RecipeKind, entry: Surveyed, role: &'static str) -> Participant {
+    // An instance is named by its id, which tells nothing; coord's registry writes the
+    // instance in its own encoding.
+    let origin = if kind == RecipeKind::Service
+        && crate::primitives::registry::ServiceInstance::decode(&entry.value).is_ok()
+    {
+        Origin::Coord
+    } else {
+        Origin::of(&entry.name)
+    };
     Participant {
         token: entry.token,
         role,
-        origin: Origin::of(&entry.name),
+        origin,
         since: entry
             .created_ms
             .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
