@@ -483,7 +483,7 @@ pub async fn queue_history_with_closes_mid_take(ctx: Ctx) -> CaseResult {
 /// dropped while the answer of their removal travels back depends on the backend
 /// (ZooKeeper's show the loss at the first speed, etcd's at the second) and on how busy
 /// the machine is, so the case runs histories until one loses an item, at most
-/// [`MUTANT_RUNS`] within [`MUTANT_TIME`]; its consumers close their client right after
+/// 20 within 40 s; its consumers close their client right after
 /// each take they dropped.
 #[cfg(feature = "mutants")]
 pub async fn queue_history_catches_take_without_receipt(ctx: Ctx) -> CaseResult {

@@ -154,11 +154,31 @@ pub async fn connect_or_explain<T>(
     after: Duration,
     connect: impl Future<Output = Result<T>>,
 ) -> Result<T> {
+    explained(after, connect, || explain(service, hosts)).await
+}
+
+/// Runs `connect`; if it has not succeeded after `after`, runs `diagnose` beside it
+/// (again every [`STEP`]) and fails at once with the first definite diagnosis. A
+/// connect that fails sooner with `Unavailable` or `Timeout` is diagnosed once before
+/// its error is returned. The one loop behind this module's and the TLS probe's
+/// explanations.
+///
+/// # Cancel safety
+///
+/// As `connect`.
+pub(crate) async fn explained<T, D>(
+    after: Duration,
+    connect: impl Future<Output = Result<T>>,
+    diagnose: impl Fn() -> D,
+) -> Result<T>
+where
+    D: Future<Output = Option<Error>>,
+{
     tokio::pin!(connect);
     let looking = async {
         tokio::time::sleep(after).await;
         loop {
-            if let Some(e) = explain(service, hosts).await {
+            if let Some(e) = diagnose().await {
                 return e;
             }
             tokio::time::sleep(STEP).await;
@@ -169,12 +189,10 @@ pub async fn connect_or_explain<T>(
         e = looking => return Err(e.with_operation("connect")),
     };
     match result {
-        Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) => {
-            match explain(service, hosts).await {
-                Some(found) => Err(found.with_operation("connect")),
-                None => Err(e),
-            }
-        }
+        Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) => match diagnose().await {
+            Some(found) => Err(found.with_operation("connect")),
+            None => Err(e),
+        },
         other => other,
     }
 }

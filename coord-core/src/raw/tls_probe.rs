@@ -71,29 +71,7 @@ pub async fn connect_or_explain<T, F>(probe: &Probe, after: Duration, connect: F
 where
     F: std::future::Future<Output = Result<T>>,
 {
-    tokio::pin!(connect);
-    let explain = async {
-        tokio::time::sleep(after).await;
-        loop {
-            if let Some(e) = diagnose(probe).await {
-                return e;
-            }
-            tokio::time::sleep(STEP).await;
-        }
-    };
-    let result = tokio::select! {
-        r = &mut connect => r,
-        e = explain => return Err(e.with_operation("connect")),
-    };
-    match result {
-        Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) => {
-            match diagnose(probe).await {
-                Some(found) => Err(found.with_operation("connect")),
-                None => Err(e),
-            }
-        }
-        other => other,
-    }
+    crate::raw::reach::explained(after, connect, || diagnose(probe)).await
 }
 
 fn plaintext_to_tls(probe: &Probe, host: &HostPort) -> Error {
