@@ -141,6 +141,10 @@ impl EtcdClient {
         let span = tracing::info_span!("coord.etcd.connect", endpoints = ?options.urls(), namespace = %options.namespace);
         let establish = async {
             let members = session::open_members(&options)?;
+            // Once the settings are known good: every endpoint refused or unresolved is
+            // said now, per endpoint.
+            coord_core::raw::reach::before_connect(coord_core::raw::reach::Service::Etcd, &options.endpoints)
+                .await?;
             let inner = Inner::new(options.clone(), members);
             let granted = tokio::time::timeout(options.connect_timeout, inner.first_grant())
                 .await

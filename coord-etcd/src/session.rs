@@ -99,8 +99,6 @@ pub(crate) async fn explain_failures<T>(
     establish: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     use coord_core::raw::reach::{self, Service};
-    // Every endpoint refused or unresolved: say so now, per endpoint.
-    reach::before_connect(Service::Etcd, &options.endpoints).await?;
     reach::connect_or_explain(
         Service::Etcd,
         &options.endpoints,

@@ -55,8 +55,6 @@ impl std::ops::Deref for Inner {
 /// mismatch only as "no hosts" after the whole deadline.
 pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
     use coord_core::raw::reach::{self, Service};
-    // Every host refused or unresolved: say so now, not after the deadline.
-    reach::before_connect(Service::ZooKeeper, &options.hosts).await?;
     // The client reports any other host trouble as "no hosts" after the deadline: a
     // closer look names another service on the port at once.
     reach::connect_or_explain(
@@ -103,6 +101,10 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
     if let Some(tls) = &options.tls {
         connector = with_tls(connector, tls)?;
     }
+    // Once the settings are known good: every host refused or unresolved is said now,
+    // not after the deadline.
+    coord_core::raw::reach::before_connect(coord_core::raw::reach::Service::ZooKeeper, &options.hosts)
+        .await?;
     let started = Instant::now();
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
