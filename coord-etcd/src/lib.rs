@@ -143,8 +143,11 @@ impl EtcdClient {
             let members = session::open_members(&options)?;
             // Once the settings are known good: every endpoint refused or unresolved is
             // said now, per endpoint.
-            coord_core::raw::reach::before_connect(coord_core::raw::reach::Service::Etcd, &options.endpoints)
-                .await?;
+            Box::pin(coord_core::raw::reach::before_connect(
+                coord_core::raw::reach::Service::Etcd,
+                &options.endpoints,
+            ))
+            .await?;
             let inner = Inner::new(options.clone(), members);
             let granted = tokio::time::timeout(options.connect_timeout, inner.first_grant())
                 .await

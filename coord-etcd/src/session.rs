@@ -103,7 +103,8 @@ pub(crate) async fn explain_failures<T>(
         Service::Etcd,
         &options.endpoints,
         Duration::from_millis(750),
-        explain_tls_failures(options, establish),
+        // Boxed: the connect's state is large, and cases run on small stacks.
+        Box::pin(explain_tls_failures(options, Box::pin(establish))),
     )
     .await
 }

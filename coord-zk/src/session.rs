@@ -61,7 +61,8 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
         Service::ZooKeeper,
         &options.hosts,
         PROBE_AFTER,
-        open_session_explained(options, deadline),
+        // Boxed: the connect's state is large, and cases run on small stacks.
+        Box::pin(open_session_explained(options, deadline)),
     )
     .await
 }
@@ -103,8 +104,11 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
     }
     // Once the settings are known good: every host refused or unresolved is said now,
     // not after the deadline.
-    coord_core::raw::reach::before_connect(coord_core::raw::reach::Service::ZooKeeper, &options.hosts)
-        .await?;
+    Box::pin(coord_core::raw::reach::before_connect(
+        coord_core::raw::reach::Service::ZooKeeper,
+        &options.hosts,
+    ))
+    .await?;
     let started = Instant::now();
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
