@@ -357,7 +357,13 @@ fn spawn(
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("no command given after --"));
     };
-    let mut cmd = match std::env::current_exe() {
+    // /proc/self/exe still runs this binary after an upgrade replaced its file.
+    let me = if cfg!(target_os = "linux") {
+        Ok(std::path::PathBuf::from("/proc/self/exe"))
+    } else {
+        std::env::current_exe()
+    };
+    let mut cmd = match me {
         Ok(me) => {
             let mut cmd = Command::new(me);
             cmd.args(crate::guard::args(grace, own_group, command));

@@ -667,6 +667,8 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
     if scheme == "mem" && !matches!(cli.command, Command::Session) {
         return Err(Failure::usage(MEM_REFUSED));
     }
+    // The command's URL: the user's (a nested coord may give its own --session-timeout).
+    child::pass_url_to_commands(&url);
     let url = match cli.session_timeout {
         Some(timeout) => with_session_timeout(&url, &scheme, timeout)?,
         None => url,
@@ -676,7 +678,6 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
             "--raw prints the bare value; it cannot be --json too",
         ));
     }
-    child::pass_url_to_commands(&url);
     // A command that cannot run is found before anything is taken for it.
     match &cli.command {
         Command::Lock(a) => child::check_runnable(&a.command)?,
