@@ -121,7 +121,21 @@ const STEP: Duration = Duration::from_secs(1);
 ///
 /// Cancel-safe: dropping it drops its connections.
 pub async fn before_connect(service: Service, hosts: &[HostPort]) -> Result<()> {
-    let findings = futures::future::join_all(hosts.iter().map(|h| reach(h, STEP))).await;
+    use futures::StreamExt as _;
+    // The first host that connects ends the look at once: one silent host beside a
+    // live one costs nothing.
+    let mut pending: futures::stream::FuturesUnordered<_> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| async move { (i, reach(h, STEP).await) })
+        .collect();
+    let mut findings = vec![Finding::Silent; hosts.len()];
+    while let Some((i, finding)) = pending.next().await {
+        if finding == Finding::Connects {
+            return Ok(());
+        }
+        findings[i] = finding;
+    }
     match verdict(service, hosts, &findings) {
         Some(e) => Err(e),
         None => Ok(()),
@@ -337,6 +351,21 @@ mod tests {
         let port = listener.local_addr().expect("addr").port();
         let hosts = [host("127.0.0.1", closed_port()), host("127.0.0.1", port)];
         assert!(before_connect(Service::Etcd, &hosts).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_silent_host_beside_a_live_one_costs_nothing() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // 192.0.2.1 (TEST-NET-1) is never routed: its connect gets no answer.
+        let hosts = [host("192.0.2.1", 2181), host("127.0.0.1", port)];
+        let started = std::time::Instant::now();
+        assert!(before_connect(Service::ZooKeeper, &hosts).await.is_ok());
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
