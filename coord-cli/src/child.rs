@@ -14,6 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::exit::{self, Failure};
 use crate::output::Out;
+use crate::tree;
 
 /// The signals that ask coord to stop: SIGINT and SIGTERM. coord is not killed by them
 /// but cleans up (drops its queue entry, resigns, deregisters) and exits. SIGHUP keeps
@@ -91,9 +92,11 @@ pub enum Ending {
 /// exited by itself (a loss still stops it).
 ///
 /// The command's environment is coord's, with `COORD_URL` less its credentials (see
-/// [`pass_url_to_commands`]). The command runs under a guard (see [`crate::guard`]): if
-/// coord itself dies (SIGKILL), the command's group gets SIGTERM, then SIGKILL after
-/// `grace`.
+/// [`pass_url_to_commands`]). The command runs under a guard (see [`crate::guard`]),
+/// which does the stopping and waiting above itself and exits only once nothing the
+/// command started runs (coord sweeps after it all the same): if coord itself dies
+/// (SIGKILL) at any point, everything below the guard — the command's group and what
+/// left it — gets SIGTERM, then SIGKILL after `grace`.
 pub async fn run_while_held(
     command: &[OsString],
     env: &[(&str, String)],
@@ -106,8 +109,8 @@ pub async fn run_while_held(
     let interactive = in_terminal_foreground();
     // Descendants the command orphans are re-parented to coord rather than to init, so
     // that coord can find and stop them when the command ends.
-    adopt_orphans();
-    let mut child = spawn(command, env, !interactive, grace)?;
+    tree::become_subreaper();
+    let mut child = spawn(command, env, !interactive, Stopping { grace, leftovers })?;
     let target = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -223,7 +226,7 @@ async fn wait_for_leftovers(
 ) -> Option<Ending> {
     let group = target.filter(|t| t.group);
     loop {
-        let running = reap_adopted();
+        let running = tree::reap_children(None);
         let group_left = group.is_some_and(|g| g.signal(None));
         if !group_left && running.is_empty() {
             return None;
@@ -352,7 +355,7 @@ fn spawn(
     command: &[OsString],
     env: &[(&str, String)],
     own_group: bool,
-    grace: Duration,
+    stopping: Stopping,
 ) -> Result<Child, Failure> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("no command given after --"));
@@ -366,7 +369,12 @@ fn spawn(
     let mut cmd = match me {
         Ok(me) => {
             let mut cmd = Command::new(me);
-            cmd.args(crate::guard::args(grace, own_group, command));
+            cmd.args(crate::guard::args(
+                stopping.grace,
+                own_group,
+                stopping.leftovers,
+                command,
+            ));
             cmd
         }
         Err(_) => {
@@ -409,53 +417,14 @@ async fn terminate(child: &mut Child, target: Option<Target>, grace: Duration) {
         target.signal(Some(Signal::SIGTERM));
     }
     let _ = tokio::time::timeout_at(deadline, child.wait()).await;
-    // The command gets SIGKILL now if it still runs, but is waited for only after the
-    // sweep: what it started gets the rest of the grace, then SIGKILL too, whatever
-    // state the command itself is stuck in.
+    // The command (its guard) gets SIGKILL now if it still runs, and a moment to exit:
+    // what it had adopted is coord's once it has, and the sweep finds it. What the
+    // command started gets the rest of the grace, then SIGKILL too, whatever state the
+    // command itself is stuck in.
     let _ = child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
     sweep(target, deadline).await;
     let _ = child.wait().await;
-}
-
-/// Makes coord the Linux child subreaper: a descendant whose parent exits is re-parented
-/// to coord, not to init, so that [`sweep`] finds it even after it left the command's
-/// process group (`setsid`). Best effort: elsewhere only the process group is swept.
-fn adopt_orphans() {
-    #[cfg(target_os = "linux")]
-    let _ = nix::sys::prctl::set_child_subreaper(true);
-}
-
-/// The processes coord adopted (it started no other): its children now, from
-/// `/proc/self/task/*/children`.
-fn adopted() -> Vec<Pid> {
-    let mut pids = Vec::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return pids;
-    };
-    for task in tasks.flatten() {
-        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
-            pids.extend(
-                list.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .map(Pid::from_raw),
-            );
-        }
-    }
-    pids
-}
-
-/// Reaps the adopted processes that have exited; returns those still running.
-fn reap_adopted() -> Vec<Pid> {
-    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-    adopted()
-        .into_iter()
-        .filter(|&pid| {
-            matches!(
-                waitpid(pid, Some(WaitPidFlag::WNOHANG)),
-                Ok(WaitStatus::StillAlive)
-            )
-        })
-        .collect()
 }
 
 /// Stops what is left of the command once it has exited: its process group (when it
@@ -470,7 +439,7 @@ async fn sweep(target: Option<Target>, deadline: tokio::time::Instant) {
     let mut termed: std::collections::HashSet<Pid> = std::collections::HashSet::new();
     let mut group_termed = false;
     let mut left = |signal: Signal| {
-        let running = reap_adopted();
+        let running = tree::reap_children(None);
         for &pid in &running {
             if signal == Signal::SIGKILL || termed.insert(pid) {
                 let _ = kill(pid, signal);

@@ -1,44 +1,70 @@
 //! The command's guard: a small `coord` process between coord and the command that
-//! stops the command when coord dies.
+//! stops the command, and everything it started, when coord dies.
 //!
-//! coord runs `coord __coord-guard PARENT GRACE_MS GROUP -- CMD…` instead of `CMD`. The
-//! guard asks Linux for a signal when its parent dies (`PR_SET_PDEATHSIG`, kept across
-//! exec by the kernel but not by every way of starting a process, hence a process of its
-//! own), starts `CMD` in its own process group (the one coord made for the guard), and
-//! exits with `CMD`'s status (128+N when a signal ended it, as a shell says). When coord
-//! dies — SIGKILL, a crash — the guard stops everything in that group: SIGTERM, then
-//! SIGKILL after GRACE_MS. So a killed coord's command does not keep running beside the
-//! next holder (once the server has expired coord's session: never before GRACE_MS).
+//! coord runs `coord __coord-guard PARENT GRACE_MS GROUP LEFTOVERS -- CMD…` instead of
+//! `CMD`. The guard asks Linux for a signal when its parent dies (`PR_SET_PDEATHSIG`,
+//! kept across exec by the kernel but not by every way of starting a process, hence a
+//! process of its own; it also looks at its parent every 200 ms), becomes the child
+//! subreaper (whatever `CMD` orphans — a double fork, a `setsid` daemon — is re-parented
+//! to the guard, not to init), starts `CMD` and exits with `CMD`'s status (128+N when a
+//! signal ended it, as a shell says) — but only once nothing `CMD` started runs any
+//! more: with LEFTOVERS `stop` it stops what `CMD` left running (SIGTERM, SIGKILL after
+//! GRACE_MS), with `wait` it waits for it to exit by itself.
+//!
+//! When coord dies — SIGKILL, a crash — at any point, also while the guard waits for
+//! leftovers, the guard stops every process below it, inside `CMD`'s process group or
+//! not: SIGTERM, then SIGKILL after GRACE_MS. So a killed coord's command does not keep
+//! running beside the next holder (once the server has expired coord's session: never
+//! before GRACE_MS).
 //!
 //! Signals coord sends while it lives reach the command as before: to the whole group
-//! (guard and command) — the guard then only waits — or, in a terminal's foreground,
-//! to the guard, which passes them on.
+//! (guard and command; the guard passes them on to what left the group), or, in a
+//! terminal's foreground, to the guard, which passes them on to `CMD`. A signal that
+//! another process sends the guard — a script's `kill $PPID` — goes on to coord, as if
+//! it had been sent to coord. A signal the guard was started ignoring (SIGHUP under
+//! `nohup`) it leaves alone, so that `CMD` ignores it too.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, getppid};
-use tokio::signal::unix::{SignalKind, signal};
+use nix::unistd::{Pid, getpgrp, getppid};
+use tokio::sync::mpsc;
 
-use crate::exit;
+use crate::child::Leftovers;
+use crate::{exit, tree};
 
 /// The hidden first argument that makes `coord` a guard.
 pub const ARG: &str = "__coord-guard";
 
 /// The guard's arguments for `command`: coord's pid, the grace, whether the command has
-/// a process group of its own.
-pub fn args(grace: Duration, own_group: bool, command: &[OsString]) -> Vec<OsString> {
+/// a process group of its own, what becomes of what it leaves running.
+pub fn args(grace: Duration, own_group: bool, leftovers: Leftovers, command: &[OsString]) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         ARG.into(),
         std::process::id().to_string().into(),
         grace.as_millis().to_string().into(),
         if own_group { "1" } else { "0" }.into(),
+        match leftovers {
+            Leftovers::Stop => "stop",
+            Leftovers::WaitFor => "wait",
+        }
+        .into(),
         "--".into(),
     ];
     args.extend(command.iter().cloned());
     args
+}
+
+/// What the guard was asked to do.
+struct Orders<'a> {
+    parent: Pid,
+    grace: Duration,
+    own_group: bool,
+    leftovers: Leftovers,
+    command: &'a [OsString],
 }
 
 /// The guard's `main`: `args` are what follows [`ARG`].
@@ -47,25 +73,32 @@ pub fn main(args: &[OsString]) -> ExitCode {
         let parent: i32 = args.first()?.to_str()?.parse().ok()?;
         let grace: u64 = args.get(1)?.to_str()?.parse().ok()?;
         let own_group = args.get(2)? == "1";
-        (args.get(3)? == "--").then_some(())?;
-        let command = args.get(4..).filter(|c| !c.is_empty())?;
-        Some((
-            Pid::from_raw(parent),
-            Duration::from_millis(grace),
+        let leftovers = match args.get(3)?.to_str()? {
+            "stop" => Leftovers::Stop,
+            "wait" => Leftovers::WaitFor,
+            _ => return None,
+        };
+        (args.get(4)? == "--").then_some(())?;
+        let command = args.get(5..).filter(|c| !c.is_empty())?;
+        Some(Orders {
+            parent: Pid::from_raw(parent),
+            grace: Duration::from_millis(grace),
             own_group,
+            leftovers,
             command,
-        ))
+        })
     })();
-    let Some((parent, grace, own_group, command)) = parsed else {
+    let Some(orders) = parsed else {
         eprintln!("coord: {ARG} is coord's own helper; it is not meant to be run by hand");
         return ExitCode::from(exit::USAGE);
     };
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
     // coord may have died before the signal was asked for.
-    if getppid() != parent {
+    if getppid() != orders.parent {
         return ExitCode::from(exit::LOST);
     }
+    tree::become_subreaper();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -73,20 +106,53 @@ pub fn main(args: &[OsString]) -> ExitCode {
             return ExitCode::from(exit::CANNOT_RUN);
         }
     };
-    runtime.block_on(guard(parent, grace, own_group, command))
+    runtime.block_on(guard(orders))
 }
 
-async fn guard(parent: Pid, grace: Duration, own_group: bool, command: &[OsString]) -> ExitCode {
-    let Some((program, args)) = command.split_first() else {
+/// A signal the guard received, and who sent it (`None`: the kernel, a terminal).
+struct Received {
+    signal: Signal,
+    sender: Option<Pid>,
+}
+
+/// The signals the guard answers to, with their senders, from a thread of their own.
+/// Those the guard was started ignoring stay ignored (see the module's docs).
+fn listen() -> mpsc::UnboundedReceiver<Received> {
+    use signal_hook::iterator::SignalsInfo;
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let wanted: Vec<i32> = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT]
+        .into_iter()
+        .filter(|&s| !tree::ignores(s))
+        .map(|s| s as i32)
+        .collect();
+    let Ok(mut signals) = SignalsInfo::<WithOrigin>::new(&wanted) else {
+        return rx;
+    };
+    let _ = std::thread::Builder::new()
+        .name("coord-guard-signals".into())
+        .spawn(move || {
+            for origin in signals.forever() {
+                let Ok(signal) = Signal::try_from(origin.signal) else {
+                    continue;
+                };
+                let sender = origin
+                    .process
+                    .map(|p| Pid::from_raw(p.pid))
+                    .filter(|p| p.as_raw() > 0);
+                if tx.send(Received { signal, sender }).is_err() {
+                    return;
+                }
+            }
+        });
+    rx
+}
+
+async fn guard(orders: Orders<'_>) -> ExitCode {
+    let Some((program, args)) = orders.command.split_first() else {
         return ExitCode::from(exit::USAGE);
     };
-    let listen = |kind| signal(kind).ok();
-    let (mut term, mut int, mut hup, mut quit) = (
-        listen(SignalKind::terminate()),
-        listen(SignalKind::interrupt()),
-        listen(SignalKind::hangup()),
-        listen(SignalKind::quit()),
-    );
+    let mut signals = listen();
     let mut child = match tokio::process::Command::new(program).args(args).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -104,60 +170,116 @@ async fn guard(parent: Pid, grace: Duration, own_group: bool, command: &[OsStrin
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
-    loop {
-        let signal = tokio::select! {
-            status = child.wait() => {
-                return match status {
-                    Ok(status) => exit::of_child(status),
-                    Err(_) => ExitCode::from(exit::FAILED),
-                };
+    let mut look = tokio::time::interval(Duration::from_millis(200));
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            Some(got) = signals.recv() => {
+                if orders.parent_is_gone() {
+                    return orders.stop_everything().await;
+                }
+                orders.pass_on(&got, pid);
             }
-            _ = next(&mut term) => Signal::SIGTERM,
-            _ = next(&mut int) => Signal::SIGINT,
-            _ = next(&mut hup) => Signal::SIGHUP,
-            _ = next(&mut quit) => Signal::SIGQUIT,
-        };
-        if getppid() != parent {
-            // coord is gone: nothing will stop the command but this.
-            stop_all(&mut child, pid, own_group, grace).await;
-            return ExitCode::from(exit::LOST);
-        }
-        // With a group of its own the command got the signal from coord already; in a
-        // terminal's foreground, SIGINT came from the terminal to every process.
-        if !own_group && signal != Signal::SIGINT {
-            if let Some(pid) = pid {
-                let _ = kill(pid, signal);
+            _ = look.tick() => {
+                if orders.parent_is_gone() {
+                    return orders.stop_everything().await;
+                }
             }
         }
-    }
-}
-
-/// The next delivery of `s`; never, when its handler could not be installed.
-async fn next(s: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
-    match s {
-        Some(s) => s.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// SIGTERM to the command (its whole group when it has one), SIGKILL after `grace`.
-async fn stop_all(child: &mut tokio::process::Child, pid: Option<Pid>, own_group: bool, grace: Duration) {
-    let to = if own_group {
-        Some(Pid::from_raw(-nix::unistd::getpgrp().as_raw()))
-    } else {
-        pid
     };
-    let Some(to) = to else { return };
-    // The group includes the guard: it ignores SIGTERM now (its handler is installed).
-    let deadline = tokio::time::Instant::now() + grace;
-    let _ = kill(to, Signal::SIGTERM);
-    let _ = tokio::time::timeout_at(deadline, child.wait()).await;
-    if own_group {
-        // What the command started gets the whole grace too; then SIGKILL to the whole
-        // group, the guard with it.
-        tokio::time::sleep_until(deadline).await;
-        let _ = kill(to, Signal::SIGKILL);
+    let code = match status {
+        Ok(status) => exit::of_child(status),
+        Err(_) => ExitCode::from(exit::FAILED),
+    };
+    match orders.leftovers {
+        Leftovers::Stop => {
+            stop_below(orders.grace).await;
+        }
+        Leftovers::WaitFor => loop {
+            if tree::reap_children(None).is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some(got) = signals.recv() => {
+                    if orders.parent_is_gone() {
+                        return orders.stop_everything().await;
+                    }
+                    orders.pass_on(&got, None);
+                }
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    if orders.parent_is_gone() {
+                        return orders.stop_everything().await;
+                    }
+                }
+            }
+        },
     }
-    let _ = child.start_kill();
-    let _ = child.wait().await;
+    code
+}
+
+impl Orders<'_> {
+    fn parent_is_gone(&self) -> bool {
+        getppid() != self.parent
+    }
+
+    /// coord is gone: nothing else will stop what runs below the guard.
+    async fn stop_everything(&self) -> ExitCode {
+        stop_below(self.grace).await;
+        ExitCode::from(exit::LOST)
+    }
+
+    /// Passes on a signal coord lives to see: from coord, to what coord's signal did not
+    /// reach (`command`, the command while it runs); from anyone else, to coord.
+    fn pass_on(&self, got: &Received, command: Option<Pid>) {
+        match got.sender {
+            Some(sender) if sender == self.parent => {
+                if self.own_group {
+                    // coord signalled the whole group: what left it did not get it.
+                    let group = getpgrp();
+                    for p in tree::descendants(Pid::this()) {
+                        if p.group != group {
+                            let _ = kill(p.pid, got.signal);
+                        }
+                    }
+                } else if let Some(command) = command {
+                    // In a terminal's foreground coord signals the guard only.
+                    let _ = kill(command, got.signal);
+                }
+            }
+            // A script's `kill $PPID`, an operator's `kill` of the guard: meant for coord.
+            Some(_) => {
+                let _ = kill(self.parent, got.signal);
+            }
+            // The kernel or a terminal sent it to every process it was meant for.
+            None => {}
+        }
+    }
+}
+
+/// Stops every process below the guard: SIGTERM to each once (also to one that appears
+/// meanwhile), SIGKILL to all that still run after `grace`. Returns once none runs (or,
+/// should one survive SIGKILL — a process in uninterruptible sleep — a second after).
+async fn stop_below(grace: Duration) {
+    let me = Pid::this();
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut termed = HashSet::new();
+    loop {
+        tree::reap_children(None);
+        let below = tree::descendants(me);
+        if below.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline + Duration::from_secs(1) {
+            return;
+        }
+        for p in below {
+            if now >= deadline {
+                let _ = kill(p.pid, Signal::SIGKILL);
+            } else if termed.insert(p.pid) {
+                let _ = kill(p.pid, Signal::SIGTERM);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -9,6 +9,7 @@ mod cmd;
 mod exit;
 mod guard;
 mod output;
+mod tree;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -108,8 +109,9 @@ run that way should `exec` its last command or trap TERM to stop its children.
 When the command exits on its own, whatever it left running (its group, and any
 process it orphaned, also one that left the group) gets SIGTERM, then SIGKILL after
 --grace, before the lock is released; with --wait-for-children the lock is kept until
-all of it has exited instead (flock's behaviour). If coord itself is killed, the
-command's group gets SIGTERM at once and SIGKILL after --grace. The command's
+all of it has exited instead (flock's behaviour). If coord itself is killed, all of
+it - the command, its group and what left the group - gets SIGTERM at once and SIGKILL
+after --grace, also while --wait-for-children waits. The command's
 COORD_URL is coord's without user:password@: a nested coord reaches the same backend.
 
 A name is used in one mode by all its holders: a plain lock, -n N and --read/--write

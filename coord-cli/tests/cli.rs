@@ -27,6 +27,8 @@ macro_rules! ensure {
 
 #[path = "cli/beliefs.rs"]
 mod beliefs;
+#[path = "cli/guard.rs"]
+mod guard;
 #[path = "cli/recipes.rs"]
 mod recipes;
 
@@ -1489,7 +1491,17 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 25] = [
+    let real_only: [(&str, Case); 29] = [
+        (
+            "killed_coord_stops_what_left_the_group",
+            guard::killed_coord_stops_what_left_the_group,
+        ),
+        (
+            "killed_coord_stops_what_it_waited_for",
+            guard::killed_coord_stops_what_it_waited_for,
+        ),
+        ("kill_ppid_reaches_coord", guard::kill_ppid_reaches_coord),
+        ("nohup_reaches_the_command", guard::nohup_reaches_the_command),
         ("inspect_json_is_one_shape", recipes::inspect_json_is_one_shape),
         ("nothing_left_behind", recipes::nothing_left_behind),
         ("killed_coord_stops_its_command", killed_coord_stops_its_command),

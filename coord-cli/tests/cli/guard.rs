@@ -1,0 +1,150 @@
+//! The command's guard (`coord-cli/src/guard.rs`) at the edges of its promise: nothing
+//! a killed `coord`'s command started keeps running — inside its process group or not,
+//! while the command runs or after it exited under `--wait-for-children` — and the
+//! signals a command's process tree exchanges with `coord` behave as they would without
+//! a guard in between (`kill $PPID`, `nohup`).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Backend, Result, alive, coord, expect_code, finish, output, signal, tempdir, text};
+
+/// The pids written to `path`, one per line, once there are `n`.
+fn pids(path: &Path, n: usize) -> Result<Vec<i32>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got: Vec<i32> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        if got.len() >= n {
+            return Ok(got);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the command wrote {} of {n} pids within 20 s",
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every pid in `started` is gone within 10 s.
+fn all_gone(started: &[i32], after: &str) -> Result {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for &pid in started {
+        while alive(pid) {
+            if Instant::now() >= deadline {
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                return Err(format!("pid {pid}, started under the lock, still runs {after}").into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+/// A killed `coord` takes with it what its command started outside the command's
+/// process group: a `setsid` daemon, and a double-forked child whose parent exited
+/// (re-parented to the guard, not to init).
+pub fn killed_coord_stops_what_left_the_group(b: &Backend) -> Result {
+    let url = b.url("killed-setsid", "");
+    let dir = tempdir()?;
+    let file = dir.path().join("pids");
+    let script = format!(
+        "setsid sh -c 'echo $$ >> {p}; exec sleep 120' & \
+         sh -c 'setsid sleep 120 & echo $! >> {p}'; \
+         echo $$ >> {p}; sleep 120",
+        p = file.display()
+    );
+    let holder = coord(&url)
+        .args([
+            "lock",
+            "--grace",
+            "300ms",
+            "killed-setsid",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let started = pids(&file, 3)?;
+    signal(holder.id(), "-KILL")?;
+    let _ = finish(holder, Duration::from_secs(10))?;
+    all_gone(&started, "after coord was killed")
+}
+
+/// `--wait-for-children`: the command has exited and the lock is kept while its child
+/// runs on; a `coord` killed then still takes that child with it.
+pub fn killed_coord_stops_what_it_waited_for(b: &Backend) -> Result {
+    let url = b.url("killed-waiting", "");
+    let dir = tempdir()?;
+    let file = dir.path().join("pids");
+    let script = format!(
+        "(exec sleep 120) & echo $! >> {p}; setsid sleep 120 & echo $! >> {p}; exit 0",
+        p = file.display()
+    );
+    let holder = coord(&url)
+        .args([
+            "lock",
+            "--grace",
+            "300ms",
+            "--wait-for-children",
+            "killed-waiting",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let started = pids(&file, 2)?;
+    // The command is past its last line once both pids are written; a moment for its
+    // exit to be seen, so that coord is killed while it waits for the children.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(holder.id(), "-KILL")?;
+    let _ = finish(holder, Duration::from_secs(10))?;
+    all_gone(&started, "after coord, waiting for it, was killed")
+}
+
+/// A script's `kill $PPID` reaches `coord` (not only the guard that is the script's
+/// parent): coord stops the command as for any SIGTERM and exits 143 at once.
+pub fn kill_ppid_reaches_coord(b: &Backend) -> Result {
+    let url = b.url("kill-ppid", "");
+    let out = output(
+        coord(&url).args(["lock", "ppid", "--", "sh", "-c", "kill -TERM $PPID; sleep 60"]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 128 + 15, "coord lock whose command ran `kill $PPID`")
+}
+
+/// Under `nohup`, the command ignores SIGHUP as it would without coord: the guard does
+/// not handle a signal it was started ignoring.
+pub fn nohup_reaches_the_command(b: &Backend) -> Result {
+    let url = b.url("nohup", "");
+    let out = output(
+        Command::new("nohup")
+            .env_remove("COORD_URL")
+            .env_remove("RUST_LOG")
+            .args([super::BIN, "--url", &url, "lock", "nohup", "--"])
+            .args(["sh", "-c", "kill -HUP $$; echo still here"]),
+        Duration::from_secs(30),
+    )?;
+    expect_code(&out, 0, "nohup coord lock, command sends itself SIGHUP")?;
+    ensure!(
+        text(&out.stdout).contains("still here"),
+        "the command did not survive its SIGHUP under nohup: {}",
+        text(&out.stdout)
+    );
+    Ok(())
+}
