@@ -296,13 +296,11 @@ pub fn check_runnable(command: &[OsString]) -> Result<(), Failure> {
     let candidates: Vec<std::path::PathBuf> = if shown.contains('/') {
         vec![std::path::PathBuf::from(program)]
     } else {
-        std::env::var_os("PATH")
-            .map(|path| {
-                std::env::split_paths(&path)
-                    .map(|dir| dir.join(program))
-                    .collect()
-            })
-            .unwrap_or_default()
+        // Without PATH, the search path execvp uses.
+        let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .collect()
     };
     let mut found_but_not_executable = false;
     for candidate in candidates {

@@ -613,7 +613,11 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    match runtime.block_on(run(cli, out)) {
+    let result = runtime.block_on(run(cli, out));
+    // A name lookup still running on a blocking thread (the resolver's own timeout can
+    // be longer than --timeout) must not hold up the exit.
+    runtime.shutdown_background();
+    match result {
         Ok(code) => code,
         Err(f) => {
             out.failure(&f);
@@ -629,9 +633,13 @@ fn usage_error(e: clap::Error) -> ExitCode {
     let _ = e.print();
     if e.kind() == ErrorKind::UnknownArgument {
         let args: Vec<OsString> = std::env::args_os().collect();
-        let runs_a_command = args
-            .iter()
-            .any(|a| a == "lock" || a == "elect" || a == "register");
+        // The subcommand as clap finds it, not any argument spelled `lock` (a key, a value).
+        let runs_a_command = <Cli as clap::CommandFactory>::command()
+            .ignore_errors(true)
+            .try_get_matches_from(&args)
+            .ok()
+            .and_then(|m| m.subcommand_name().map(str::to_owned))
+            .is_some_and(|c| c == "lock" || c == "elect" || c == "register");
         if runs_a_command && !args.iter().any(|a| a == "--") {
             eprintln!("\nhint: the command to run goes after `--`, e.g. coord lock NAME -- ./job.sh ARG…");
         }
@@ -861,6 +869,7 @@ fn spend(command: &mut Command, elapsed: Duration) {
         _ => return,
     };
     if let Some(t) = timeout {
+        output::remember_timeout(*t);
         // Never zero: that is a usage error of its own.
         *t = t.saturating_sub(elapsed).max(Duration::from_millis(1));
     }

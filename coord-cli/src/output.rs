@@ -150,6 +150,21 @@ pub fn ago(d: std::time::Duration) -> String {
     humantime::format_duration(std::time::Duration::from_secs(d.as_secs())).to_string()
 }
 
+/// The `--timeout` the user gave, before the connect's time was taken off it.
+static ASKED_TIMEOUT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+
+/// Remembers the `--timeout` the user gave, for [`timeout_shown`].
+pub fn remember_timeout(asked: std::time::Duration) {
+    let _ = ASKED_TIMEOUT.set(asked);
+}
+
+/// How a message names a timeout that ran out: as the user gave it (`5s`), not what was
+/// left of it after the connect (`4s 812ms 331us 12ns`).
+pub fn timeout_shown(left: std::time::Duration) -> String {
+    let d = ASKED_TIMEOUT.get().copied().unwrap_or(left);
+    humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64)).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +178,13 @@ mod tests {
             json!({"key": "k", "value": "on"})
         );
         assert_eq!(with_value(json!({}), &[0xff, 0x01]), json!({"value_hex": "ff01"}));
+    }
+
+    #[test]
+    fn a_timeout_is_shown_in_whole_milliseconds() {
+        assert_eq!(
+            timeout_shown(std::time::Duration::new(4, 812_331_012)),
+            "4s 812ms"
+        );
     }
 }

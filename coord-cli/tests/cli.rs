@@ -398,6 +398,26 @@ fn usage_and_connection_errors() -> Result {
         "the password was printed: {}",
         text(&out.stderr)
     );
+    // The `--` hint keys on the subcommand, not on a key spelled `lock`.
+    let out = output(coord(NOWHERE).args(["config", "get", "lock", "extra"]), limit)?;
+    expect_code(&out, 2, "config get with one argument too many")?;
+    ensure!(
+        !text(&out.stderr).contains("goes after"),
+        "a `--` hint for config get: {}",
+        text(&out.stderr)
+    );
+    // Without PATH, a command is looked for where execvp looks (/bin:/usr/bin).
+    let out = output(
+        coord(NOWHERE)
+            .env_remove("PATH")
+            .args(["lock", "jobs", "--", "true"]),
+        limit,
+    )?;
+    ensure!(
+        !text(&out.stderr).contains("not found"),
+        "with PATH unset, `true` was not found: {}",
+        text(&out.stderr)
+    );
     let out = output(
         Command::new(BIN).args(["--url", "zk://app:s3cret-pw@127.0.0.1:bad/x", "session"]),
         limit,
@@ -468,8 +488,41 @@ fn connect_errors_say_which() -> Result {
             "{scheme}: --try took {:?}",
             started.elapsed()
         );
+        // The URL's own connect_timeout holds, its failure's explanation included
+        // (that took 9 s on etcd and 11 s on ZooKeeper for 5 s).
+        let url = format!("{scheme}://127.0.0.1:{port}/x?connect_timeout=5s");
+        let started = Instant::now();
+        let out = output(coord(&url).args(["config", "get", "k"]), Duration::from_secs(30))?;
+        expect_code(&out, 69, &format!("config get on a silent {scheme} host"))?;
+        ensure!(
+            started.elapsed() < Duration::from_millis(7500),
+            "{scheme}: connect_timeout=5s took {:?}: {}",
+            started.elapsed(),
+            text(&out.stderr)
+        );
     }
     drop(silent);
+    // An HTTP/1 server on the port: named as one, not an HTTP/2 error chain.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let port = http.local_addr().map_err(|e| e.to_string())?.port();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for mut conn in http.incoming().flatten() {
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = conn.read(&mut [0u8; 1024]);
+            let _ = conn.write_all(b"HTTP/1.0 404 Not Found\r\nServer: test\r\n\r\n");
+        }
+    });
+    for scheme in ["zk", "etcd"] {
+        let url = format!("{scheme}://127.0.0.1:{port}/x?connect_timeout=5s");
+        let out = output(coord(&url).arg("session"), Duration::from_secs(30))?;
+        expect_code(&out, 2, &format!("session on an HTTP server as {scheme}"))?;
+        ensure!(
+            text(&out.stderr).contains("HTTP server"),
+            "{scheme} on an HTTP server: {}",
+            text(&out.stderr)
+        );
+    }
     Ok(())
 }
 

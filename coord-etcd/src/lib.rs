@@ -149,15 +149,23 @@ impl EtcdClient {
             ))
             .await?;
             let inner = Inner::new(options.clone(), members);
-            let granted = tokio::time::timeout(options.connect_timeout, inner.first_grant())
-                .await
-                .map_err(|_| session::connect_timeout(&options))?
-                .map_err(|e| session::connect_error(e, &options))?;
+            let granted = tokio::time::timeout(
+                coord_core::raw::reach::for_the_connect(options.connect_timeout),
+                inner.first_grant(),
+            )
+            .await
+            .map_err(|_| session::connect_timeout(&options))?
+            .map_err(|e| session::connect_error(e, &options))?;
             Ok((inner, granted))
         };
-        let (inner, granted) = session::explain_failures(&options, establish)
-            .instrument(span)
-            .await?;
+        // Connect and explanation together keep to connect_timeout.
+        let (inner, granted) = tokio::time::timeout(
+            options.connect_timeout,
+            session::explain_failures(&options, establish),
+        )
+        .instrument(span)
+        .await
+        .map_err(|_| session::connect_timeout(&options))??;
         inner.install(&granted, 1);
         tokio::spawn(inner.clone().supervise(granted));
         Ok(coord_core::raw::into_client(EtcdClient { inner }))

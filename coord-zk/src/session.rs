@@ -57,14 +57,44 @@ pub(crate) async fn open_session(options: &ZkOptions, deadline: Duration) -> Res
     use coord_core::raw::reach::{self, Service};
     // The client reports any other host trouble as "no hosts" after the deadline: a
     // closer look names another service on the port at once.
-    reach::connect_or_explain(
+    let explained = reach::connect_or_explain(
         Service::ZooKeeper,
         &options.hosts,
         PROBE_AFTER,
         // Boxed: the connect's state is large, and cases run on small stacks.
-        Box::pin(open_session_explained(options, deadline)),
+        Box::pin(open_session_explained(options, reach::for_the_connect(deadline))),
+    );
+    // Connect and explanation together keep to the deadline.
+    tokio::time::timeout(deadline, explained)
+        .await
+        .unwrap_or_else(|_| {
+            Err(no_session_within(
+                options,
+                deadline,
+                ErrorKind::Timeout,
+                "timed out",
+            ))
+        })
+}
+
+/// No session with the hosts of `options` within `deadline`, because of `why`.
+fn no_session_within(
+    options: &ZkOptions,
+    deadline: Duration,
+    kind: ErrorKind,
+    why: impl std::fmt::Display,
+) -> Error {
+    let secure = options.tls.is_some();
+    Error::new(
+        kind,
+        format!(
+            "cannot open a ZooKeeper session with {} within {deadline:?}: {why}; is the server running and reachable?{}",
+            options.connect_string(),
+            if secure { "" } else { " (if it serves TLS on this port, use zk+tls:// with tls_ca=…)" }
+        ),
     )
-    .await
+    .with_operation("connect")
+    .with_retryable(true)
 }
 
 async fn open_session_explained(options: &ZkOptions, deadline: Duration) -> Result<zk::Client> {
@@ -102,6 +132,7 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
     if let Some(tls) = &options.tls {
         connector = with_tls(connector, tls)?;
     }
+    let started = Instant::now();
     // Once the settings are known good: every host refused or unresolved is said now,
     // not after the deadline.
     Box::pin(coord_core::raw::reach::before_connect(
@@ -109,12 +140,12 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
         &options.hosts,
     ))
     .await?;
-    let started = Instant::now();
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         let connecting = connector.clone();
+        // Each attempt gets what is left of the deadline, not all of it again.
         let attempt = tokio::time::timeout(
-            deadline,
+            deadline.saturating_sub(started.elapsed()),
             Box::pin(async {
                 if secure {
                     secure_connect(connecting, &hosts).await
@@ -131,15 +162,9 @@ async fn try_open_session(options: &ZkOptions, deadline: Duration) -> Result<zk:
         };
         let delay = backoff.next_delay();
         if !err.is_retryable() || started.elapsed() + delay >= deadline {
-            return Err(Error::new(
-                err.kind(),
-                format!(
-                    "cannot open a ZooKeeper session with {hosts} within {deadline:?}: {err}; is the server running and reachable?{}",
-                    if secure { "" } else { " (if it serves TLS on this port, use zk+tls:// with tls_ca=…)" }
-                ),
-            )
-            .with_operation("connect")
-            .with_retryable(err.is_retryable()));
+            return Err(
+                no_session_within(options, deadline, err.kind(), &err).with_retryable(err.is_retryable())
+            );
         }
         tokio::time::sleep(delay).await;
     }

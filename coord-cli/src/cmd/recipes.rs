@@ -170,7 +170,7 @@ async fn waited<T>(
                     "timeout",
                     format!(
                         "gave up waiting for {what} after {}; raise --timeout or try later",
-                        humantime::format_duration(t)
+                        crate::output::timeout_shown(t)
                     ),
                 )
             }),

@@ -161,7 +161,7 @@ where
                         "gave up waiting for {} {:?} after {}{held}; raise --timeout or try later",
                         waiting.what,
                         waiting.name,
-                        humantime::format_duration(timeout.unwrap_or_default()),
+                        output::timeout_shown(timeout.unwrap_or_default()),
                     ),
                 ));
             }

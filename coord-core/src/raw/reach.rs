@@ -108,6 +108,13 @@ impl Finding {
 /// How long one look at one host may take.
 const STEP: Duration = Duration::from_secs(1);
 
+/// The part of a connect timeout the connect itself may use. The rest — a fifth, at most
+/// a second — is left for explaining a failure: an adapter bounds connect and
+/// explanation together by the whole timeout, so a user's `connect_timeout` holds.
+pub fn for_the_connect(timeout: Duration) -> Duration {
+    timeout.saturating_sub((timeout / 5).min(STEP))
+}
+
 /// Fails at once, with the reason per host, when every host of `hosts` is refused or
 /// does not resolve: no connect can succeed then, and waiting out its timeout would
 /// only hide why. Otherwise (a host connects, or stays silent) `Ok`: the connect goes
@@ -173,8 +180,8 @@ pub async fn connect_or_explain<T>(
 
 /// Runs `connect`; if it has not succeeded after `after`, runs `diagnose` beside it
 /// (again every [`STEP`]) and fails at once with the first definite diagnosis. A
-/// connect that fails sooner with `Unavailable` or `Timeout` is diagnosed once before
-/// its error is returned. The one loop behind this module's and the TLS probe's
+/// connect that fails sooner with `Unavailable`, `Timeout` or a protocol error is
+/// diagnosed once before its error is returned. The one loop behind this module's and the TLS probe's
 /// explanations.
 ///
 /// # Cancel safety
@@ -203,10 +210,23 @@ where
         e = looking => return Err(e.with_operation("connect")),
     };
     match result {
-        Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) => match diagnose().await {
-            Some(found) => Err(found.with_operation("connect")),
-            None => Err(e),
-        },
+        // Also a protocol error (`Unexpected`, `Unsupported`, `Decode`): an HTTP server
+        // or another service on the port makes the client fail that way.
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Unavailable
+                    | ErrorKind::Timeout
+                    | ErrorKind::Unexpected
+                    | ErrorKind::Unsupported
+                    | ErrorKind::Decode
+            ) =>
+        {
+            match diagnose().await {
+                Some(found) => Err(found.with_operation("connect")),
+                None => Err(e),
+            }
+        }
         other => other,
     }
 }
@@ -323,6 +343,15 @@ mod tests {
     fn closed_port() -> u16 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").port()
+    }
+
+    #[test]
+    fn the_connect_leaves_time_to_explain() {
+        assert_eq!(for_the_connect(Duration::from_secs(15)), Duration::from_secs(14));
+        assert_eq!(
+            for_the_connect(Duration::from_secs(2)),
+            Duration::from_millis(1600)
+        );
     }
 
     #[tokio::test]
