@@ -116,8 +116,15 @@ async fn take(client: &Client, name: &str, mode: Mode, wait: bool, me: &str) -> 
     Ok(match (mode, wait) {
         (Mode::Exclusive, true) => Some(Grant::Lock(client.lock_as(name, me).await?)),
         (Mode::Exclusive, false) => client.try_lock_as(name, me).await?.map(Grant::Lock),
-        (Mode::Permits(n), true) => Some(Grant::Lease(client.semaphore(name, n)?.acquire().await?)),
-        (Mode::Permits(n), false) => client.semaphore(name, n)?.try_acquire().await?.map(Grant::Lease),
+        (Mode::Permits(n), true) => Some(Grant::Lease(
+            client.semaphore(name, n)?.with_holder(me)?.acquire().await?,
+        )),
+        (Mode::Permits(n), false) => client
+            .semaphore(name, n)?
+            .with_holder(me)?
+            .try_acquire()
+            .await?
+            .map(Grant::Lease),
         (Mode::Read, true) => Some(Grant::Read(client.rw_lock(name)?.with_holder(me)?.read().await?)),
         (Mode::Read, false) => client
             .rw_lock(name)?

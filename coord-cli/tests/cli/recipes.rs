@@ -51,7 +51,7 @@ pub fn semaphore_admits_n(b: &Backend) -> Result {
     let dir = tempdir()?;
     let (log, go) = (dir.path().join("log"), dir.path().join("go"));
     let script = holding_script(&log, &go);
-    let mut first = spawn_json(&url, &["lock", "-n", "2", "pool"], &script)?;
+    let mut first = spawn_json(&url, &["lock", "-n", "2", "--identity", "alpha", "pool"], &script)?;
     let mut second = spawn_json(&url, &["lock", "-n", "2", "pool"], &script)?;
     Events::of(&mut first)?.until("acquired", Duration::from_secs(20))?;
     Events::of(&mut second)?.until("acquired", Duration::from_secs(20))?;
@@ -82,6 +82,15 @@ pub fn semaphore_admits_n(b: &Backend) -> Result {
     ensure!(
         pool["permits"] == 2 && pool["holders"].as_array().map(Vec::len) == Some(2),
         "inspect: {pool}"
+    );
+    // Each lease names its holder: --identity, or host:pid by default.
+    let holders = pool["holders"].as_array().cloned().unwrap_or_default();
+    ensure!(
+        holders.iter().any(|h| h["value"] == "alpha")
+            && holders
+                .iter()
+                .any(|h| h["value"].as_str().is_some_and(|v| v.contains(':'))),
+        "inspect does not name the lease holders: {pool}"
     );
     // The one waiter holds the acquirers' lock and a lease beyond the permits: shown once.
     ensure!(

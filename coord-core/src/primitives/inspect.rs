@@ -365,8 +365,19 @@ impl Client {
                     participants.into_iter().partition(|p| p.role == "lease");
                 view.permits = leases
                     .first()
-                    .and_then(|p| std::str::from_utf8(&p.value).ok())
-                    .and_then(|v| v.parse().ok());
+                    .and_then(|p| crate::primitives::semaphore::parse_lease(&p.value))
+                    .map(|(count, _)| count);
+                // A lease of coord's shows its holder as its value (the count is in
+                // `permits`).
+                let leases: Vec<Participant> = leases
+                    .into_iter()
+                    .map(|mut p| {
+                        if let Some((_, holder)) = crate::primitives::semaphore::parse_lease(&p.value) {
+                            p.value = holder.to_vec();
+                        }
+                        p
+                    })
+                    .collect();
                 let held = view.permits.map_or(leases.len(), |n| n as usize);
                 let mut it = leases.into_iter();
                 view.holders.extend(it.by_ref().take(held));

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::validate_name;
+use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 use crate::session::SessionState;
@@ -74,6 +74,8 @@ pub struct Semaphore {
     client: Client,
     name: String,
     permits: u32,
+    /// Who holds the leases this handle takes (see [`Semaphore::with_holder`]).
+    holder: Vec<u8>,
 }
 
 impl Client {
@@ -96,6 +98,7 @@ impl Client {
             client: self.clone(),
             name: name.to_owned(),
             permits,
+            holder: Vec::new(),
         })
     }
 }
@@ -110,6 +113,58 @@ impl Semaphore {
     pub fn permits(&self) -> u32 {
         self.permits
     }
+
+    /// The same semaphore, whose leases taken from now on say who holds them: `holder`
+    /// (an identity such as `host:pid`) follows the permit count in each lease's value,
+    /// on a line of its own (`3\nhost-a:41`), and [`Client::inspect`] shows it as the
+    /// lease's value. Empty by default (the value is the count alone).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when `holder` is over the value size limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> coord_core::Result<()> {
+    /// use coord_core::RecipeKind;
+    /// let client = coord_mem::connect("mem://semaphore-holder-doc")?;
+    /// let lease = client.semaphore("gpu", 2)?.with_holder("host-a:41")?.acquire().await?;
+    /// let view = client.inspect_one(RecipeKind::Semaphore, "gpu").await?;
+    /// assert_eq!(view.holders[0].value, b"host-a:41");
+    /// assert_eq!(view.permits, Some(2));
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_holder(mut self, holder: impl Into<Vec<u8>>) -> Result<Semaphore> {
+        let holder = holder.into();
+        validate_value("semaphore holder", &holder).map_err(|e| e.with_operation("semaphore"))?;
+        self.holder = holder;
+        Ok(self)
+    }
+
+    /// A lease's value: the permit count, then the holder on a line of its own.
+    fn lease_value(&self) -> Vec<u8> {
+        let mut value = self.permits.to_string().into_bytes();
+        if !self.holder.is_empty() {
+            value.push(b'\n');
+            value.extend_from_slice(&self.holder);
+        }
+        value
+    }
+}
+
+/// The permit count and the holder a lease of coord's records (see
+/// [`Semaphore::with_holder`]); `None` for another library's lease (Curator writes the
+/// host's address).
+pub(crate) fn parse_lease(value: &[u8]) -> Option<(u32, &[u8])> {
+    let (count, holder) = match value.iter().position(|&b| b == b'\n') {
+        Some(i) => (&value[..i], &value[i + 1..]),
+        None => (value, &value[value.len()..]),
+    };
+    let count = std::str::from_utf8(count).ok()?.parse().ok()?;
+    Some((count, holder))
 }
 
 /// The acquirers of a semaphore's internal lock: Curator's `InterProcessSemaphoreV2`
@@ -222,13 +277,7 @@ impl Semaphore {
             release_gate(gate).await;
             return Err(e);
         }
-        let lease = acquire(
-            &self.client,
-            leases.clone(),
-            self.permits.to_string().into_bytes(),
-            true,
-        )
-        .await;
+        let lease = acquire(&self.client, leases.clone(), self.lease_value(), true).await;
         release_gate(gate).await;
         let Some(lease) = lease?.map(|g| Lease::from(LockGuard::new(self.name.clone(), g))) else {
             return Ok(None);
@@ -252,14 +301,7 @@ impl Semaphore {
     /// makes more than `permits` hold, and one that finds them all held is removed.
     async fn try_take(&self, leases: QueueSpec) -> Result<Option<Lease>> {
         self.check_count_unless_suspended(&leases).await?;
-        let Some(grant) = acquire(
-            &self.client,
-            leases.clone(),
-            self.permits.to_string().into_bytes(),
-            false,
-        )
-        .await?
-        else {
+        let Some(grant) = acquire(&self.client, leases.clone(), self.lease_value(), false).await? else {
             return Ok(None);
         };
         let lease = Lease::from(LockGuard::new(self.name.clone(), grant));
@@ -296,10 +338,7 @@ impl Semaphore {
         let Some(oldest) = self.client.backend().head(leases).await? else {
             return Ok(());
         };
-        match std::str::from_utf8(&oldest.value)
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-        {
+        match parse_lease(&oldest.value).map(|(count, _)| count) {
             Some(stored) if stored != self.permits => Err(Error::new(
                 ErrorKind::InvalidArgument,
                 format!(
