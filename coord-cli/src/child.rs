@@ -367,6 +367,8 @@ fn spawn(
     let mut cmd = match me {
         Ok(me) => {
             let mut cmd = Command::new(me);
+            // `ps` shows `coord __coord-guard …`, not `/proc/self/exe …`.
+            cmd.arg0("coord");
             cmd.args(crate::guard::args(
                 stopping.grace,
                 own_group,
@@ -385,6 +387,8 @@ fn spawn(
         Some(url) => cmd.env("COORD_URL", url),
         None => cmd.env_remove("COORD_URL"),
     };
+    // A command stops coord with `kill $COORD_PID` (its parent is the guard).
+    cmd.env("COORD_PID", std::process::id().to_string());
     cmd.kill_on_drop(true);
     if own_group {
         cmd.process_group(0);

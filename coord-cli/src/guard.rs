@@ -19,10 +19,12 @@
 //!
 //! Signals coord sends while it lives reach the command as before: to the whole group
 //! (guard and command; the guard passes them on to what left the group), or, in a
-//! terminal's foreground, to the guard, which passes them on to `CMD`. A signal that
-//! another process sends the guard — a script's `kill $PPID` — goes on to coord, as if
-//! it had been sent to coord. A signal the guard was started ignoring (SIGHUP under
-//! `nohup`) it leaves alone, so that `CMD` ignores it too.
+//! terminal's foreground, to the guard, which passes them on to `CMD`. A SIGTERM or
+//! SIGINT that a process outside `CMD`'s tree sends the guard goes on to coord, as if
+//! it had been sent to coord; what `CMD`'s own tree sends (`kill 0`) and every other
+//! signal the group gets (`kill -USR1 0`) the guard survives and keeps. A signal the
+//! guard was started ignoring (SIGHUP under `nohup`) it leaves alone, so that `CMD`
+//! ignores it too.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -109,6 +111,28 @@ pub fn main(args: &[OsString]) -> ExitCode {
     runtime.block_on(guard(orders))
 }
 
+/// The signals that would end the guard by default and that it handles instead: a
+/// signal sent to the command's group (`kill -USR1 0`, `pkill -f` matching the command
+/// line the guard shares) must not end the guard — and with it the command. Faults
+/// (SIGSEGV, …) are not among them; neither are the stop signals (the guard stops with
+/// its job).
+const ABSORBED: &[Signal] = &[
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+    Signal::SIGPIPE,
+    Signal::SIGVTALRM,
+    Signal::SIGPROF,
+    Signal::SIGIO,
+    Signal::SIGPWR,
+    Signal::SIGXCPU,
+    Signal::SIGXFSZ,
+];
+
 /// A signal the guard received, and who sent it (`None`: the kernel, a terminal).
 struct Received {
     signal: Signal,
@@ -121,8 +145,9 @@ fn listen() -> mpsc::UnboundedReceiver<Received> {
     use signal_hook::iterator::SignalsInfo;
     use signal_hook::iterator::exfiltrator::WithOrigin;
     let (tx, rx) = mpsc::unbounded_channel();
-    let wanted: Vec<i32> = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT]
-        .into_iter()
+    let wanted: Vec<i32> = ABSORBED
+        .iter()
+        .copied()
         .filter(|&s| !tree::ignores(s))
         .map(|s| s as i32)
         .collect();
@@ -158,7 +183,15 @@ async fn guard(orders: Orders<'_>) -> ExitCode {
         Err(e) => {
             let shown = program.to_string_lossy();
             return if e.kind() == std::io::ErrorKind::NotFound {
-                eprintln!("coord: command not found: {shown}");
+                if shown.contains('/') && std::path::Path::new(program).is_file() {
+                    // The file is there: what is missing is the interpreter its `#!`
+                    // line names (or a library its loader needs).
+                    eprintln!(
+                        "coord: cannot run {shown}: the interpreter on its #! line (or a library it needs) was not found"
+                    );
+                } else {
+                    eprintln!("coord: command not found: {shown}");
+                }
                 ExitCode::from(exit::NOT_RUNNABLE)
             } else {
                 eprintln!("coord: cannot run {shown}: {e}");
@@ -184,6 +217,9 @@ async fn guard(orders: Orders<'_>) -> ExitCode {
                 if orders.parent_is_gone() {
                     return orders.stop_everything().await;
                 }
+                // What the command orphans is the guard's to reap (the command itself
+                // is waited for above).
+                tree::reap_children(pid);
             }
         }
     };
@@ -228,30 +264,37 @@ impl Orders<'_> {
         ExitCode::from(exit::LOST)
     }
 
-    /// Passes on a signal coord lives to see: from coord, to what coord's signal did not
-    /// reach (`command`, the command while it runs); from anyone else, to coord.
+    /// Passes on a signal while coord lives. From coord: to what coord's signal did not
+    /// reach — what left the command's group, or, in a terminal's foreground (where
+    /// coord signals the guard only), the command (`command`, while it runs) or else
+    /// everything below the guard. From another process outside the command's tree (an
+    /// operator's `kill` of the guard): SIGTERM and SIGINT, the signals coord stops on,
+    /// go on to coord. From the command's own tree it is kept: it was sent to the group
+    /// (`kill 0`, `trap 'kill 0' EXIT`), which got it already — to stop coord, a command
+    /// signals `$COORD_PID`. From the kernel or a terminal: it reached every process it
+    /// was meant for.
     fn pass_on(&self, got: &Received, command: Option<Pid>) {
-        match got.sender {
-            Some(sender) if sender == self.parent => {
-                if self.own_group {
-                    // coord signalled the whole group: what left it did not get it.
-                    let group = getpgrp();
-                    for p in tree::descendants(Pid::this()) {
-                        if p.group != group {
-                            let _ = kill(p.pid, got.signal);
-                        }
+        let Some(sender) = got.sender else { return };
+        if sender == self.parent {
+            if self.own_group {
+                let group = getpgrp();
+                for p in tree::descendants(Pid::this()) {
+                    if p.group != group {
+                        let _ = kill(p.pid, got.signal);
                     }
-                } else if let Some(command) = command {
-                    // In a terminal's foreground coord signals the guard only.
-                    let _ = kill(command, got.signal);
+                }
+            } else if let Some(command) = command {
+                let _ = kill(command, got.signal);
+            } else {
+                for p in tree::descendants(Pid::this()) {
+                    let _ = kill(p.pid, got.signal);
                 }
             }
-            // A script's `kill $PPID`, an operator's `kill` of the guard: meant for coord.
-            Some(_) => {
-                let _ = kill(self.parent, got.signal);
-            }
-            // The kernel or a terminal sent it to every process it was meant for.
-            None => {}
+            return;
+        }
+        let stops_coord = matches!(got.signal, Signal::SIGTERM | Signal::SIGINT);
+        if stops_coord && !tree::descendants(Pid::this()).iter().any(|p| p.pid == sender) {
+            let _ = kill(self.parent, got.signal);
         }
     }
 }

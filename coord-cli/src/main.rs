@@ -113,6 +113,7 @@ all of it has exited instead (flock's behaviour). If coord itself is killed, all
 it - the command, its group and what left the group - gets SIGTERM at once and SIGKILL
 after --grace, also while --wait-for-children waits. The command's
 COORD_URL is coord's without user:password@: a nested coord reaches the same backend.
+COORD_PID is coord's: `kill $COORD_PID` stops coord ($PPID is the guard between them).
 
 A name is used in one mode by all its holders: a plain lock, -n N and --read/--write
 keep their entries apart and would not exclude each other, so coord refuses (exit 4)
@@ -288,7 +289,7 @@ struct LockArgs {
     wait_for_children: bool,
     /// What the lock's entry names as its holder, as `coord inspect` and waiters show it
     /// (default: HOST:PID).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = identity_arg)]
     identity: Option<String>,
     /// The exit status when --try finds the lock held or --timeout passes (default 75
     /// and 124), as flock's -E.
@@ -561,6 +562,14 @@ fn name_arg(s: &str) -> Result<String, String> {
     coord::validate_name("name", s)
         .map(|()| s.to_owned())
         .map_err(|e| e.message().to_owned())
+}
+
+/// A holder's identity: not empty (that would hide who holds).
+fn identity_arg(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("an empty identity would hide who holds; leave --identity out for HOST:PID".into());
+    }
+    Ok(s.to_owned())
 }
 
 /// A single segment (an instance id).

@@ -79,7 +79,10 @@ pub fn descendants(root: Pid) -> Vec<Proc> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut below: HashMap<i32, Vec<Proc>> = HashMap::new();
+    // Every process by its parent, and whether it runs: a zombie runs on when its main
+    // thread exited before its other threads (`pthread_exit`), and what is below a
+    // zombie is walked all the same.
+    let mut below: HashMap<i32, Vec<(Proc, bool)>> = HashMap::new();
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
@@ -88,26 +91,38 @@ pub fn descendants(root: Pid) -> Vec<Proc> {
             continue;
         };
         if let Some((state, parent, group)) = parse_stat(&stat) {
-            if state != 'Z' && state != 'X' {
-                below.entry(parent).or_default().push(Proc {
+            let runs = match state {
+                'Z' | 'X' => threads(&entry.path()) > 1,
+                _ => true,
+            };
+            below.entry(parent).or_default().push((
+                Proc {
                     pid: Pid::from_raw(pid),
                     group: Pid::from_raw(group),
-                });
-            }
+                },
+                runs,
+            ));
         }
     }
     let mut found = Vec::new();
     let mut seen = HashSet::new();
     let mut next = vec![root.as_raw()];
     while let Some(pid) = next.pop() {
-        for p in below.remove(&pid).unwrap_or_default() {
+        for (p, runs) in below.remove(&pid).unwrap_or_default() {
             if seen.insert(p.pid) {
                 next.push(p.pid.as_raw());
-                found.push(p);
+                if runs {
+                    found.push(p);
+                }
             }
         }
     }
     found
+}
+
+/// How many threads the process at `/proc/PID` has.
+fn threads(proc_dir: &std::path::Path) -> usize {
+    std::fs::read_dir(proc_dir.join("task")).map_or(0, |tasks| tasks.count())
 }
 
 /// State, parent and process group from a `/proc/PID/stat` line. The command name

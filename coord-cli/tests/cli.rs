@@ -1544,7 +1544,7 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 29] = [
+    let real_only: [(&str, Case); 32] = [
         (
             "killed_coord_stops_what_left_the_group",
             guard::killed_coord_stops_what_left_the_group,
@@ -1553,7 +1553,22 @@ fn main() {
             "killed_coord_stops_what_it_waited_for",
             guard::killed_coord_stops_what_it_waited_for,
         ),
-        ("kill_ppid_reaches_coord", guard::kill_ppid_reaches_coord),
+        (
+            "kill_coord_pid_reaches_coord",
+            guard::kill_coord_pid_reaches_coord,
+        ),
+        (
+            "signals_to_the_group_are_the_commands",
+            guard::signals_to_the_group_are_the_commands,
+        ),
+        (
+            "orphans_are_reaped_while_the_command_runs",
+            guard::orphans_are_reaped_while_the_command_runs,
+        ),
+        (
+            "terminal_wait_for_children_passes_sigterm_on",
+            guard::terminal_wait_for_children_passes_sigterm_on,
+        ),
         ("nohup_reaches_the_command", guard::nohup_reaches_the_command),
         ("inspect_json_is_one_shape", recipes::inspect_json_is_one_shape),
         ("nothing_left_behind", recipes::nothing_left_behind),

@@ -117,15 +117,112 @@ pub fn killed_coord_stops_what_it_waited_for(b: &Backend) -> Result {
     all_gone(&started, "after coord, waiting for it, was killed")
 }
 
-/// A script's `kill $PPID` reaches `coord` (not only the guard that is the script's
-/// parent): coord stops the command as for any SIGTERM and exits 143 at once.
-pub fn kill_ppid_reaches_coord(b: &Backend) -> Result {
-    let url = b.url("kill-ppid", "");
+/// A command stops `coord` with `kill $COORD_PID` (its parent is the guard): coord stops
+/// the command as for any SIGTERM and exits 143 at once.
+pub fn kill_coord_pid_reaches_coord(b: &Backend) -> Result {
+    let url = b.url("kill-coord-pid", "");
     let out = output(
-        coord(&url).args(["lock", "ppid", "--", "sh", "-c", "kill -TERM $PPID; sleep 60"]),
+        coord(&url).args(["lock", "pid", "--", "sh", "-c", "kill -TERM $COORD_PID; sleep 60"]),
         Duration::from_secs(30),
     )?;
-    expect_code(&out, 128 + 15, "coord lock whose command ran `kill $PPID`")
+    expect_code(&out, 128 + 15, "coord lock whose command ran `kill $COORD_PID`")
+}
+
+/// A signal the command sends its own group reaches it once, as without coord — also
+/// SIGINT and SIGTERM, which the guard gets too and must not pass on to coord (which
+/// would send them to the group again) — and a signal coord does not stop on (SIGUSR1,
+/// SIGHUP: a reload) ends neither the guard nor coord: the command goes on and the lock
+/// is released as usual.
+pub fn signals_to_the_group_are_the_commands(b: &Backend) -> Result {
+    let url = b.url("group-signals", "");
+    for (signal, what) in [
+        ("INT", "SIGINT"),
+        ("TERM", "SIGTERM"),
+        ("USR1", "SIGUSR1"),
+        ("HUP", "SIGHUP"),
+    ] {
+        let script =
+            format!("n=0; trap 'n=$((n+1))' {signal}; kill -{signal} 0; sleep 0.5; sleep 0.5; echo got $n");
+        let out = output(
+            coord(&url).args(["lock", "group", "--", "sh", "-c", &script]),
+            Duration::from_secs(30),
+        )?;
+        expect_code(&out, 0, &format!("a command that sends {what} to its group"))?;
+        ensure!(
+            text(&out.stdout).contains("got 1"),
+            "{what} sent to the command's group reached it {} (wanted once)",
+            text(&out.stdout).trim()
+        );
+        let again = output(
+            coord(&url).args(["lock", "--try", "group", "--", "true"]),
+            Duration::from_secs(30),
+        )?;
+        expect_code(
+            &again,
+            0,
+            &format!("the lock after a holder got {what}: released"),
+        )?;
+    }
+    Ok(())
+}
+
+/// What a command orphans while it runs is reaped as it exits (the guard is its
+/// subreaper): no zombie piles up under a long-running command.
+pub fn orphans_are_reaped_while_the_command_runs(b: &Backend) -> Result {
+    let url = b.url("zombies", "");
+    let out = output(
+        coord(&url).args([
+            "lock",
+            "zombies",
+            "--",
+            "sh",
+            "-c",
+            "for i in $(seq 50); do (sleep 0.01 &); done; sleep 1.5; \
+             ps --ppid $PPID -o stat= | grep -c Z",
+        ]),
+        Duration::from_secs(30),
+    )?;
+    ensure!(
+        text(&out.stdout).trim() == "0",
+        "zombies under the command's guard after 1.5 s: {}",
+        text(&out.stdout).trim()
+    );
+    Ok(())
+}
+
+/// In a terminal's foreground, under `--wait-for-children`, SIGTERM sent to `coord`
+/// after the command exited reaches what it left running (coord signals the guard only
+/// there), and coord exits at once instead of waiting for it.
+pub fn terminal_wait_for_children_passes_sigterm_on(b: &Backend) -> Result {
+    let url = b.url("tty-wait", "");
+    let dir = tempdir()?;
+    let file = dir.path().join("pid");
+    let line = format!(
+        r#"sh -c 'echo $$ > {f}; exec {bin} --url {url} lock --wait-for-children w -- sh -c "sleep 30 & exit 0"'"#,
+        f = file.display(),
+        bin = super::BIN
+    );
+    let child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("COORD_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run script (util-linux): {e}"))?;
+    let coord_pid: u32 = pids(&file, 1)?[0].try_into().map_err(|_| "bad pid")?;
+    // The command has exited and coord waits for its child.
+    std::thread::sleep(Duration::from_millis(1500));
+    let stopped = Instant::now();
+    signal(coord_pid, "-TERM")?;
+    let _ = finish(child, Duration::from_secs(25))?;
+    ensure!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "coord waited {:?} for a leftover after SIGTERM",
+        stopped.elapsed()
+    );
+    Ok(())
 }
 
 /// Under `nohup`, the command ignores SIGHUP as it would without coord: the guard does
