@@ -1544,7 +1544,7 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 32] = [
+    let real_only: [(&str, Case); 33] = [
         (
             "killed_coord_stops_what_left_the_group",
             guard::killed_coord_stops_what_left_the_group,
@@ -1556,6 +1556,10 @@ fn main() {
         (
             "kill_coord_pid_reaches_coord",
             guard::kill_coord_pid_reaches_coord,
+        ),
+        (
+            "a_silent_first_member_is_passed_over",
+            guard::a_silent_first_member_is_passed_over,
         ),
         (
             "signals_to_the_group_are_the_commands",

@@ -71,7 +71,7 @@ impl std::ops::Deref for Inner {
 /// `ConfigInvalid` for unreadable TLS files; `Unsupported` for TLS without the feature.
 pub(crate) fn open_members(options: &EtcdOptions) -> Result<Members> {
     let mut connect = etcd::ConnectOptions::new()
-        .with_connect_timeout(options.connect_timeout)
+        .with_connect_timeout(member_connect_timeout(options))
         .with_require_leader(true)
         // etcd refuses pings more often than every 5 s by default.
         .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
@@ -85,6 +85,16 @@ pub(crate) fn open_members(options: &EtcdOptions) -> Result<Members> {
         connect = with_tls(connect, tls)?;
     }
     Ok(Members::new(options.urls(), connect))
+}
+
+/// How long one member's connection may take: members are tried one after another, so
+/// a silent one (a blackholed link: SYNs dropped) must leave the others time within
+/// `connect_timeout`: its share among the members, at least 500 ms.
+fn member_connect_timeout(options: &EtcdOptions) -> Duration {
+    let members = u32::try_from(options.endpoints.len()).unwrap_or(u32::MAX).max(1);
+    (options.connect_timeout / members)
+        .max(Duration::from_millis(500))
+        .min(options.connect_timeout)
 }
 
 /// Runs `establish` (connect and first lease); with the `tls` feature, a TLS probe

@@ -245,3 +245,29 @@ pub fn nohup_reaches_the_command(b: &Backend) -> Result {
     );
     Ok(())
 }
+
+/// A port that takes no connection: its listener's backlog is full, so a connect hangs
+/// as to a blackholed host (SYNs dropped). Keep the returned value alive while in use.
+fn blackholed_port() -> Result<(std::net::TcpListener, Vec<std::net::TcpStream>, u16)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut filled = Vec::new();
+    // The kernel completes connects into the backlog (128 by default) until it is full.
+    for _ in 0..4096 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(stream) => filled.push(stream),
+            Err(_) => return Ok((listener, filled, addr.port())),
+        }
+    }
+    Err("the listener's backlog never filled".into())
+}
+
+/// A silent first member (a blackholed link) is passed over within the default connect
+/// timeout: the connect reaches the live one (each member gets its share of the time).
+pub fn a_silent_first_member_is_passed_over(b: &Backend) -> Result {
+    let (_listener, _filled, port) = blackholed_port()?;
+    let ns = coord_testkit::env::unique_namespace("cli-silent-member");
+    let url = format!("{}://127.0.0.1:{port},{}/{ns}", b.name, b.hosts);
+    let out = output(coord(&url).arg("session"), Duration::from_secs(40))?;
+    expect_code(&out, 0, &format!("session on {url} (first member silent)"))
+}
