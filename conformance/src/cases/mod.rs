@@ -303,6 +303,7 @@ pub fn all() -> Vec<Case> {
         case!(semaphore::dropped_acquire_leaves_nothing),
         case!(semaphore::permit_count_mismatch_is_an_error),
         case!(semaphore::waiter_session_lost_fails_and_leaves_nothing, KILL),
+        case!(semaphore::waiter_entry_deleted_is_never_a_valid_grant, OPERATOR),
         case!(counter::adds_are_atomic_under_contention),
         case!(counter::get_set_add),
         case!(counter::watch_follows_the_value),

@@ -393,3 +393,75 @@ pub async fn counts_never_mix_when_a_try_races_a_waiter(ctx: Ctx) -> CaseResult 
     tracing::debug!(?outcomes, "tries racing waiters");
     Ok(())
 }
+
+/// A waiter's lease entry deleted from outside (an operator) while it waits is never a
+/// grant: once a holder releases, the waiter confirms its own entry before holding and
+/// fails (`SessionLost`: its entry is gone) instead of holding without one — so no
+/// acquirer's lease holds beside it past the permits. With one permit (the waiter right
+/// behind the holder) and with two (the waiter among the holders).
+pub async fn waiter_entry_deleted_is_never_a_valid_grant(ctx: Ctx) -> CaseResult {
+    for permits in [1u32, 2] {
+        waiter_entry_deleted_with(&ctx, permits).await?;
+    }
+    Ok(())
+}
+
+async fn waiter_entry_deleted_with(ctx: &Ctx, permits: u32) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let name = format!("pool{permits}");
+    let mut held = Vec::new();
+    for _ in 0..permits {
+        held.push(a.semaphore(&name, permits)?.acquire().await?);
+    }
+    let sb = b.semaphore(&name, permits)?;
+    let waiter = tokio::spawn(async move { sb.acquire().await });
+    settle().await;
+    let paths: Vec<String> = held.iter().map(|l| l.fence().resource().to_owned()).collect();
+    let dir = paths[0]
+        .rsplit_once('/')
+        .map(|(d, _)| d)
+        .unwrap_or_default()
+        .to_owned();
+    let queued: Vec<String> = ctx
+        .factory()
+        .operator_list(ctx.namespace())
+        .await?
+        .into_iter()
+        .filter(|p| {
+            !paths.contains(p)
+                && p.strip_prefix(&dir)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|r| !r.is_empty() && !r.contains('/'))
+        })
+        .collect();
+    ensure!(
+        queued.len() == 1,
+        "{permits} permits: expected the waiter's one lease entry, found {queued:?}"
+    );
+    ctx.factory().operator_delete(&queued[0]).await?;
+    let released = held.remove(0);
+    let first = released.token();
+    released.release().await?;
+    match within(QUICK, "the waiter returns", waiter).await?? {
+        Ok(lb) => {
+            let lc = c.semaphore(&name, permits)?.try_acquire().await?;
+            bail!(
+                "{permits} permits: the waiter whose lease entry was deleted was granted (token {}, state {:?}); another acquirer {}",
+                lb.token(),
+                lb.state(),
+                if lc.is_some() {
+                    "holds beside it"
+                } else {
+                    "was refused"
+                }
+            );
+        }
+        Err(e) => ensure!(
+            e.kind() == ErrorKind::SessionLost,
+            "{permits} permits: the waiter failed with {e}"
+        ),
+    }
+    let lc = within(QUICK, "c acquires", c.semaphore(&name, permits)?.acquire()).await??;
+    ensure!(lc.token() > first, "c's token is not above the released holder's");
+    Ok(())
+}
