@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 use coord_core::{ErrorKind, Registry, RegistryEvent, ServiceInstance, SessionState};
 
 use crate::harness::{CaseResult, Ctx};
@@ -248,6 +248,7 @@ pub async fn reregistration_waits_for_a_taken_id(ctx: Ctx) -> CaseResult {
     })
     .await?;
     let taken = b.register("api", ServiceInstance::new("n1", "b:1")).await?;
+    let b_generation = b.session().borrow().generation;
     eventually(ctx.expiry_wait() * 2, "a is back on a new session", || async {
         Ok(a.session_state() == SessionState::Connected && a.session().borrow().generation > 1)
     })
@@ -256,13 +257,23 @@ pub async fn reregistration_waits_for_a_taken_id(ctx: Ctx) -> CaseResult {
     let hold_on = ctx.session_timeout() * 3 + Duration::from_secs(1);
     let until = tokio::time::Instant::now() + hold_on;
     while tokio::time::Instant::now() < until {
-        ensure!(
-            reg.state() == RegistrationState::Retrying,
-            "while b holds the id, a's registration is {:?}",
-            reg.state()
-        );
+        if reg.state() != RegistrationState::Retrying {
+            // b losing its session (a member killed under it) frees the id: then a may
+            // take it, and this run proves nothing. The server says whether b's instance
+            // is still there (b's client may learn of its loss later).
+            let b_listed = b.instances("api").await?.iter().any(|i| i.address == "b:1");
+            ensure!(
+                b_listed && b.session().borrow().generation == b_generation,
+                "b's session was replaced while it held the id (a member fault): the id was free"
+            );
+            bail!("while b holds the id, a's registration is {:?}", reg.state());
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    ensure!(
+        b.session().borrow().generation == b_generation,
+        "b's session was replaced while it held the id (a member fault): the id was free"
+    );
     ensure!(
         b.instances("api").await?[0].address == "b:1",
         "a took over b's live registration"
