@@ -250,3 +250,26 @@ pub fn config_key_path(client: &coord_core::Client, key: &str) -> anyhow::Result
         .ok_or_else(|| anyhow::anyhow!("the lock layout {lock:?} does not end in locks/x"))?;
     Ok(format!("{root}config/{key}"))
 }
+
+/// The other entries queued in the directory of `held` (backend paths of granted
+/// entries, all in one directory), as an operator listing the server sees them: the
+/// waiters' entries, for a case that deletes one from outside.
+pub async fn queued_beside(ctx: &crate::harness::Ctx, held: &[String]) -> anyhow::Result<Vec<String>> {
+    let dir = held
+        .first()
+        .and_then(|p| p.rsplit_once('/'))
+        .map(|(d, _)| d.to_owned())
+        .unwrap_or_default();
+    Ok(ctx
+        .factory()
+        .operator_list(ctx.namespace())
+        .await?
+        .into_iter()
+        .filter(|p| {
+            !held.contains(p)
+                && p.strip_prefix(&dir)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|r| !r.is_empty() && !r.contains('/'))
+        })
+        .collect())
+}

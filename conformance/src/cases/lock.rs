@@ -772,24 +772,7 @@ pub async fn waiter_entry_deleted_is_never_a_valid_grant(ctx: Ctx) -> CaseResult
     let ga = a.lock("res").await?;
     let waiter = tokio::spawn(async move { b.lock("res").await });
     settle().await;
-    let held = ga.fence().resource().to_owned();
-    let dir = held
-        .rsplit_once('/')
-        .map(|(d, _)| d)
-        .unwrap_or_default()
-        .to_owned();
-    let queued: Vec<String> = ctx
-        .factory()
-        .operator_list(ctx.namespace())
-        .await?
-        .into_iter()
-        .filter(|p| {
-            *p != held
-                && p.strip_prefix(&dir)
-                    .and_then(|r| r.strip_prefix('/'))
-                    .is_some_and(|r| !r.is_empty() && !r.contains('/'))
-        })
-        .collect();
+    let queued = crate::util::queued_beside(&ctx, &[ga.fence().resource().to_owned()]).await?;
     ensure!(
         queued.len() == 1,
         "expected the waiter's one entry, found {queued:?}"

@@ -417,23 +417,7 @@ async fn waiter_entry_deleted_with(ctx: &Ctx, permits: u32) -> CaseResult {
     let waiter = tokio::spawn(async move { sb.acquire().await });
     settle().await;
     let paths: Vec<String> = held.iter().map(|l| l.fence().resource().to_owned()).collect();
-    let dir = paths[0]
-        .rsplit_once('/')
-        .map(|(d, _)| d)
-        .unwrap_or_default()
-        .to_owned();
-    let queued: Vec<String> = ctx
-        .factory()
-        .operator_list(ctx.namespace())
-        .await?
-        .into_iter()
-        .filter(|p| {
-            !paths.contains(p)
-                && p.strip_prefix(&dir)
-                    .and_then(|r| r.strip_prefix('/'))
-                    .is_some_and(|r| !r.is_empty() && !r.contains('/'))
-        })
-        .collect();
+    let queued = crate::util::queued_beside(ctx, &paths).await?;
     ensure!(
         queued.len() == 1,
         "{permits} permits: expected the waiter's one lease entry, found {queued:?}"
