@@ -86,6 +86,12 @@ pub use coord_zk as zk;
 #[cfg(feature = "etcd")]
 pub use coord_etcd as etcd;
 
+/// Fencing gates for the data a lock protects (features `fence-postgres`,
+/// `fence-sqlite`): a database transaction admitted only while its fencing token is the
+/// highest its resource has seen. See [`coord_fence`].
+#[cfg(any(feature = "fence-postgres", feature = "fence-sqlite"))]
+pub use coord_fence as fence;
+
 /// The variable [`connect_from_env`] reads.
 pub const URL_VAR: &str = "COORD_URL";
 

@@ -1,0 +1,328 @@
+//! The SQL gate: a database transaction admitted only while its fencing token is the
+//! highest its resource has seen (PostgreSQL with feature `postgres`, SQLite with
+//! feature `sqlite`, both through the user's own `sqlx` pool and transactions).
+//!
+//! # Schema
+//!
+//! One row per resource in one table (`coord_fences` unless named otherwise), which
+//! [`SqlGate::create_table`] creates, or the user's own migration:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS coord_fences (
+//!     resource TEXT PRIMARY KEY NOT NULL,  -- what the lock protects, e.g. its name
+//!     token    BIGINT NOT NULL             -- the highest fencing token admitted
+//! );
+//! ```
+//!
+//! The gate's statement, in the user's transaction, raises the row to the transaction's
+//! token unless a higher one is there (an upsert whose update is conditional):
+//!
+//! ```sql
+//! INSERT INTO coord_fences (resource, token) VALUES ($1, $2)
+//! ON CONFLICT (resource) DO UPDATE SET token = excluded.token
+//!     WHERE coord_fences.token <= excluded.token
+//! RETURNING token
+//! ```
+//!
+//! No row back means a higher token was seen: the transaction is rolled back and the
+//! gate says [`Error::Fenced`]. A shell script can run the same statement through
+//! `psql` with `$COORD_FENCING_TOKEN` (see the README).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use coord_core::FencingToken;
+use sqlx::Transaction;
+
+use crate::Error;
+
+/// The table a gate keeps its tokens in unless told otherwise.
+pub const DEFAULT_TABLE: &str = "coord_fences";
+
+/// The longest resource name a gate takes, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
+/// A fencing gate over one table of the user's database (see the [module](self) docs
+/// for its schema and statement).
+///
+/// # Fencing
+///
+/// [`SqlGate::admit`] runs, in the caller's transaction, before or after its writes:
+/// once a transaction admitted with token `t` for a resource has committed, every
+/// transaction for that resource with a token below `t` is refused — whichever started
+/// first. Concurrent holders serialize on the resource's row (PostgreSQL locks it until
+/// the transaction ends; SQLite has one writer at a time), so the older holder's
+/// transaction either commits before the newer one's gate runs, or is refused. The
+/// same token is admitted any number of times (one holder's many transactions).
+///
+/// What the gate protects is what is written in the gated transaction, and nothing
+/// else.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use coord_fence::sql::SqlGate;
+/// use coord_core::Lock as _;
+/// let client = coord_mem::connect("mem://sql-gate-doc")?;
+/// let pool = sqlx::sqlite::SqlitePoolOptions::new()
+///     .max_connections(1)
+///     .connect("sqlite::memory:")
+///     .await?;
+/// let gate = SqlGate::new();
+/// gate.create_table(&pool).await?;
+/// sqlx::query("CREATE TABLE invoices (id INTEGER PRIMARY KEY, state TEXT)")
+///     .execute(&pool)
+///     .await?;
+///
+/// let guard = client.lock("invoices").await?;
+/// let mut tx = gate.admit(pool.begin().await?, "invoices", guard.token()).await?;
+/// sqlx::query("INSERT INTO invoices (state) VALUES ('sent')")
+///     .execute(&mut *tx)
+///     .await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SqlGate {
+    table: String,
+}
+
+impl Default for SqlGate {
+    fn default() -> Self {
+        SqlGate::new()
+    }
+}
+
+impl SqlGate {
+    /// A gate over the table [`DEFAULT_TABLE`] (`coord_fences`).
+    pub fn new() -> SqlGate {
+        SqlGate {
+            table: DEFAULT_TABLE.to_owned(),
+        }
+    }
+
+    /// A gate over `table` (`name` or `schema.name`: letters, digits and `_`, not
+    /// starting with a digit).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for any other name: it is written into the gate's
+    /// statements, never bound.
+    pub fn with_table(table: &str) -> Result<SqlGate, Error> {
+        let plain = |part: &str| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !part.starts_with(|c: char| c.is_ascii_digit())
+        };
+        let parts: Vec<&str> = table.split('.').collect();
+        if parts.len() > 2 || !parts.iter().all(|p| plain(p)) {
+            return Err(Error::InvalidArgument(format!(
+                "{table:?} is not a table name the gate takes: use letters, digits and _ (not first), optionally schema.table"
+            )));
+        }
+        Ok(SqlGate {
+            table: table.to_owned(),
+        })
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The `CREATE TABLE IF NOT EXISTS` statement of the gate's table, for a migration
+    /// of the user's own.
+    pub fn schema(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (resource TEXT PRIMARY KEY NOT NULL, token BIGINT NOT NULL)",
+            self.table
+        )
+    }
+
+    /// Creates the gate's table if it is not there ([`SqlGate::schema`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] when the database refuses it (no `CREATE` privilege: run the
+    /// schema as a migration instead).
+    pub async fn create_table<DB: GateDatabase>(&self, pool: &sqlx::Pool<DB>) -> Result<(), Error> {
+        let mut conn = pool.acquire().await?;
+        DB::execute(&mut conn, &self.schema()).await?;
+        Ok(())
+    }
+
+    /// Admits `tx` for `resource` with `token`, or refuses it: raises the resource's
+    /// highest-seen token to `token` in `tx` itself, and returns `tx` for the caller's
+    /// writes and commit. Run it before the writes (they are not wasted on a refusal) or
+    /// after them, but in the same transaction.
+    ///
+    /// # Fencing
+    ///
+    /// See [`SqlGate`]: after this returns `Ok`, `tx` holds the resource's row until it
+    /// ends, so a later holder's gate waits for it (PostgreSQL's row lock, SQLite's one
+    /// writer) and then admits the later holder; once a later holder's gated
+    /// transaction has committed, this returns [`Error::Fenced`] for every lower token.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Fenced`] when the resource has seen a higher token: `tx` was rolled
+    ///   back; the caller's grant is over (a later holder has written).
+    /// - [`Error::InvalidArgument`] for an empty or over-long `resource`, or a token
+    ///   above `i64::MAX` (`BIGINT`): nothing was sent; `tx` is rolled back.
+    /// - [`Error::Database`] when the statement failed (`tx` rolled back): a missing
+    ///   table ([`SqlGate::create_table`]), a lost connection, or under `REPEATABLE
+    ///   READ`/`SERIALIZABLE` a serialization failure caused by a concurrent later holder
+    ///   (PostgreSQL `40001`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `tx`, which sqlx rolls back: nothing is admitted.
+    pub async fn admit<'t, DB: GateDatabase>(
+        &self,
+        mut tx: Transaction<'t, DB>,
+        resource: &str,
+        token: FencingToken,
+    ) -> Result<Transaction<'t, DB>, Error> {
+        let bigint = match check(resource, token) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
+        let raised = DB::fetch_token(&mut tx, &self.raise_sql::<DB>(), resource, Some(bigint)).await;
+        match raised {
+            Ok(Some(_)) => Ok(tx),
+            Ok(None) => {
+                let seen = DB::fetch_token(&mut tx, &self.seen_sql::<DB>(), resource, None).await;
+                let _ = tx.rollback().await;
+                let seen = seen?.and_then(|t| u64::try_from(t).ok()).unwrap_or(u64::MAX);
+                Err(Error::Fenced {
+                    resource: resource.to_owned(),
+                    token,
+                    seen: FencingToken(seen),
+                })
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(Error::Database(e))
+            }
+        }
+    }
+
+    /// The highest token `resource` has seen (`None` before its first admission).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`], [`Error::InvalidArgument`] for an empty resource.
+    pub async fn seen<DB: GateDatabase>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        resource: &str,
+    ) -> Result<Option<FencingToken>, Error> {
+        check(resource, FencingToken(0))?;
+        let mut conn = pool.acquire().await?;
+        let seen = DB::fetch_token(&mut conn, &self.seen_sql::<DB>(), resource, None).await?;
+        Ok(seen.and_then(|t| u64::try_from(t).ok()).map(FencingToken))
+    }
+
+    fn raise_sql<DB: GateDatabase>(&self) -> String {
+        let (p1, p2) = DB::PLACEHOLDERS;
+        let t = &self.table;
+        format!(
+            "INSERT INTO {t} (resource, token) VALUES ({p1}, {p2}) \
+             ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE {t}.token <= excluded.token \
+             RETURNING token"
+        )
+    }
+
+    fn seen_sql<DB: GateDatabase>(&self) -> String {
+        format!(
+            "SELECT token FROM {} WHERE resource = {}",
+            self.table,
+            DB::PLACEHOLDERS.0
+        )
+    }
+}
+
+/// The token as `BIGINT`, once the input is known good.
+fn check(resource: &str, token: FencingToken) -> Result<i64, Error> {
+    if resource.is_empty() || resource.len() > MAX_RESOURCE_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "a resource name is 1 to {MAX_RESOURCE_LEN} bytes, not {}",
+            resource.len()
+        )));
+    }
+    i64::try_from(token.get())
+        .map_err(|_| Error::InvalidArgument(format!("token {token} is above what a BIGINT column holds")))
+}
+
+/// A future of the gate's statements.
+type StatementFuture<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A database the SQL gate runs on: `sqlx::Postgres` (feature `postgres`) and
+/// `sqlx::Sqlite` (feature `sqlite`). Sealed: its methods are the gate's own.
+pub trait GateDatabase: sqlx::Database + sealed::Sealed {
+    /// The first two bind placeholders in the database's syntax.
+    #[doc(hidden)]
+    const PLACEHOLDERS: (&'static str, &'static str);
+
+    /// Runs `sql` (no binds).
+    #[doc(hidden)]
+    fn execute<'c>(conn: &'c mut Self::Connection, sql: &'c str) -> StatementFuture<'c, ()>;
+
+    /// Runs `sql` with `resource` (and `token`, when given) bound; the first column of
+    /// the one row back, if any.
+    #[doc(hidden)]
+    fn fetch_token<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c str,
+        resource: &'c str,
+        token: Option<i64>,
+    ) -> StatementFuture<'c, Option<i64>>;
+}
+
+macro_rules! gate_database {
+    ($db:ty, $placeholders:expr) => {
+        impl sealed::Sealed for $db {}
+
+        impl GateDatabase for $db {
+            const PLACEHOLDERS: (&'static str, &'static str) = $placeholders;
+
+            fn execute<'c>(conn: &'c mut Self::Connection, sql: &'c str) -> StatementFuture<'c, ()> {
+                Box::pin(async move {
+                    sqlx::query(sql).execute(&mut *conn).await?;
+                    Ok(())
+                })
+            }
+
+            fn fetch_token<'c>(
+                conn: &'c mut Self::Connection,
+                sql: &'c str,
+                resource: &'c str,
+                token: Option<i64>,
+            ) -> StatementFuture<'c, Option<i64>> {
+                Box::pin(async move {
+                    let query = sqlx::query_scalar::<_, i64>(sql).bind(resource);
+                    let query = match token {
+                        Some(t) => query.bind(t),
+                        None => query,
+                    };
+                    query.fetch_optional(&mut *conn).await
+                })
+            }
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+gate_database!(sqlx::Postgres, ("$1", "$2"));
+#[cfg(feature = "sqlite")]
+gate_database!(sqlx::Sqlite, ("?1", "?2"));
