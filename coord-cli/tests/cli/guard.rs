@@ -143,8 +143,15 @@ pub fn signals_to_the_group_are_the_commands(b: &Backend) -> Result {
     ] {
         let script =
             format!("n=0; trap 'n=$((n+1))' {signal}; kill -{signal} 0; sleep 0.5; sleep 0.5; echo got $n");
+        // From a default disposition: a shell cannot trap a signal it was started
+        // ignoring (SIGHUP when the suite itself runs under nohup).
         let out = output(
-            coord(&url).args(["lock", "group", "--", "sh", "-c", &script]),
+            Command::new("env")
+                .arg(format!("--default-signal={signal}"))
+                .arg(super::BIN)
+                .env_remove("COORD_URL")
+                .env_remove("RUST_LOG")
+                .args(["--url", &url, "lock", "group", "--", "sh", "-c", &script]),
             Duration::from_secs(30),
         )?;
         expect_code(&out, 0, &format!("a command that sends {what} to its group"))?;
