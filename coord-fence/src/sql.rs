@@ -58,6 +58,14 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 /// What the gate protects is what is written in the gated transaction, and nothing
 /// else.
 ///
+/// A holder paused *inside* a gated transaction (SIGSTOP, a long GC) keeps its
+/// connection and its lock on the resource's row: the next holder's gate waits until
+/// the paused one resumes (and commits first — legitimately: it was admitted while it
+/// held) or its database session ends. Bound that wait on the server:
+/// PostgreSQL's `idle_in_transaction_session_timeout` ends such a session, and
+/// `lock_timeout` bounds the next holder's wait (its gate then fails with
+/// [`Error::Database`]); SQLite's busy timeout (sqlx: 5 s) does the latter.
+///
 /// # Examples
 ///
 /// ```
