@@ -180,8 +180,8 @@ pub async fn connect_or_explain<T>(
 
 /// Runs `connect`; if it has not succeeded after `after`, runs `diagnose` beside it
 /// (again every [`STEP`]) and fails at once with the first definite diagnosis. A
-/// connect that fails sooner with `Unavailable`, `Timeout` or a protocol error is
-/// diagnosed once before its error is returned. The one loop behind this module's and the TLS probe's
+/// connect that fails sooner with `Unavailable`, `Timeout` or a protocol error
+/// (`Unexpected`, `Decode`) is diagnosed once before its error is returned. The one loop behind this module's and the TLS probe's
 /// explanations.
 ///
 /// # Cancel safety
@@ -210,16 +210,13 @@ where
         e = looking => return Err(e.with_operation("connect")),
     };
     match result {
-        // Also a protocol error (`Unexpected`, `Unsupported`, `Decode`): an HTTP server
-        // or another service on the port makes the client fail that way.
+        // Also a protocol error (`Unexpected`, `Decode`): an HTTP server or another
+        // service on the port makes the client fail that way. (`Unsupported` is said
+        // before any host is asked — a feature not built in — and stands.)
         Err(e)
             if matches!(
                 e.kind(),
-                ErrorKind::Unavailable
-                    | ErrorKind::Timeout
-                    | ErrorKind::Unexpected
-                    | ErrorKind::Unsupported
-                    | ErrorKind::Decode
+                ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Unexpected | ErrorKind::Decode
             ) =>
         {
             match diagnose().await {
