@@ -264,7 +264,7 @@ pub async fn reregistration_waits_for_a_taken_id(ctx: Ctx) -> CaseResult {
             let b_listed = b.instances("api").await?.iter().any(|i| i.address == "b:1");
             ensure!(
                 b_listed && b.session().borrow().generation == b_generation,
-                "b's session was replaced while it held the id (a member fault): the id was free"
+                "the session was replaced under b while it held the id (a member fault): the id was free"
             );
             bail!("while b holds the id, a's registration is {:?}", reg.state());
         }
@@ -272,7 +272,7 @@ pub async fn reregistration_waits_for_a_taken_id(ctx: Ctx) -> CaseResult {
     }
     ensure!(
         b.session().borrow().generation == b_generation,
-        "b's session was replaced while it held the id (a member fault): the id was free"
+        "the session was replaced under b while it held the id (a member fault): the id was free"
     );
     ensure!(
         b.instances("api").await?[0].address == "b:1",
