@@ -156,6 +156,10 @@ impl SqlGate {
     ///
     /// [`Error::Database`] when the database refuses it (no `CREATE` privilege: run the
     /// schema as a migration instead).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: one idempotent statement; dropped, the table is there or not.
     pub async fn create_table<DB: GateDatabase>(&self, pool: &sqlx::Pool<DB>) -> Result<(), Error> {
         let mut conn = pool.acquire().await?;
         DB::execute(&mut conn, &self.schema()).await?;
@@ -226,6 +230,10 @@ impl SqlGate {
     /// # Errors
     ///
     /// [`Error::Database`], [`Error::InvalidArgument`] for an empty resource.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read.
     pub async fn seen<DB: GateDatabase>(
         &self,
         pool: &sqlx::Pool<DB>,
