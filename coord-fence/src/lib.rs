@@ -24,7 +24,12 @@
 //! also order grants of different names on it).
 
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod sql;
+
+/// The longest resource name a gate takes, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 1024;
 
 pub use error::Error;

@@ -39,8 +39,7 @@ use crate::Error;
 /// The table a gate keeps its tokens in unless told otherwise.
 pub const DEFAULT_TABLE: &str = "coord_fences";
 
-/// The longest resource name a gate takes, in bytes.
-pub const MAX_RESOURCE_LEN: usize = 1024;
+pub use crate::MAX_RESOURCE_LEN;
 
 /// A fencing gate over one table of the user's database (see the [module](self) docs
 /// for its schema and statement).
