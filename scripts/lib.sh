@@ -40,7 +40,8 @@ testkit() {
 
 # start_server KIND NAME MEMBERS [coord-testkit start options...] : a ZooKeeper (zk) or
 # etcd server (MEMBERS 1) or cluster on loopback in $COORD_SERVERS_DIR/NAME, from the
-# Debian packages (installed if missing); prints its members' host:port,…. ZooKeeper
+# Debian packages (installed if missing); prints its members' host:port,…; or a
+# PostgreSQL server (postgres, MEMBERS 1), printing its URL. ZooKeeper
 # runs with 100 ms ticks (session timeouts of 200 ms .. 2 s are allowed); etcd with short
 # heartbeats (1-2 s leases work); both without fsync (tests only). Stop it with
 # stop_server NAME; fault its members with `testkit member $COORD_SERVERS_DIR/NAME I …`.
@@ -50,6 +51,7 @@ start_server() {
   case "$kind" in
     zk) apt_install zookeeper libnetty-java ;;
     etcd) apt_install etcd-server etcd-client ;;
+    postgres) apt_install postgresql ;;
   esac
   mkdir -p "$COORD_SERVERS_DIR"
   ensure_testkit

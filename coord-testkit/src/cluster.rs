@@ -22,6 +22,11 @@ pub enum Kind {
     Zk,
     /// etcd 3.4 (Debian packages `etcd-server` and `etcd-client`).
     Etcd,
+    /// PostgreSQL 15 (Debian package `postgresql`), one member: the database a fencing
+    /// gate protects (user `coord`, database `postgres`, no password; see
+    /// [`Cluster::url`]). Member faults work as on the others (`pause` freezes the
+    /// postmaster, not the sessions' backends).
+    Postgres,
 }
 
 impl std::str::FromStr for Kind {
@@ -31,7 +36,10 @@ impl std::str::FromStr for Kind {
         match s {
             "zk" | "zookeeper" => Ok(Kind::Zk),
             "etcd" => Ok(Kind::Etcd),
-            other => Err(Error(format!("unknown server kind {other:?}: use zk or etcd"))),
+            "postgres" | "postgresql" | "pg" => Ok(Kind::Postgres),
+            other => Err(Error(format!(
+                "unknown server kind {other:?}: use zk, etcd or postgres"
+            ))),
         }
     }
 }
@@ -222,6 +230,16 @@ impl Cluster {
                 need("etcd", "etcd-server")?;
                 need("etcdctl", "etcd-client")?;
             }
+            Kind::Postgres => {
+                if options.members != 1 {
+                    return Err(err("PostgreSQL runs as one member here (--members 1)"));
+                }
+                if options.tls.is_some() {
+                    return Err(err("PostgreSQL is started without TLS here"));
+                }
+                need(&pg_bin("postgres")?, "postgresql")?;
+                need(&pg_bin("pg_isready")?, "postgresql-client")?;
+            }
         }
         let (dir, temp) = match &options.dir {
             Some(d) => {
@@ -262,6 +280,7 @@ impl Cluster {
             members[i].argv = match options.kind {
                 Kind::Zk => zk_argv(&mdir, i, &members, &options)?,
                 Kind::Etcd => etcd_argv(&mdir, i, &members, &options, &dir),
+                Kind::Postgres => postgres_argv(&mdir, &members[i], &options)?,
             };
         }
         let state = State {
@@ -357,11 +376,13 @@ impl Cluster {
 
     /// A coord connection string for `namespace`: `zk://…/namespace` or
     /// `etcd://…/namespace`; with TLS, `zk+tls://` or `etcd+https://` and the CA (add the
-    /// client certificate with `&tls_cert=…&tls_key=…`).
+    /// client certificate with `&tls_cert=…&tls_key=…`). PostgreSQL: the database URL
+    /// `postgres://coord@127.0.0.1:PORT/postgres` (`namespace` is not used).
     pub fn url(&self, namespace: &str) -> String {
         let (scheme, tls_scheme) = match self.kind() {
             Kind::Zk => ("zk", "zk+tls"),
             Kind::Etcd => ("etcd", "etcd+https"),
+            Kind::Postgres => return format!("postgres://{POSTGRES_USER}@{}/postgres", self.hosts()),
         };
         match &self.state.tls {
             Some(certs) => format!(
@@ -414,7 +435,14 @@ impl Cluster {
         // Its own process group: a terminal's Ctrl-C to the tests does not reach it, and
         // it outlives the process that started it (scripts start, tests attach).
         use std::os::unix::process::CommandExt as _;
-        let child = Command::new(&spec.argv[0])
+        let mut command = Command::new(&spec.argv[0]);
+        if self.kind() == Kind::Postgres
+            && let Some((uid, gid)) = postgres_owner()?
+        {
+            // PostgreSQL refuses to run as root.
+            command.uid(uid).gid(gid);
+        }
+        let child = command
             .args(&spec.argv[1..])
             .stdin(Stdio::null())
             .stdout(log)
@@ -478,6 +506,23 @@ impl Cluster {
                 Some("leader" | "follower" | "standalone")
             ),
             Kind::Etcd => self.etcdctl(i, &["endpoint", "health"]).is_ok(),
+            Kind::Postgres => pg_bin("pg_isready").is_ok_and(|bin| {
+                Command::new(bin)
+                    .args([
+                        "-q",
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        POSTGRES_USER,
+                        "-d",
+                        "postgres",
+                        "-p",
+                    ])
+                    .arg(self.state.members[i].client_port.to_string())
+                    .stdin(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            }),
         }
     }
 
@@ -533,6 +578,7 @@ impl Cluster {
                 let (leader, me) = (&status["leader"], &status["header"]["member_id"]);
                 leader.as_u64().is_some_and(|l| Some(l) == me.as_u64())
             }
+            Kind::Postgres => true,
         }
     }
 
@@ -634,14 +680,20 @@ impl Cluster {
         Ok(())
     }
 
-    /// Stops member `i` cleanly (SIGTERM; SIGKILL after 10 s).
+    /// Stops member `i` cleanly (SIGTERM; PostgreSQL: SIGINT, its fast shutdown, which
+    /// ends open sessions; SIGKILL after 10 s).
     ///
     /// # Errors
     ///
     /// As [`Cluster::kill`].
     pub fn stop(&self, i: usize) -> Result<()> {
         let _ = self.signal(i, "-CONT")?;
-        if let Some(pid) = self.signal(i, "-TERM")?
+        let clean = if self.kind() == Kind::Postgres {
+            "-INT"
+        } else {
+            "-TERM"
+        };
+        if let Some(pid) = self.signal(i, clean)?
             && !self.wait_dead(pid, Duration::from_secs(10))
         {
             return self.kill(i);
@@ -862,14 +914,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// Stops every member (SIGKILL), keeping the directory.
+    /// Stops every member (SIGKILL; PostgreSQL: its fast shutdown, so that no session's
+    /// backend outlives it), keeping the directory.
     ///
     /// # Errors
     ///
     /// As [`Cluster::kill`].
     pub fn shutdown(&self) -> Result<()> {
         for i in 0..self.len() {
-            self.kill(i)?;
+            if self.kind() == Kind::Postgres {
+                self.stop(i)?;
+            } else {
+                self.kill(i)?;
+            }
         }
         Ok(())
     }
@@ -1080,4 +1137,112 @@ fn etcd_argv(
     }
     argv.extend(options.extra.iter().cloned());
     argv
+}
+
+/// The PostgreSQL role the test server is made with (no password: trust on loopback).
+const POSTGRES_USER: &str = "coord";
+
+/// The path of PostgreSQL's `binary` (`postgres`, `initdb`, `pg_isready`) from the
+/// newest version Debian installed under `/usr/lib/postgresql/VERSION/bin`.
+fn pg_bin(binary: &str) -> Result<String> {
+    let versions = std::fs::read_dir("/usr/lib/postgresql").map_err(|_| {
+        err("PostgreSQL is not installed: install the Debian package postgresql (apt-get install postgresql)")
+    })?;
+    let newest = versions
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .ok_or_else(|| err("no PostgreSQL version under /usr/lib/postgresql: apt-get install postgresql"))?;
+    Ok(format!("/usr/lib/postgresql/{newest}/bin/{binary}"))
+}
+
+/// As root, the `postgres` account's uid and gid (PostgreSQL refuses to run as root);
+/// `None` for any other user, who runs it as themselves.
+fn postgres_owner() -> Result<Option<(u32, u32)>> {
+    let me = Command::new("id")
+        .arg("-u")
+        .output()
+        .map_err(|e| err(format!("cannot run id: {e}")))?;
+    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
+        return Ok(None);
+    }
+    let passwd =
+        std::fs::read_to_string("/etc/passwd").map_err(|e| err(format!("cannot read /etc/passwd: {e}")))?;
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&"postgres") && f.len() > 3)
+                .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+        })
+        .flatten()
+        .map(Some)
+        .ok_or_else(|| {
+            err("running as root needs the postgres account, which the Debian package postgresql makes")
+        })
+}
+
+/// Makes member `dir`'s database (`initdb`, owned by the account that will run it) and
+/// returns the server's command line: loopback only, its socket in `dir`, no fsync.
+fn postgres_argv(dir: &Path, me: &MemberSpec, options: &ClusterOptions) -> Result<Vec<String>> {
+    use std::os::unix::process::CommandExt as _;
+    let data = dir.join("data");
+    // initdb wants an empty or missing directory.
+    let _ = std::fs::remove_dir_all(&data);
+    let owner = postgres_owner()?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+            .map_err(|e| err(format!("cannot give {} to postgres: {e}", dir.display())))?;
+    }
+    let mut initdb = Command::new(pg_bin("initdb")?);
+    initdb
+        .args([
+            "-A",
+            "trust",
+            "-U",
+            POSTGRES_USER,
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "-D",
+        ])
+        .arg(&data)
+        .stdin(Stdio::null());
+    if let Some((uid, gid)) = owner {
+        initdb.uid(uid).gid(gid);
+    }
+    let out = initdb
+        .output()
+        .map_err(|e| err(format!("cannot run initdb: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "initdb failed in {}: {}",
+            data.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut argv = vec![
+        pg_bin("postgres")?,
+        "-D".to_owned(),
+        data.display().to_string(),
+        "-k".to_owned(),
+        dir.display().to_string(),
+        "-h".to_owned(),
+        "127.0.0.1".to_owned(),
+        "-p".to_owned(),
+        me.client_port.to_string(),
+    ];
+    for setting in [
+        "fsync=off",
+        "full_page_writes=off",
+        "synchronous_commit=off",
+        "max_connections=200",
+    ] {
+        argv.push("-c".to_owned());
+        argv.push(setting.to_owned());
+    }
+    for extra in &options.extra {
+        argv.push("-c".to_owned());
+        argv.push(extra.clone());
+    }
+    Ok(argv)
 }

@@ -217,6 +217,8 @@ pub(crate) fn url(kind: Kind, hosts: &str, namespace: &str) -> String {
             "etcd://{hosts}/{namespace}?{}&request_timeout=3s",
             coord_testkit::env::session_option("etcd", SESSION)
         ),
+        // The campaign's members are coordination servers only.
+        Kind::Postgres => format!("postgres://{hosts}/postgres"),
     }
 }
 

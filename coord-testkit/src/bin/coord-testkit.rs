@@ -4,6 +4,8 @@
 //! ```text
 //! coord-testkit start zk --members 3 --dir DIR [--tls CERTS] [--extra LINE]… [--server-defaults]
 //!     starts the members, prints `host:port,host:port,…` and leaves them running
+//! coord-testkit start postgres --dir DIR [--extra SETTING=VALUE]…
+//!     starts PostgreSQL, prints its URL `postgres://coord@127.0.0.1:PORT/postgres`
 //! coord-testkit member DIR I kill|stop|start|restart|pause|resume [--for SECONDS]
 //! coord-testkit leader DIR     prints the leader member's index
 //! coord-testkit stop DIR       kills every member
@@ -18,7 +20,7 @@ use coord_testkit::{Cluster, ClusterOptions, Kind};
 
 #[derive(Parser)]
 #[command(
-    about = "Start ZooKeeper or etcd servers and clusters on loopback for tests, and inject member faults"
+    about = "Start ZooKeeper or etcd servers and clusters (or PostgreSQL) on loopback for tests, and inject member faults"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,7 +31,7 @@ struct Cli {
 enum Cmd {
     /// Start a server (1 member) or cluster and leave it running; print its members.
     Start {
-        /// zk or etcd.
+        /// zk, etcd or postgres.
         kind: Kind,
         /// How many members.
         #[arg(long, default_value_t = 1)]
@@ -40,7 +42,8 @@ enum Cmd {
         /// Serve clients over TLS with the certificates in this directory.
         #[arg(long)]
         tls: Option<PathBuf>,
-        /// Extra zoo.cfg line (ZooKeeper) or argument (etcd); repeatable.
+        /// Extra zoo.cfg line (ZooKeeper), argument (etcd) or setting=value (PostgreSQL);
+        /// repeatable.
         #[arg(long, allow_hyphen_values = true)]
         extra: Vec<String>,
         /// The first member's client port (default: a free one).
@@ -106,7 +109,11 @@ fn run(cli: Cli) -> Result<(), coord_testkit::Error> {
                 server_defaults,
                 ..ClusterOptions::new(kind, members)
             })?;
-            println!("{}", cluster.hosts());
+            if cluster.kind() == Kind::Postgres {
+                println!("{}", cluster.url(""));
+            } else {
+                println!("{}", cluster.hosts());
+            }
             cluster.detach();
         }
         Cmd::Member {
