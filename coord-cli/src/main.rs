@@ -79,8 +79,10 @@ enum Command {
     /// Run a command while holding a lock, a semaphore lease or a read/write lock.
     ///
     /// Waits for the lock (showing who holds it meanwhile), runs the command with
-    /// COORD_FENCING_TOKEN and COORD_LOCK in its environment, releases the lock when it
-    /// exits and exits with its status. With -n N, up to N commands hold the name at
+    /// COORD_FENCING_TOKEN and COORD_LOCK in its environment (and, for coord's fencing
+    /// gates, COORD_FENCE_RESOURCE, the lock's name, and COORD_FENCE, the value of an
+    /// HTTP `coord-fence` header), releases the lock when it exits and exits with its
+    /// status. With -n N, up to N commands hold the name at
     /// once (a semaphore's leases); with --read, any number of readers hold it together
     /// while no writer does, and --write holds it alone (a read/write lock).
     ///
@@ -139,7 +141,8 @@ a mode other than the one the name is held or waited for in.")]
     ///
     /// Without a command, prints the leadership and holds it until interrupted
     /// (Ctrl-C, SIGTERM), then resigns. With one, runs it with COORD_FENCING_TOKEN,
-    /// COORD_ELECTION and COORD_LEADER_VALUE in its environment and resigns when it
+    /// COORD_ELECTION, COORD_LEADER_VALUE, COORD_FENCE_RESOURCE and COORD_FENCE (as
+    /// `coord lock` does) in its environment and resigns when it
     /// exits; a lost leadership stops it as `coord lock` does.
     #[command(after_help = "\
 Examples:

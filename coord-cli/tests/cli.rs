@@ -27,6 +27,8 @@ macro_rules! ensure {
 
 #[path = "cli/beliefs.rs"]
 mod beliefs;
+#[path = "cli/fence.rs"]
+mod fence;
 #[path = "cli/guard.rs"]
 mod guard;
 #[path = "cli/recipes.rs"]
@@ -173,6 +175,17 @@ impl Events {
             }
         });
         Ok(Events(rx))
+    }
+
+    /// Every line written so far (waiting up to `limit` for the first), for a failure's
+    /// message.
+    fn rest(&self, limit: Duration) -> String {
+        let mut lines = Vec::new();
+        if let Ok(first) = self.0.recv_timeout(limit) {
+            lines.push(first);
+            lines.extend(self.0.try_iter());
+        }
+        lines.join("\n")
     }
 
     /// The next event named `event`, skipping others.
@@ -563,17 +576,30 @@ fn other_backends_port_is_named(b: &Backend) -> Result {
 /// with its status; the JSON event names the same token.
 fn lock_runs_command_with_token(b: &Backend) -> Result {
     let url = b.url("token", "");
-    let script = r#"echo "$COORD_FENCING_TOKEN $COORD_LOCK"; exit 7"#;
+    let script = r#"echo "$COORD_FENCING_TOKEN $COORD_LOCK"; echo "$COORD_FENCE_RESOURCE"; echo "$COORD_FENCE"; exit 7"#;
     let out = output(
         coord(&url).args(["--json", "lock", "jobs/nightly", "--", "sh", "-c", script]),
         Duration::from_secs(30),
     )?;
     expect_code(&out, 7, "lock running `exit 7`")?;
     let printed = text(&out.stdout);
-    let (token, name) = printed
-        .trim()
+    let lines: Vec<&str> = printed.lines().collect();
+    let [first, resource, header] = lines[..] else {
+        return Err(format!("child printed {printed:?}").into());
+    };
+    let (token, name) = first
         .split_once(' ')
         .ok_or(format!("child printed {printed:?}"))?;
+    ensure!(
+        resource == "jobs/nightly",
+        "COORD_FENCE_RESOURCE was {resource:?}"
+    );
+    // The header's value as the HTTP gate reads it.
+    let fence = coord_fence::http::FenceHeader::parse(header).map_err(|e| e.to_string())?;
+    ensure!(
+        fence.resource() == "jobs/nightly" && fence.token().to_string() == token,
+        "COORD_FENCE was {header:?} beside token {token}"
+    );
     ensure!(name == "jobs/nightly", "COORD_LOCK was {name:?}");
     let token: u64 = token
         .parse()
@@ -1629,6 +1655,33 @@ fn main() {
             });
             trials.push(trial.with_ignored_flag(ignored));
         }
+    }
+    // Cases that also need PostgreSQL (COORD_TEST_PG, a postgres:// URL).
+    let pg = coord_testkit::env::endpoint("COORD_TEST_PG");
+    let pg_missing = pg.is_none().then(|| {
+        if coord_testkit::env::required("postgres") {
+            "COORD_TEST_REQUIRE names postgres, but COORD_TEST_PG is not set".to_owned()
+        } else {
+            String::new()
+        }
+    });
+    for (backend, missing) in backends().into_iter().filter(|(b, _)| b.real()) {
+        // A required one missing fails the case; one merely missing ignores it.
+        let missing = match (missing, pg_missing.clone()) {
+            (Some(why), _) | (_, Some(why)) if !why.is_empty() => Some(why),
+            (None, None) => None,
+            _ => Some(String::new()),
+        };
+        let ignored = missing.as_deref() == Some("");
+        let pg = pg.clone().unwrap_or_default();
+        let trial = Trial::test(
+            format!("[{}] a_paused_coord_is_fenced_at_postgres", backend.name),
+            move || match missing {
+                Some(why) if !why.is_empty() => Err(why.into()),
+                _ => fence::a_paused_coord_is_fenced_at_postgres(&backend, &pg),
+            },
+        );
+        trials.push(trial.with_ignored_flag(ignored));
     }
     libtest_mimic::run(&args, trials).exit();
 }

@@ -229,6 +229,63 @@ impl Client {
         }
     }
 
+    /// Whether `fence`'s grant is still the live holder of its resource: its entry is
+    /// there with the grant's token (a fence of another cluster or namespace is not).
+    /// One request that writes nothing (the check a fenced write makes, with no write);
+    /// for a resource that can call back and ask before it acts.
+    ///
+    /// # Fencing
+    ///
+    /// A check, not a guarantee: `true` can be stale by the time it is used (the
+    /// holder's session may end right after). Only a write the store itself checks is
+    /// safe — [`Txn::fenced_by`] for coord's config store, the gates of `coord-fence`
+    /// for a database or an HTTP service. A `false` is final: a grant never comes back,
+    /// and the guard the fence came from reports [`HoldState::Lost`](crate::HoldState)
+    /// from then on, as after a refused fenced write.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`/`Timeout` when no server answers (the answer is then unknown);
+    /// `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (it writes nothing).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> coord_core::Result<()> {
+    /// use coord_core::Lock as _;
+    /// let client = coord_mem::connect("mem://is-current-doc")?;
+    /// let guard = client.lock("reports").await?;
+    /// let fence = guard.fence();
+    /// assert!(client.is_current(&fence).await?);
+    /// guard.release().await?;
+    /// assert!(!client.is_current(&fence).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_current(&self, fence: &crate::Fence) -> Result<bool> {
+        if self.session_state() == SessionState::Closed {
+            return Err(crate::Error::closed().with_operation("is_current"));
+        }
+        let span =
+            tracing::debug_span!("coord.is_current", resource = fence.resource(), token = %fence.token());
+        let check = Txn::new().fenced_by(fence.clone());
+        match KvStore::commit(self.core.backend.as_ref(), check)
+            .instrument(span)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::Fenced => {
+                fence.refused();
+                Ok(false)
+            }
+            Err(e) => Err(e.with_operation("is_current")),
+        }
+    }
+
     /// The version the server reports of itself: etcd's `Status` version, ZooKeeper's
     /// answer to the `srvr` command (`None` over TLS), `coord-mem` and its version on
     /// mem.

@@ -107,3 +107,74 @@ pub async fn fence_failure_takes_precedence(ctx: Ctx) -> CaseResult {
     ensure!(a.get("k").await?.context("k missing")?.value == b"2");
     Ok(())
 }
+
+/// `is_current` answers whether a fence's grant is the live holder: true while held (from
+/// any client of the cluster), false once released, once the lock has passed on after
+/// the holder's session was killed, and for a semaphore lease and a leadership alike;
+/// a `false` leaves the guard `Lost`.
+pub async fn is_current_follows_the_grant(ctx: Ctx) -> CaseResult {
+    use coord_core::HoldState;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let g = a.lock("res").await?;
+    let fence = g.fence();
+    ensure!(
+        a.is_current(&fence).await?,
+        "the holder's own fence is not current"
+    );
+    ensure!(
+        b.is_current(&fence).await?,
+        "another client does not see the holder's fence as current"
+    );
+    g.release().await?;
+    ensure!(!a.is_current(&fence).await?, "a released grant is current");
+    ensure!(
+        !b.is_current(&fence).await?,
+        "a released grant is current to another client"
+    );
+
+    let lease = a.semaphore("pool", 2)?.acquire().await?;
+    let leadership = a.campaign("svc", b"a".to_vec()).await?;
+    let (lease_fence, lead_fence) = (lease.fence(), leadership.fence());
+    ensure!(b.is_current(&lease_fence).await? && b.is_current(&lead_fence).await?);
+    ctx.factory().kill_session(&a).await?;
+    // Once the server has ended a's session, its grants are not current, and the
+    // guards whose fences were refused say so.
+    within(
+        ctx.expiry_wait(),
+        "the killed session's grants stop being current",
+        async {
+            while b.is_current(&lease_fence).await? || b.is_current(&lead_fence).await? {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<_, anyhow::Error>(())
+        },
+    )
+    .await??;
+    ensure!(
+        lease.state() == HoldState::Lost,
+        "lease still says {:?}",
+        lease.state()
+    );
+    ensure!(leadership.state() == HoldState::Lost);
+    Ok(())
+}
+
+/// An operator deletes a holder's entry; nobody waits on the guard (no entry watch): the
+/// first `is_current` says false and the guard turns `Lost` from then on.
+pub async fn is_current_false_marks_the_guard_lost(ctx: Ctx) -> CaseResult {
+    use coord_core::HoldState;
+    let a = ctx.client().await?;
+    let g = a.lock("res").await?;
+    ctx.factory().operator_delete(g.fence().resource()).await?;
+    ensure!(
+        !a.is_current(&g.fence()).await?,
+        "a deleted entry's fence is current"
+    );
+    ensure!(
+        g.state() == HoldState::Lost,
+        "the guard says {:?} after is_current said false",
+        g.state()
+    );
+    // A fence from another namespace (the same path shape, another grant) is not current.
+    Ok(())
+}

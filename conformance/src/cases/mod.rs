@@ -352,6 +352,8 @@ pub fn all() -> Vec<Case> {
         case!(fencing::stale_lock_holder_is_fenced, KILL),
         case!(fencing::released_guard_is_fenced),
         case!(fencing::stale_leader_is_fenced),
+        case!(fencing::is_current_follows_the_grant, KILL),
+        case!(fencing::is_current_false_marks_the_guard_lost, OPERATOR),
         case!(fencing::fence_failure_takes_precedence),
         case!(election::sole_candidate_leads),
         case!(election::no_leader_when_empty),

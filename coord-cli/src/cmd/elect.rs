@@ -78,6 +78,8 @@ pub async fn campaign(
         let env = [
             ("COORD_FENCING_TOKEN", token.get().to_string()),
             ("COORD_ELECTION", name.to_owned()),
+            ("COORD_FENCE_RESOURCE", name.to_owned()),
+            ("COORD_FENCE", crate::cmd::lock::fence_header(name, token)),
             ("COORD_LEADER_VALUE", args.value.to_owned()),
         ];
         child::run_while_held(

@@ -293,6 +293,8 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
     let env = [
         ("COORD_FENCING_TOKEN", token.get().to_string()),
         ("COORD_LOCK", name.to_owned()),
+        ("COORD_FENCE_RESOURCE", name.to_owned()),
+        ("COORD_FENCE", fence_header(name, token)),
     ];
     let held = Held {
         what: mode.what(),
@@ -375,4 +377,10 @@ pub async fn revoke(client: &Client, name: &str, out: Out) -> Result<ExitCode, F
             format!("nobody holds lock {name:?}"),
         )),
     }
+}
+
+/// The `coord-fence` header's value for `name`'s grant with `token`, as coord's HTTP
+/// gate reads it (`resource=NAME; token=N`): exported to commands as `$COORD_FENCE`.
+pub(crate) fn fence_header(name: &str, token: coord::FencingToken) -> String {
+    format!("resource={name}; token={token}")
 }
