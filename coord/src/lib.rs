@@ -87,9 +87,10 @@ pub use coord_zk as zk;
 pub use coord_etcd as etcd;
 
 /// Fencing gates for the data a lock protects (features `fence-postgres`,
-/// `fence-sqlite`): a database transaction admitted only while its fencing token is the
-/// highest its resource has seen. See [`coord_fence`].
-#[cfg(any(feature = "fence-postgres", feature = "fence-sqlite"))]
+/// `fence-sqlite`, `fence-http`, `fence-reqwest`): a database transaction, or an HTTP
+/// request, admitted only while its fencing token is the highest its resource has seen.
+/// See [`coord_fence`].
+#[cfg(any(feature = "fence-postgres", feature = "fence-sqlite", feature = "fence-http"))]
 pub use coord_fence as fence;
 
 /// The variable [`connect_from_env`] reads.
@@ -268,8 +269,8 @@ mod tests {
     }
 }
 
-/// The README's code blocks, compiled and run as doc tests (one uses the `serde`
-/// feature's JSON helpers).
-#[cfg(all(doctest, feature = "serde"))]
+/// The README's code blocks, compiled and run as doc tests (they use the `serde`
+/// feature's JSON helpers and the SQLite and HTTP fencing gates).
+#[cfg(all(doctest, feature = "serde", feature = "fence-sqlite", feature = "fence-http"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
