@@ -423,8 +423,7 @@ impl<DB: crate::sql::GateDatabase> Held for TransactionHeld<DB> {
 #[async_trait]
 impl<DB: crate::sql::GateDatabase> SeenStore for SqlSeen<DB> {
     async fn admit(&self, resource: &str, token: FencingToken) -> Result<Admission, Error> {
-        let tx = self.pool.begin().await.map_err(Error::Database)?;
-        let tx = self.gate.admit(tx, resource, token).await?;
+        let tx = self.gate.begin(&self.pool, resource, token).await?;
         Ok(Admission::new(TransactionHeld(tx)))
     }
 }

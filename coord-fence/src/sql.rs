@@ -224,6 +224,59 @@ impl SqlGate {
         }
     }
 
+    /// Begins a transaction on `pool` already admitted for `resource` with `token`: as
+    /// `pool.begin()` followed by [`SqlGate::admit`], in one round trip on PostgreSQL
+    /// (the `BEGIN` and the gate's statement go together), so that a gated transaction
+    /// costs no more round trips than an ungated one.
+    ///
+    /// # Fencing
+    ///
+    /// As [`SqlGate::admit`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SqlGate::admit`]; [`Error::Database`] also when no connection can be had.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future rolls the transaction back: nothing is admitted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await?;
+    /// use coord_fence::sql::SqlGate;
+    /// use coord_core::FencingToken;
+    /// let gate = SqlGate::new();
+    /// gate.create_table(&pool).await?;
+    /// let tx = gate.begin(&pool, "invoices", FencingToken(7)).await?;
+    /// tx.commit().await?;
+    /// assert!(gate.begin(&pool, "invoices", FencingToken(6)).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin<DB: GateDatabase>(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        resource: &str,
+        token: FencingToken,
+    ) -> Result<Transaction<'static, DB>, Error> {
+        let bigint = check(resource, token)?;
+        match DB::begin_gated(pool, self, resource, bigint).await {
+            Ok(tx) => Ok(tx),
+            Err(Refusal::Fenced) => {
+                let seen = self.seen(pool, resource).await?.unwrap_or(FencingToken(u64::MAX));
+                Err(Error::Fenced {
+                    resource: resource.to_owned(),
+                    token,
+                    seen,
+                })
+            }
+            Err(Refusal::Other(e)) => Err(e),
+        }
+    }
+
     /// The highest token `resource` has seen (`None` before its first admission).
     ///
     /// # Errors
@@ -271,8 +324,24 @@ fn check(resource: &str, token: FencingToken) -> Result<i64, Error> {
             resource.len()
         )));
     }
+    if resource.contains('\0') {
+        return Err(Error::InvalidArgument(
+            "a resource name cannot contain a NUL character (no SQL text column holds one)".to_owned(),
+        ));
+    }
     i64::try_from(token.get())
         .map_err(|_| Error::InvalidArgument(format!("token {token} is above what a BIGINT column holds")))
+}
+
+/// Why [`GateDatabase::begin_gated`] did not begin: fenced (the seen token is read
+/// after), or an error.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Refusal {
+    /// A higher token was seen.
+    Fenced,
+    /// Anything else.
+    Other(Error),
 }
 
 /// A future of the gate's statements.
@@ -293,6 +362,15 @@ pub trait GateDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn execute<'c>(conn: &'c mut Self::Connection, sql: &'c str) -> StatementFuture<'c, ()>;
 
+    /// Begins a transaction on `pool` admitted for `resource` with `token` (checked).
+    #[doc(hidden)]
+    fn begin_gated<'p>(
+        pool: &'p sqlx::Pool<Self>,
+        gate: &'p SqlGate,
+        resource: &'p str,
+        token: i64,
+    ) -> Pin<Box<dyn Future<Output = Result<Transaction<'static, Self>, Refusal>> + Send + 'p>>;
+
     /// Runs `sql` with `resource` (and `token`, when given) bound; the first column of
     /// the one row back, if any.
     #[doc(hidden)]
@@ -305,11 +383,20 @@ pub trait GateDatabase: sqlx::Database + sealed::Sealed {
 }
 
 macro_rules! gate_database {
-    ($db:ty, $placeholders:expr) => {
+    ($db:ty, $placeholders:expr, $begin_gated:path) => {
         impl sealed::Sealed for $db {}
 
         impl GateDatabase for $db {
             const PLACEHOLDERS: (&'static str, &'static str) = $placeholders;
+
+            fn begin_gated<'p>(
+                pool: &'p sqlx::Pool<Self>,
+                gate: &'p SqlGate,
+                resource: &'p str,
+                token: i64,
+            ) -> Pin<Box<dyn Future<Output = Result<Transaction<'static, Self>, Refusal>> + Send + 'p>> {
+                Box::pin($begin_gated(pool, gate, resource, token))
+            }
 
             fn execute<'c>(conn: &'c mut Self::Connection, sql: &'c str) -> StatementFuture<'c, ()> {
                 Box::pin(async move {
@@ -338,6 +425,59 @@ macro_rules! gate_database {
 }
 
 #[cfg(feature = "postgres")]
-gate_database!(sqlx::Postgres, ("$1", "$2"));
+gate_database!(sqlx::Postgres, ("$1", "$2"), postgres_begin_gated);
 #[cfg(feature = "sqlite")]
-gate_database!(sqlx::Sqlite, ("?1", "?2"));
+gate_database!(sqlx::Sqlite, ("?1", "?2"), begin_then_admit);
+
+/// The gate's statement and `BEGIN` in one simple query (one round trip). The statement
+/// runs in the query's implicit transaction, which the `BEGIN` after it turns into the
+/// caller's transaction (its row lock held to the commit); a refusal fails the implicit
+/// transaction before the `BEGIN`, leaving the connection idle and clean. The values are
+/// written into the text — the token a number, the resource dollar-quoted with a tag it
+/// does not contain (no escapes, whatever `standard_conforming_strings` says) — and a
+/// refusal is a division by zero (`22012`), the one error this statement can raise
+/// that way: the upsert returned no row.
+#[cfg(feature = "postgres")]
+async fn postgres_begin_gated(
+    pool: &sqlx::Pool<sqlx::Postgres>,
+    gate: &SqlGate,
+    resource: &str,
+    token: i64,
+) -> Result<Transaction<'static, sqlx::Postgres>, Refusal> {
+    let tag = (0u32..)
+        .map(|n| format!("$coord{n}$"))
+        .find(|tag| !resource.contains(tag.as_str()))
+        .unwrap_or_else(|| "$coord$".to_owned());
+    let t = gate.table();
+    let sql = format!(
+        "WITH raised AS (INSERT INTO {t} (resource, token) VALUES ({tag}{resource}{tag}, {token}) \
+         ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE {t}.token <= excluded.token \
+         RETURNING token) SELECT 1 / (SELECT count(*) FROM raised)::int; BEGIN"
+    );
+    match pool.begin_with(sql).await {
+        Ok(tx) => Ok(tx),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("22012") => Err(Refusal::Fenced),
+        Err(e) => Err(Refusal::Other(Error::Database(e))),
+    }
+}
+
+/// `pool.begin()`, then the gate's statement: for a database in the process, where a
+/// round trip costs nothing.
+#[cfg(feature = "sqlite")]
+async fn begin_then_admit<DB: GateDatabase>(
+    pool: &sqlx::Pool<DB>,
+    gate: &SqlGate,
+    resource: &str,
+    token: i64,
+) -> Result<Transaction<'static, DB>, Refusal> {
+    let tx = pool
+        .begin()
+        .await
+        .map_err(|e| Refusal::Other(Error::Database(e)))?;
+    let token = FencingToken(u64::try_from(token).unwrap_or(0));
+    match gate.admit(tx, resource, token).await {
+        Ok(tx) => Ok(tx),
+        Err(Error::Fenced { .. }) => Err(Refusal::Fenced),
+        Err(e) => Err(Refusal::Other(e)),
+    }
+}

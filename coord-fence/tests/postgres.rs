@@ -210,6 +210,70 @@ async fn repeatable_read_never_admits_a_stale_snapshot(url: String) -> Result {
     Ok(())
 }
 
+/// `SqlGate::begin` (BEGIN and the gate in one round trip) admits and refuses as
+/// `admit` does, with resource names that need quoting, and waits on the row the same.
+async fn begin_admits_and_refuses_as_admit_does(url: String) -> Result {
+    let db = database(&url).await?;
+    for resource in [
+        "plain",
+        "it's",
+        "back\\slash'",
+        "$coord0$ and $coord1$",
+        "ünïcode/ok",
+        "a;b --c",
+    ] {
+        let tx = db.gate.begin(&db.pool, resource, FencingToken(7)).await?;
+        tx.commit().await?;
+        assert_eq!(
+            db.gate.seen(&db.pool, resource).await?,
+            Some(FencingToken(7)),
+            "{resource}"
+        );
+        match db.gate.begin(&db.pool, resource, FencingToken(6)).await {
+            Err(Error::Fenced { token, seen, .. }) => {
+                assert_eq!((token, seen), (FencingToken(6), FencingToken(7)), "{resource}")
+            }
+            other => return Err(format!("{resource}: a lower token was {:?}", other.map(|_| ())).into()),
+        }
+        // The refused transaction left nothing open: the same token goes again.
+        db.gate
+            .begin(&db.pool, resource, FencingToken(7))
+            .await?
+            .commit()
+            .await?;
+    }
+    // A refusal leaves its connection clean: on a pool of one connection, the next
+    // statement runs (a connection left in a failed transaction would refuse it).
+    let one = PgPoolOptions::new().max_connections(1).connect(&url).await?;
+    assert!(db.gate.begin(&one, "plain", FencingToken(1)).await.is_err());
+    let answer: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&one).await?;
+    assert_eq!(answer, 1);
+    match db.gate.begin(&db.pool, "nul\0", FencingToken(1)).await {
+        Err(Error::InvalidArgument(_)) => {}
+        other => return Err(format!("a NUL resource: {:?}", other.map(|_| ())).into()),
+    }
+    // An older holder's open transaction holds the newer one's begin.
+    let older = db.gate.begin(&db.pool, "r", FencingToken(10)).await?;
+    let newer = {
+        let (pool, gate) = (db.pool.clone(), db.gate.clone());
+        tokio::spawn(async move {
+            gate.begin(&pool, "r", FencingToken(11))
+                .await?
+                .commit()
+                .await
+                .map_err(Error::from)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !newer.is_finished(),
+        "admitted while the older holder's transaction was open"
+    );
+    older.commit().await?;
+    tokio::time::timeout(Duration::from_secs(10), newer).await???;
+    Ok(())
+}
+
 /// The HTTP layer's record in PostgreSQL: a newer holder's request to one replica
 /// fences the older holder's requests to the other.
 async fn http_replicas_share_the_record(url: String) -> Result {
@@ -299,6 +363,11 @@ fn main() {
             "postgres::http_replicas_share_the_record",
             url,
             http_replicas_share_the_record,
+        ),
+        trial(
+            "postgres::begin_admits_and_refuses_as_admit_does",
+            url,
+            begin_admits_and_refuses_as_admit_does,
         ),
     ];
     libtest_mimic::run(&args, trials).exit();

@@ -72,8 +72,9 @@ macro_rules! on_database {
                 let mut tokens = Vec::new();
                 for _ in 0..rounds {
                     let guard = client.lock(RESOURCE).await?;
-                    // Err(Fenced), rolled back, if a later holder has written.
-                    let mut tx = gate.admit(pool.begin().await?, RESOURCE, guard.token()).await?;
+                    // BEGIN and the gate in one round trip; Err(Fenced), rolled back,
+                    // if a later holder has written.
+                    let mut tx = gate.begin(&pool, RESOURCE, guard.token()).await?;
                     sqlx::query(INCREMENT).execute(&mut *tx).await?;
                     tx.commit().await?;
                     tokens.push(guard.token());
@@ -95,7 +96,7 @@ macro_rules! on_database {
             .first()
             .copied()
             .ok_or_else(|| anyhow::anyhow!("no grant"))?;
-        let refused = match gate.admit(pool.begin().await?, RESOURCE, stale).await {
+        let refused = match gate.begin(&pool, RESOURCE, stale).await {
             Err(FenceError::Fenced { .. }) => true,
             Err(e) => return Err(e.into()),
             Ok(mut tx) => {
