@@ -13,6 +13,7 @@
 
 mod config;
 mod election;
+mod fence;
 mod lock;
 mod measure;
 mod registry;
@@ -150,6 +151,15 @@ enum Scenario {
         #[arg(long, default_value_t = 30.0)]
         minutes: f64,
     },
+    /// A one-row transaction on PostgreSQL ungated and through the SQL fencing gate.
+    FenceSql {
+        /// The database: postgres://…
+        #[arg(long)]
+        pg: String,
+        /// Seconds measured per subject.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
     /// Starts ZooKeeper and etcd, runs every scenario on mem, ZooKeeper and etcd for
     /// several rounds and writes the medians to a markdown report.
     Report(report::Args),
@@ -185,6 +195,7 @@ fn main() -> Result<()> {
                 clients,
             } => scale::registry_scale(&Target::parse(&on.url)?, instances, clients).await?,
             Scenario::Soak { on, minutes } => soak::run(&[Target::parse(&on.url)?], minutes * 60.0).await?,
+            Scenario::FenceSql { pg, seconds } => fence::run(&pg, seconds, 50).await?,
             Scenario::Report(args) => return report::run(args).await,
         };
         measure::print(&rows);

@@ -10,7 +10,7 @@ use coord_testkit::{Cluster, ClusterOptions, Kind};
 
 use crate::measure::{self, Row, fmt, median};
 use crate::target::Target;
-use crate::{config, election, lock, registry, scale, soak, waiters};
+use crate::{config, election, fence, lock, registry, scale, soak, waiters};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,6 +29,9 @@ pub struct Args {
     /// An etcd to use (etcd://…) instead of starting one.
     #[arg(long)]
     etcd: Option<String>,
+    /// A PostgreSQL to use (postgres://…) for `fence-sql` instead of starting one.
+    #[arg(long)]
+    pg: Option<String>,
     /// The backends to run.
     #[arg(long, value_delimiter = ',', default_value = "mem,zk,etcd")]
     backends: Vec<String>,
@@ -57,6 +60,7 @@ struct Sizes {
     fan_out: usize,
     fan_out_rounds: usize,
     fleet: [usize; 2],
+    fence_s: f64,
 }
 
 const FULL: Sizes = Sizes {
@@ -74,6 +78,7 @@ const FULL: Sizes = Sizes {
     fan_out: 1000,
     fan_out_rounds: 20,
     fleet: [10_000, 200],
+    fence_s: 3.0,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -91,9 +96,10 @@ const SMOKE: Sizes = Sizes {
     fan_out: 20,
     fan_out_rounds: 3,
     fleet: [100, 10],
+    fence_s: 0.3,
 };
 
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "lock",
     "lock-contended",
     "waiters-small",
@@ -105,6 +111,7 @@ const SCENARIOS: [&str; 11] = [
     "storm",
     "fan-out",
     "registry-scale",
+    "fence-sql",
 ];
 
 async fn scenario(name: &str, t: &Target, s: &Sizes) -> Result<Vec<Row>> {
@@ -182,6 +189,18 @@ pub async fn run(args: Args) -> Result<()> {
         };
         targets.push(Target::parse(&url)?);
     }
+    // PostgreSQL for fence-sql: the one given, or one started here.
+    let pg = match &args.pg {
+        Some(u) => Some(u.clone()),
+        None if args.only.is_empty() || args.only.iter().any(|o| "fence-sql".contains(o.as_str())) => {
+            let c =
+                Cluster::start(ClusterOptions::new(Kind::Postgres, 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let url = c.url("");
+            servers.push(c);
+            Some(url)
+        }
+        None => None,
+    };
     let scenarios: Vec<&str> = SCENARIOS
         .iter()
         .copied()
@@ -192,6 +211,19 @@ pub async fn run(args: Args) -> Result<()> {
     for round in 1..=rounds {
         let mut rows = Vec::new();
         for s in &scenarios {
+            if *s == "fence-sql" {
+                // One database, whatever the coordination backends.
+                let Some(url) = &pg else { continue };
+                eprintln!("round {round}/{rounds}: fence-sql on postgres");
+                let r = fence::run(url, sizes.fence_s, 50)
+                    .await
+                    .with_context(|| format!("fence-sql (round {round})"))?;
+                for row in &r {
+                    println!("{} round={round}", row.result_line());
+                }
+                rows.extend(r);
+                continue;
+            }
             for t in &targets {
                 eprintln!("round {round}/{rounds}: {s} on {}", t.name());
                 let r = scenario(s, t, sizes)
@@ -385,6 +417,21 @@ fn targets_table(rows: &[Row]) -> String {
             "≤ 16384 KiB",
             |v| v <= 16384.0,
         );
+    }
+    for (backend, work) in [
+        ("postgres", "update"),
+        ("postgres", "order"),
+        ("postgres+2ms", "update"),
+    ] {
+        for gate in ["admit", "begin"] {
+            check(
+                format!("{backend}: `{work}` transaction gated (SqlGate::{gate}) vs ungated, p50"),
+                find(rows, "fence-sql", backend, &format!("{work}-gated-{gate}"))
+                    .and_then(|r| r.get("x_ungated")),
+                "≤ 1.1×",
+                |v| v <= 1.1,
+            );
+        }
     }
     for b in ["mem", "zk", "etcd"] {
         let metric = |m: &str| find(rows, "soak", b, "coord").and_then(|r| r.get(m));

@@ -227,7 +227,10 @@ impl SqlGate {
     /// Begins a transaction on `pool` already admitted for `resource` with `token`: as
     /// `pool.begin()` followed by [`SqlGate::admit`], in one round trip on PostgreSQL
     /// (the `BEGIN` and the gate's statement go together), so that a gated transaction
-    /// costs no more round trips than an ungated one.
+    /// costs no more round trips than an ungated one. The pair goes as a simple query,
+    /// which the server parses and plans each time: where round trips are cheap
+    /// (loopback) [`SqlGate::admit`]'s prepared statement costs less; across a network,
+    /// this does (`BENCHMARKS.md`, `fence-sql`).
     ///
     /// # Fencing
     ///
