@@ -302,6 +302,68 @@ async fn http_replicas_share_the_record(url: String) -> Result {
     Ok(())
 }
 
+#[path = "common/history.rs"]
+mod history;
+
+/// Gate histories on PostgreSQL, judged by the sections checker (see
+/// `common/history.rs`): through the gate no sections overlap; without it, they do.
+async fn gate_histories_are_judged_exclusive(url: String) -> Result {
+    for gated in [true, false] {
+        let db = database(&url).await?;
+        let log = db.work.replace("work_", "log_");
+        sqlx::query(&format!(
+            "CREATE TABLE {log} (seq BIGSERIAL PRIMARY KEY, holder TEXT NOT NULL, token BIGINT NOT NULL)"
+        ))
+        .execute(&db.pool)
+        .await?;
+        let write = {
+            let (pool, gate, log) = (db.pool.clone(), db.gate.clone(), log.clone());
+            move |holder: String, token: u64| {
+                let (pool, gate, log) = (pool.clone(), gate.clone(), log.clone());
+                async move {
+                    let mut tx = if gated {
+                        match gate.begin(&pool, "resource", FencingToken(token)).await {
+                            Ok(tx) => tx,
+                            Err(Error::Fenced { .. }) => return Ok(history::Wrote::Fenced),
+                            Err(e) => return Err(e.into()),
+                        }
+                    } else {
+                        pool.begin().await?
+                    };
+                    sqlx::query(&format!("INSERT INTO {log} (holder, token) VALUES ($1, $2)"))
+                        .bind(holder)
+                        .bind(token as i64)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(history::Wrote::Committed)
+                }
+            }
+        };
+        let name = format!("fence-history-pg-{}-{gated}", std::process::id());
+        let late = history::run(3, &name, write).await?;
+        if late < history::PAUSES {
+            return Err(format!("only {late} late writes within {:?}", history::LIMIT).into());
+        }
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as(&format!("SELECT holder, token FROM {log} ORDER BY seq"))
+                .fetch_all(&db.pool)
+                .await?;
+        let report = history::judge(rows);
+        if gated && !report.is_ok() {
+            return Err(format!("through the gate: {:?}", report.violations).into());
+        }
+        if !gated && report.is_ok() {
+            return Err(format!(
+                "without the gate the checker found no overlap: {:?}",
+                report.summary
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 fn trial<F, Fut>(name: &str, url: Option<&String>, case: F) -> Trial
 where
     F: FnOnce(String) -> Fut + Send + 'static,
@@ -322,8 +384,8 @@ where
             .build()
             .map_err(|e| Failed::from(e.to_string()))?;
         runtime
-            .block_on(async move { tokio::time::timeout(Duration::from_secs(60), case(url)).await })
-            .map_err(|_| Failed::from("the case did not finish within 60 s"))?
+            .block_on(async move { tokio::time::timeout(Duration::from_secs(120), case(url)).await })
+            .map_err(|_| Failed::from("the case did not finish within 120 s"))?
             .map_err(|e| Failed::from(e.to_string()))
     })
     .with_ignored_flag(ignored)
@@ -368,6 +430,11 @@ fn main() {
             "postgres::begin_admits_and_refuses_as_admit_does",
             url,
             begin_admits_and_refuses_as_admit_does,
+        ),
+        trial(
+            "postgres::gate_histories_are_judged_exclusive",
+            url,
+            gate_histories_are_judged_exclusive,
         ),
     ];
     libtest_mimic::run(&args, trials).exit();

@@ -186,3 +186,65 @@ async fn concurrent_transactions_serialize_on_the_resource() -> Result {
     }
     Ok(())
 }
+
+#[path = "common/history.rs"]
+mod history;
+
+/// Gate histories on SQLite, judged by the sections checker (see `common/history.rs`):
+/// through the gate no sections overlap; without it, they do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_histories_are_judged_exclusive() -> Result {
+    for gated in [true, false] {
+        let dir = tempfile::tempdir()?;
+        let gate = SqlGate::new();
+        let pool = database(&dir, &gate).await?;
+        sqlx::query("CREATE TABLE log (seq INTEGER PRIMARY KEY AUTOINCREMENT, holder TEXT NOT NULL, token BIGINT NOT NULL)")
+            .execute(&pool)
+            .await?;
+        let write = {
+            let (pool, gate) = (pool.clone(), gate.clone());
+            move |holder: String, token: u64| {
+                let (pool, gate) = (pool.clone(), gate.clone());
+                async move {
+                    let mut tx = if gated {
+                        match gate.begin(&pool, "resource", FencingToken(token)).await {
+                            Ok(tx) => tx,
+                            Err(Error::Fenced { .. }) => return Ok(history::Wrote::Fenced),
+                            Err(e) => return Err(e.into()),
+                        }
+                    } else {
+                        pool.begin().await?
+                    };
+                    sqlx::query("INSERT INTO log (holder, token) VALUES (?1, ?2)")
+                        .bind(holder)
+                        .bind(token as i64)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(history::Wrote::Committed)
+                }
+            }
+        };
+        let name = format!("fence-history-sqlite-{}-{gated}", std::process::id());
+        let late = history::run(3, &name, write).await?;
+        assert!(
+            late >= history::PAUSES,
+            "only {late} late writes within {:?}",
+            history::LIMIT
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT holder, token FROM log ORDER BY seq")
+            .fetch_all(&pool)
+            .await?;
+        let report = history::judge(rows);
+        if gated {
+            assert!(report.is_ok(), "through the gate: {:?}", report.violations);
+        } else {
+            assert!(
+                !report.is_ok(),
+                "without the gate the checker found no overlap: {:?}",
+                report.summary
+            );
+        }
+    }
+    Ok(())
+}
