@@ -81,7 +81,8 @@ enum Command {
     /// Waits for the lock (showing who holds it meanwhile), runs the command with
     /// COORD_FENCING_TOKEN and COORD_LOCK in its environment (and, for coord's fencing
     /// gates, COORD_FENCE_RESOURCE, the lock's name, and COORD_FENCE, the value of an
-    /// HTTP `coord-fence` header), releases the lock when it exits and exits with its
+    /// HTTP `coord-fence` header: for the lock and --write, not for leases or readers,
+    /// who hold beside each other), releases the lock when it exits and exits with its
     /// status. With -n N, up to N commands hold the name at
     /// once (a semaphore's leases); with --read, any number of readers hold it together
     /// while no writer does, and --write holds it alone (a read/write lock).

@@ -621,6 +621,26 @@ fn lock_runs_command_with_token(b: &Backend) -> Result {
         Duration::from_secs(30),
     )?;
     expect_code(&out, 128 + 15, "lock running a command killed by SIGTERM")?;
+
+    // Leases and readers hold beside each other: no gate variables for them (a gate
+    // would fence the older holders while they hold); a writer gets them.
+    let probe = r#"echo "${COORD_FENCE-unset} ${COORD_FENCE_RESOURCE-unset}""#;
+    for (mode, want) in [
+        (&["-n", "2"][..], "unset unset"),
+        (&["--read"][..], "unset unset"),
+        (&["--write"][..], "resource=jobs/shared; token="),
+    ] {
+        let out = output(
+            coord(&url)
+                .arg("lock")
+                .args(mode)
+                .args(["jobs/shared", "--", "sh", "-c", probe]),
+            Duration::from_secs(30),
+        )?;
+        expect_code(&out, 0, "a lock mode's probe")?;
+        let printed = text(&out.stdout);
+        ensure!(printed.starts_with(want), "{mode:?}: the command saw {printed:?}");
+    }
     Ok(())
 }
 

@@ -230,23 +230,26 @@ impl Client {
     }
 
     /// Whether `fence`'s grant is still the live holder of its resource: its entry is
-    /// there with the grant's token (a fence of another cluster or namespace is not).
-    /// One request that writes nothing (the check a fenced write makes, with no write);
-    /// for a resource that can call back and ask before it acts.
+    /// there with the grant's token. One request that writes nothing (the check a fenced
+    /// write makes, with no write); for a resource that can call back and ask before it
+    /// acts. Ask a client of the cluster and namespace that granted the fence: a fence of
+    /// another namespace is refused (`InvalidArgument`); one of another cluster with the
+    /// same namespace cannot be told apart, and its answer means nothing.
     ///
     /// # Fencing
     ///
     /// A check, not a guarantee: `true` can be stale by the time it is used (the
     /// holder's session may end right after). Only a write the store itself checks is
     /// safe — [`Txn::fenced_by`] for coord's config store, the gates of `coord-fence`
-    /// for a database or an HTTP service. A `false` is final: a grant never comes back,
-    /// and the guard the fence came from reports [`HoldState::Lost`](crate::HoldState)
-    /// from then on, as after a refused fenced write.
+    /// for a database or an HTTP service. A `false` is final: a grant never comes back.
+    /// Asked of the client that granted it, the guard the fence came from reports
+    /// [`HoldState::Lost`](crate::HoldState) from then on, as after a refused fenced
+    /// write (another client's `false` leaves the guard to its own watch).
     ///
     /// # Errors
     ///
     /// `Unavailable`/`Timeout` when no server answers (the answer is then unknown);
-    /// `Closed`.
+    /// `Closed`; `InvalidArgument` for a fence of another namespace.
     ///
     /// # Cancel safety
     ///
@@ -270,6 +273,15 @@ impl Client {
         if self.session_state() == SessionState::Closed {
             return Err(crate::Error::closed().with_operation("is_current"));
         }
+        let root = self.core.backend.path("");
+        let root = root.trim_end_matches('/');
+        if !fence.resource().starts_with(&format!("{root}/")) {
+            return Err(crate::Error::invalid_argument(format!(
+                "the fence of {:?} is not of this client's namespace ({root:?}): ask a client of the namespace that granted it",
+                fence.resource()
+            ))
+            .with_operation("is_current"));
+        }
         let span =
             tracing::debug_span!("coord.is_current", resource = fence.resource(), token = %fence.token());
         let check = Txn::new().fenced_by(fence.clone());
@@ -279,7 +291,11 @@ impl Client {
         {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == ErrorKind::Fenced => {
-                fence.refused();
+                // Proof the entry is gone only from the store of the client that granted
+                // it: another client may be of another cluster.
+                if fence.granted_by(origin_of(&self.core.backend)) {
+                    fence.refused();
+                }
                 Ok(false)
             }
             Err(e) => Err(e.with_operation("is_current")),
@@ -460,4 +476,10 @@ async fn forfeit_refused(backend: &dyn crate::raw::Backend, fences: &[crate::Fen
             }
         }
     }
+}
+
+/// A client's identity in this process: the address of its backend, shared by every
+/// clone of the client and by every grant it makes.
+pub(crate) fn origin_of(backend: &Arc<dyn Backend>) -> usize {
+    Arc::as_ptr(backend) as *const () as usize
 }

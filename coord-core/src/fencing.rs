@@ -64,6 +64,9 @@ pub struct Fence {
     token: FencingToken,
     /// Tells the grant's hold when a store refuses this fence.
     forfeit: Option<Forfeit>,
+    /// The granting client's identity in this process (its backend's address), so that
+    /// only a refusal by the same client's store is taken as proof the entry is gone.
+    origin: usize,
 }
 
 impl PartialEq for Fence {
@@ -94,12 +97,23 @@ impl Fence {
     /// A fence on the contender node/key at `resource` (a backend path) created with
     /// `token`, whose refusal makes the grant's hold lost through `forfeit`. Only the
     /// contender recipe makes fences, from a grant.
-    pub(crate) fn new(resource: impl Into<String>, token: FencingToken, forfeit: Option<Forfeit>) -> Self {
+    pub(crate) fn new(
+        resource: impl Into<String>,
+        token: FencingToken,
+        forfeit: Option<Forfeit>,
+        origin: usize,
+    ) -> Self {
         Fence {
             resource: resource.into(),
             token,
             forfeit,
+            origin,
         }
+    }
+
+    /// Whether the client whose backend is at `origin` granted this fence.
+    pub(crate) fn granted_by(&self, origin: usize) -> bool {
+        self.origin == origin
     }
 
     /// A store refused a write because of this fence: its grant's entry is gone.

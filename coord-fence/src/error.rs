@@ -31,12 +31,23 @@ pub enum Error {
 }
 
 impl Error {
-    /// The matching coord error kind: `Fenced`, `InvalidArgument`, or `Unavailable`
-    /// for a database failure.
+    /// The matching coord error kind: `Fenced`, `InvalidArgument` (also for a statement
+    /// the database refused as such: SQLSTATE classes 42 and 28 — a reserved word as the
+    /// table's name, a missing table, no privilege), or `Unavailable` for any other
+    /// database failure (whether a retry can help is the database's say).
     pub fn kind(&self) -> coord_core::ErrorKind {
         match self {
             Error::Fenced { .. } => coord_core::ErrorKind::Fenced,
             Error::InvalidArgument(_) => coord_core::ErrorKind::InvalidArgument,
+            // The statement itself was refused (SQLSTATE class 42: syntax, an unknown
+            // table, no privilege; class 28: credentials): not worth retrying.
+            #[cfg(any(feature = "postgres", feature = "sqlite"))]
+            Error::Database(sqlx::Error::Database(e))
+                if e.code()
+                    .is_some_and(|c| c.starts_with("42") || c.starts_with("28")) =>
+            {
+                coord_core::ErrorKind::InvalidArgument
+            }
             #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(_) => coord_core::ErrorKind::Unavailable,
         }

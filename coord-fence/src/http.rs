@@ -216,7 +216,8 @@ pub trait SeenStore: Send + Sync + 'static {
     async fn admit(&self, resource: &str, token: FencingToken) -> Result<Admission, Error>;
 }
 
-/// What an admitted request holds until it has been answered (see [`SeenStore::admit`]).
+/// What an admitted request holds until the service has returned its response (see
+/// [`SeenStore::admit`]).
 ///
 /// Finish it with [`Admission::finish`]; dropped unfinished (the request was cancelled),
 /// it is finished on a spawned task.
@@ -375,7 +376,7 @@ impl SeenStore for MemorySeen {
 /// a fenced transaction on the same resource see one record.
 ///
 /// An admission is a transaction that has raised the resource's row and holds it
-/// locked while the request runs; it commits when the request has been answered. A
+/// locked while the request runs; it commits when the service has returned its response. A
 /// higher token's admission waits on the row, so no older request is running on any
 /// replica once a newer one is admitted. Requests on one resource run one at a time
 /// (the row lock is exclusive), even with the same token. If the service writes the same
@@ -435,10 +436,12 @@ impl<DB: crate::sql::GateDatabase> SeenStore for SqlSeen<DB> {
 ///
 /// Once a request with token `t` for a resource has been admitted, every request for
 /// it with a lower token is refused with `409 Conflict` and never reaches the service;
-/// an admitted request holds its resource until it has been answered, so the service
-/// never runs a request of an older holder beside (or after) a newer holder's. What is
-/// protected is what the service does for admitted requests and nothing else: routes
-/// outside the layer, and writes that reach the data some other way, are not.
+/// an admitted request holds its resource until the service has returned its response,
+/// so the service never runs a request of an older holder beside (or after) a newer
+/// holder's. What is protected is what the service does for admitted requests until it
+/// returns the response, and nothing else: work a streamed response body does after
+/// that (its head is sent before the body), routes outside the layer, and writes that
+/// reach the data some other way are not.
 ///
 /// # Cancel safety
 ///

@@ -242,7 +242,10 @@ impl SqlGate {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future rolls the transaction back: nothing is admitted.
+    /// Dropping the future rolls the transaction back: nothing is admitted. On
+    /// PostgreSQL the `BEGIN` runs on a task of its own to its end (a wait on the row
+    /// included), and its transaction is then rolled back and its connection returned
+    /// clean.
     ///
     /// # Examples
     ///
@@ -447,21 +450,40 @@ async fn postgres_begin_gated(
     resource: &str,
     token: i64,
 ) -> Result<Transaction<'static, sqlx::Postgres>, Refusal> {
-    let tag = (0u32..)
-        .map(|n| format!("$coord{n}$"))
-        .find(|tag| !resource.contains(tag.as_str()))
-        .unwrap_or_else(|| "$coord$".to_owned());
+    let tag = dollar_tag(resource);
     let t = gate.table();
     let sql = format!(
         "WITH raised AS (INSERT INTO {t} (resource, token) VALUES ({tag}{resource}{tag}, {token}) \
          ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE {t}.token <= excluded.token \
          RETURNING token) SELECT 1 / (SELECT count(*) FROM raised)::int; BEGIN"
     );
-    match pool.begin_with(sql).await {
-        Ok(tx) => Ok(tx),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("22012") => Err(Refusal::Fenced),
-        Err(e) => Err(Refusal::Other(Error::Database(e))),
+    // On a task of its own: sqlx rolls a transaction back when dropped, but not one
+    // whose BEGIN is still on its way, and a dropped `begin_with` would leave its
+    // connection in the pool inside the server's transaction, holding the row. The task
+    // runs the BEGIN to its end; if the caller is gone by then, the transaction is dropped
+    // and rolled back.
+    let pool = pool.clone();
+    let begun = tokio::spawn(async move { pool.begin_with(sql).await });
+    match begun.await {
+        Ok(Ok(tx)) => Ok(tx),
+        Ok(Err(sqlx::Error::Database(e))) if e.code().as_deref() == Some("22012") => Err(Refusal::Fenced),
+        Ok(Err(e)) => Err(Refusal::Other(Error::Database(e))),
+        // The task panicked or its runtime is shutting down.
+        Err(_) => Err(Refusal::Other(Error::Database(sqlx::Error::WorkerCrashed))),
     }
+}
+
+/// A dollar-quote tag (`$coordN$`) that occurs in `$tag{resource}$tag` only at its two
+/// ends — not inside the resource, and not across its end and the closing tag.
+#[cfg(feature = "postgres")]
+fn dollar_tag(resource: &str) -> String {
+    (0u32..)
+        .map(|n| format!("$coord{n}$"))
+        .find(|tag| {
+            let quoted = format!("{tag}{resource}{tag}");
+            quoted[1..].find(tag.as_str()) == Some(quoted.len() - tag.len() - 1)
+        })
+        .unwrap_or_default()
 }
 
 /// `pool.begin()`, then the gate's statement: for a database in the process, where a

@@ -219,6 +219,10 @@ async fn begin_admits_and_refuses_as_admit_does(url: String) -> Result {
         "it's",
         "back\\slash'",
         "$coord0$ and $coord1$",
+        "x$coord0",
+        "x$coord",
+        "$",
+        "x$coord0$coord1",
         "ünïcode/ok",
         "a;b --c",
     ] {
@@ -252,6 +256,50 @@ async fn begin_admits_and_refuses_as_admit_does(url: String) -> Result {
         Err(Error::InvalidArgument(_)) => {}
         other => return Err(format!("a NUL resource: {:?}", other.map(|_| ())).into()),
     }
+    // A begin cancelled while it waits on the row leaves nothing open: once the holder
+    // ahead commits, no session of the pool is left inside a transaction, and the next
+    // holder is admitted.
+    let ahead = db.gate.begin(&db.pool, "waited", FencingToken(5)).await?;
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        db.gate.begin(&db.pool, "waited", FencingToken(9)),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the begin behind an open transaction did not wait"
+    );
+    ahead.commit().await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%' || $1 || '%'",
+        )
+        .bind(db.gate.table())
+        .fetch_one(&db.pool)
+        .await?;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{open} sessions left inside the cancelled begin's transaction"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        db.gate.begin(&db.pool, "waited", FencingToken(12)),
+    )
+    .await??;
+    next.commit().await?;
+
+    // A statement the database refuses as such (a reserved word as the table's name) is
+    // not worth a retry: InvalidArgument, not Unavailable.
+    let reserved = SqlGate::with_table("user")?;
+    let refused = reserved.create_table(&db.pool).await.err().ok_or("CREATE TABLE user worked")?;
+    assert_eq!(refused.kind(), coord_core::ErrorKind::InvalidArgument, "{refused}");
+
     // An older holder's open transaction holds the newer one's begin.
     let older = db.gate.begin(&db.pool, "r", FencingToken(10)).await?;
     let newer = {

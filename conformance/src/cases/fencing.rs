@@ -110,8 +110,7 @@ pub async fn fence_failure_takes_precedence(ctx: Ctx) -> CaseResult {
 
 /// `is_current` answers whether a fence's grant is the live holder: true while held (from
 /// any client of the cluster), false once released, once the lock has passed on after
-/// the holder's session was killed, and for a semaphore lease and a leadership alike;
-/// a `false` leaves the guard `Lost`.
+/// the holder's session was killed, and for a semaphore lease and a leadership alike.
 pub async fn is_current_follows_the_grant(ctx: Ctx) -> CaseResult {
     use coord_core::HoldState;
     let (a, b) = (ctx.client().await?, ctx.client().await?);
@@ -150,12 +149,15 @@ pub async fn is_current_follows_the_grant(ctx: Ctx) -> CaseResult {
         },
     )
     .await??;
-    ensure!(
-        lease.state() == HoldState::Lost,
-        "lease still says {:?}",
-        lease.state()
-    );
-    ensure!(leadership.state() == HoldState::Lost);
+    // Another client's `false` leaves the guards to their own session, which ends too.
+    within(ctx.expiry_wait(), "the lease reports its loss", lease.lost()).await?;
+    within(
+        ctx.expiry_wait(),
+        "the leadership reports its loss",
+        leadership.lost(),
+    )
+    .await?;
+    ensure!(lease.state() == HoldState::Lost && leadership.state() == HoldState::Lost);
     Ok(())
 }
 

@@ -290,12 +290,17 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
         format!("holding {} {name:?} with fencing token {token}", mode.what()),
         event,
     );
-    let env = [
+    let mut env = vec![
         ("COORD_FENCING_TOKEN", token.get().to_string()),
         ("COORD_LOCK", name.to_owned()),
-        ("COORD_FENCE_RESOURCE", name.to_owned()),
-        ("COORD_FENCE", fence_header(name, token)),
     ];
+    // A gate admits one holder's token at a time: the highest refuses the others. Only
+    // exclusive holders get what a gate reads; leases and readers hold beside each
+    // other, and a gate would fence the older ones while they still hold.
+    if matches!(mode, Mode::Exclusive | Mode::Write) {
+        env.push(("COORD_FENCE_RESOURCE", name.to_owned()));
+        env.push(("COORD_FENCE", fence_header(name, token)));
+    }
     let held = Held {
         what: mode.what(),
         name,

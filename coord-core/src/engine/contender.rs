@@ -416,7 +416,12 @@ pub(crate) async fn acquire(
     if wait && queue.admission != Admission::Immediate {
         metrics::granted(backend.kind(), queue.label, started.elapsed(), waited);
     }
-    let fence = Fence::new(own.path.clone(), own.token, Some(hold.forfeit()));
+    let fence = Fence::new(
+        own.path.clone(),
+        own.token,
+        Some(hold.forfeit()),
+        crate::client::origin_of(&backend),
+    );
     Ok(Some(Grant {
         contender,
         fence,
