@@ -12,8 +12,8 @@
 //! `resource` names what the lock protects (the lock's name is the usual choice; `coord
 //! lock` exports this header's value as `$COORD_FENCE`, and the name alone as
 //! `$COORD_FENCE_RESOURCE`); `token` is the grant's fencing token in decimal. A request
-//! may carry several `coord-fence` headers (one per resource); it is admitted only if
-//! every one is. Resource names are 1 to [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)
+//! may carry several `coord-fence` headers (one per resource, or several in one header
+//! separated by commas, as a proxy may join them); it is admitted only if every one is. Resource names are 1 to [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)
 //! visible ASCII characters other than `;`, `,`, `"` and `\`.
 //!
 //! # Answers
@@ -283,8 +283,10 @@ impl fmt::Debug for Admission {
 /// tests. Each resource keeps its token and an admission turn; the map grows by one
 /// entry per resource ever seen.
 ///
-/// Requests with the same token run concurrently; a higher token waits for the
-/// requests of lower ones that are running, and refuses them from its arrival on.
+/// Requests with the same token run concurrently once the token has its turn (two that
+/// arrive together as the token's very first may run one after the other); a higher
+/// token waits for the requests of lower ones that are running, and refuses them from
+/// its arrival on.
 #[derive(Clone, Debug, Default)]
 pub struct MemorySeen {
     resources: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
@@ -612,7 +614,11 @@ fn fences_of<B>(request: &Request<B>) -> Result<Vec<FenceHeader>, Error> {
         let text = value
             .to_str()
             .map_err(|_| Error::InvalidArgument("a coord-fence header is not visible ASCII".to_owned()))?;
-        fences.push(FenceHeader::parse(text)?);
+        // A proxy may join repeated headers into one, separated by commas (resources
+        // never contain one).
+        for one in text.split(',') {
+            fences.push(FenceHeader::parse(one)?);
+        }
     }
     fences.sort_by(|a, b| a.resource.cmp(&b.resource));
     if let Some(w) = fences.windows(2).find(|w| w[0].resource == w[1].resource) {

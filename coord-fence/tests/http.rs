@@ -191,6 +191,16 @@ async fn a_request_with_several_fences_needs_all_of_them() -> Result {
         .body("stale");
     assert_eq!(stale.send().await?.status(), StatusCode::CONFLICT);
     assert_eq!(current(&owner).as_deref(), Some("both"));
+    // The same fences joined into one header, as a proxy may send them.
+    let joined = |value: &str| {
+        http.put(format!("{base}/owner"))
+            .header("coord-fence", value)
+            .body(value.to_owned())
+    };
+    let ok = joined("resource=a; token=5, resource=b; token=5").send().await?;
+    assert_eq!(ok.status(), StatusCode::OK);
+    let stale = joined("resource=a; token=5, resource=b; token=4").send().await?;
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
     Ok(())
 }
 

@@ -297,8 +297,16 @@ async fn begin_admits_and_refuses_as_admit_does(url: String) -> Result {
     // A statement the database refuses as such (a reserved word as the table's name) is
     // not worth a retry: InvalidArgument, not Unavailable.
     let reserved = SqlGate::with_table("user")?;
-    let refused = reserved.create_table(&db.pool).await.err().ok_or("CREATE TABLE user worked")?;
-    assert_eq!(refused.kind(), coord_core::ErrorKind::InvalidArgument, "{refused}");
+    let refused = reserved
+        .create_table(&db.pool)
+        .await
+        .err()
+        .ok_or("CREATE TABLE user worked")?;
+    assert_eq!(
+        refused.kind(),
+        coord_core::ErrorKind::InvalidArgument,
+        "{refused}"
+    );
 
     // An older holder's open transaction holds the newer one's begin.
     let older = db.gate.begin(&db.pool, "r", FencingToken(10)).await?;
