@@ -13,7 +13,7 @@
 //! lock` exports this header's value as `$COORD_FENCE`, and the name alone as
 //! `$COORD_FENCE_RESOURCE`); `token` is the grant's fencing token in decimal. A request
 //! may carry several `coord-fence` headers (one per resource, or several in one header
-//! separated by commas, as a proxy may join them); it is admitted only if every one is. Resource names are 1 to [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)
+//! separated by commas, as a proxy may join them); it is admitted only if every one is. Resource names are 1 to [`MAX_RESOURCE_LEN`]
 //! visible ASCII characters other than `;`, `,`, `"` and `\`.
 //!
 //! # Answers
