@@ -437,7 +437,9 @@ impl ConfigStore for Client {
             if let Err(e) = &result
                 && e.kind() == ErrorKind::Fenced
             {
-                forfeit_refused(&*backend, &fences).await;
+                // Only this client's store proves its own grants' entries gone: a fence
+                // of another client may be of another cluster.
+                forfeit_refused(&*backend, &fences, origin_of(&backend)).await;
             }
             result
         }
@@ -460,13 +462,15 @@ impl ConfigStore for Client {
 /// fence the refusal names it; with several, each is checked on its own (a commit of
 /// its fence alone, which writes nothing), so that a guard still held is not declared
 /// lost. A check that cannot be made leaves its guard as it is: its entry watch and
-/// session still tell it.
-async fn forfeit_refused(backend: &dyn crate::raw::Backend, fences: &[crate::Fence]) {
-    match fences {
-        [] => {}
-        [only] => only.refused(),
-        several => {
-            for fence in several {
+/// session still tell it. Only fences this client granted (`origin`) are told: another
+/// client's fence may be of another cluster, whose entries this store does not hold.
+async fn forfeit_refused(backend: &dyn crate::raw::Backend, fences: &[crate::Fence], origin: usize) {
+    let own: Vec<&crate::Fence> = fences.iter().filter(|f| f.granted_by(origin)).collect();
+    match (fences, own.as_slice()) {
+        (_, []) => {}
+        ([_], [only]) => only.refused(),
+        (_, several) => {
+            for &fence in several {
                 let alone = Txn::new().fenced_by(fence.clone());
                 if let Err(e) = KvStore::commit(backend, alone).await
                     && e.kind() == ErrorKind::Fenced

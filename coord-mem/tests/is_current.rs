@@ -1,6 +1,6 @@
-//! `Client::is_current` with fences it did not grant: another namespace's is refused;
-//! another cluster's (same namespace, same path and token) never marks the granting
-//! guard lost.
+//! Fences a client did not grant: `is_current` refuses another namespace's; another
+//! cluster's (same namespace, same path and token) never marks the granting guard lost,
+//! neither through `is_current` nor through a refused fenced commit.
 
 use coord_core::{ErrorKind, HoldState, Lock as _};
 
@@ -31,5 +31,25 @@ async fn foreign_fences_never_forfeit_a_held_guard() {
         "another cluster's client forfeited the guard"
     );
     assert!(a.is_current(&fence).await.expect("answer"));
+
+    // The same for a fenced write made through the other cluster's client: refused
+    // there (no such entry), and the guard still held on its own cluster is not told.
+    use coord_core::{ConfigStore as _, Txn};
+    let refused = elsewhere
+        .commit(Txn::new().fenced_by(fence.clone()).put("k", b"v".to_vec()))
+        .await
+        .expect_err("fenced by a grant of another cluster");
+    assert_eq!(refused.kind(), ErrorKind::Fenced);
+    assert_eq!(
+        guard.state(),
+        HoldState::Held,
+        "another cluster's commit forfeited the guard"
+    );
+    // Through its own client, a refusal still tells the guard.
     guard.release().await.expect("release");
+    let late = a
+        .commit(Txn::new().fenced_by(fence).put("k", b"v".to_vec()))
+        .await
+        .expect_err("a released grant's fence");
+    assert_eq!(late.kind(), ErrorKind::Fenced);
 }
