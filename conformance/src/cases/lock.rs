@@ -667,7 +667,12 @@ pub async fn holder_entry_deleted_during_gap_reports_lost(ctx: Ctx) -> CaseResul
         spent.data_requests()
     );
     // Where the gap ends the session (ZooKeeper), both are lost; otherwise the untouched
-    // entry is still held.
+    // entry is still held — once the session is out of any suspension (on a cluster, a
+    // member killed meanwhile suspends it until the client has moved to another).
+    let settled = tokio::time::Instant::now() + ctx.expiry_wait();
+    while kept.state() == HoldState::Suspended && tokio::time::Instant::now() < settled {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     if a.session().borrow().generation == 1 {
         ensure!(
             kept.state() == HoldState::Held,
