@@ -6,6 +6,9 @@ COORD_SERVERS_DIR="${COORD_SERVERS_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf '[coord-servers] %s\n' "$*" >&2; }
 
+# Whole gigabytes free on the file system holding the current directory.
+free_disk_gb() { df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }'; }
+
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }

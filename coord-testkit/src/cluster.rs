@@ -483,19 +483,25 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let log = self.dir.join(format!("m{i}")).join("server.log");
-        let tail = std::fs::read_to_string(&log)
-            .map(|t| {
-                let lines: Vec<&str> = t.lines().collect();
-                lines[lines.len().saturating_sub(15)..].join("\n")
-            })
-            .unwrap_or_default();
+        let (log, tail) = self.log_tail(i, 15);
         Err(err(format!(
             "{:?} member {i} did not come up on {}; log {}:\n{tail}",
             self.kind(),
             self.addr(i),
             log.display()
         )))
+    }
+
+    /// The last `n` lines of member `i`'s log, and the log's path.
+    fn log_tail(&self, i: usize, n: usize) -> (PathBuf, String) {
+        let log = self.dir.join(format!("m{i}")).join("server.log");
+        let tail = std::fs::read_to_string(&log)
+            .map(|t| {
+                let lines: Vec<&str> = t.lines().collect();
+                lines[lines.len().saturating_sub(n)..].join("\n")
+            })
+            .unwrap_or_default();
+        (log, tail)
     }
 
     /// Whether member `i` answers (ZooKeeper in an ensemble: as leader or follower).
@@ -632,7 +638,19 @@ impl Cluster {
                 return Ok(l);
             }
             if Instant::now() >= deadline {
-                return Err(err(format!("no leader within {timeout:?}")));
+                // Say what each member is doing: a member that died (a full
+                // disk, a crash) names its cause in its log.
+                let members: Vec<String> = (0..self.len())
+                    .map(|i| {
+                        let (log, tail) = self.log_tail(i, 3);
+                        let state = if self.pid(i).is_some() { "up" } else { "down" };
+                        format!("member {i} {state}; {}:\n{tail}", log.display())
+                    })
+                    .collect();
+                return Err(err(format!(
+                    "no leader within {timeout:?}\n{}",
+                    members.join("\n")
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
