@@ -57,6 +57,9 @@ pub const ACQUIRE_WAIT_SECONDS: &str = "coord_acquire_wait_seconds";
 /// Counter: grants to a waiting acquisition that had to wait for someone ahead, by
 /// `backend` and `primitive`.
 pub const HANDOFFS_TOTAL: &str = "coord_handoffs_total";
+/// Counter: lock-delays held (a waiting contender held off because the entry ahead
+/// went without a release), by `backend` and `primitive`.
+pub const LOCK_DELAYS_TOTAL: &str = "coord_lock_delays_total";
 
 /// Label: the client's backend scheme (`mem`, `zk`, `etcd`).
 pub const LABEL_BACKEND: &str = "backend";
@@ -64,8 +67,8 @@ pub const LABEL_BACKEND: &str = "backend";
 pub const LABEL_KIND: &str = "kind";
 /// Label of [`SESSION_TRANSITIONS_TOTAL`]: the state moved to.
 pub const LABEL_STATE: &str = "state";
-/// Label of [`WAKEUPS_TOTAL`], [`ACQUIRE_WAIT_SECONDS`] and [`HANDOFFS_TOTAL`]: what was
-/// acquired.
+/// Label of [`WAKEUPS_TOTAL`], [`ACQUIRE_WAIT_SECONDS`], [`HANDOFFS_TOTAL`] and
+/// [`LOCK_DELAYS_TOTAL`]: what was acquired.
 pub const LABEL_PRIMITIVE: &str = "primitive";
 
 /// Registers every coord metric's unit and help text with the installed recorder. Call
@@ -103,6 +106,11 @@ pub fn describe() {
         HANDOFFS_TOTAL,
         Unit::Count,
         "Grants that had to wait for someone ahead."
+    );
+    describe_counter!(
+        LOCK_DELAYS_TOTAL,
+        Unit::Count,
+        "Lock-delays held: the entry ahead went without a release."
     );
 }
 
@@ -160,6 +168,14 @@ pub(crate) fn session_transition(backend: &'static str, to: Option<SessionState>
 pub(crate) fn wakeup(backend: &'static str, primitive: &'static str) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(WAKEUPS_TOTAL, LABEL_BACKEND => backend, LABEL_PRIMITIVE => primitive).increment(1);
+}
+
+/// Records a lock-delay held.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn lock_delay(backend: &'static str, primitive: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(LOCK_DELAYS_TOTAL, LABEL_BACKEND => backend, LABEL_PRIMITIVE => primitive)
+        .increment(1);
 }
 
 /// Records a grant to a waiting acquisition: `waited` since its call, and whether it had

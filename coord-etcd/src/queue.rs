@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_core::raw::{
     Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
-    QueueSpec, Slot, Surveyed, Ticket,
+    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use etcd_client as etcd;
@@ -77,6 +77,26 @@ fn header_rev(header: Option<&etcd::ResponseHeader>) -> i64 {
     header.map(|h| h.revision()).unwrap_or(0)
 }
 
+/// The `get`s of a transaction's answer, in order.
+fn gets(resp: &etcd::TxnResponse) -> impl Iterator<Item = etcd::GetResponse> + use<> {
+    resp.op_responses().into_iter().filter_map(|r| match r {
+        etcd::TxnOpResponse::Get(g) => Some(g),
+        _ => None,
+    })
+}
+
+/// The read of queue `dir`'s release mark, to add to a position read when `spec` has a
+/// lock-delay.
+fn mark_read(spec: &QueueSpec, dir: &str) -> Option<etcd::TxnOp> {
+    spec.lock_delay?;
+    Some(etcd::TxnOp::get(release_mark_key(dir), None))
+}
+
+/// The release mark in the answer to [`mark_read`], if any.
+fn mark_of(read: Option<etcd::GetResponse>) -> Option<ReleaseMark> {
+    ReleaseMark::decode(read?.kvs().first()?.value())
+}
+
 /// Reads one key: the read's revision and the key, if present.
 async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
     let k = key.to_owned();
@@ -105,7 +125,16 @@ impl EtcdClient {
         own: &QueueEntry,
         permits: u32,
     ) -> Result<Position> {
-        let d = format!("{dir}/");
+        let mut ops = vec![etcd::TxnOp::get(
+            format!("{dir}/"),
+            Some(
+                etcd::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only()
+                    .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Ascend),
+            ),
+        )];
+        ops.extend(mark_read(spec, dir));
         let resp = self
             .inner
             .call(
@@ -113,29 +142,21 @@ impl EtcdClient {
                 "read leases",
                 false,
                 move |mut c: etcd::KvClient| {
-                    let d = d.clone();
-                    async move {
-                        c.get(
-                            d,
-                            Some(
-                                etcd::GetOptions::new()
-                                    .with_prefix()
-                                    .with_keys_only()
-                                    .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Ascend),
-                            ),
-                        )
-                        .await
-                    }
+                    let ops = ops.clone();
+                    async move { c.txn(etcd::Txn::new().and_then(ops)).await }
                 },
             )
             .await?;
         let seen_at = header_rev(resp.header()) as u64;
-        let leases: Vec<Kv> = resp
-            .kvs()
-            .iter()
-            .filter_map(Kv::from)
+        let mut ranges = gets(&resp);
+        let leases: Vec<Kv> = ranges
+            .next()
+            .map(|g| g.kvs().iter().filter_map(Kv::from).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
             .filter(|kv| spec.class_of_key(dir, &kv.key).is_some())
             .collect();
+        let mark = mark_of(ranges.next());
         if !leases
             .iter()
             .any(|kv| kv.key == own.path && kv.create_rev as u64 == own.token.get())
@@ -152,7 +173,7 @@ impl EtcdClient {
             })
             .collect();
         Ok(if ahead.len() < permits as usize {
-            Position::First { seen_at }
+            Position::First { seen_at, mark }
         } else {
             Position::Among(ahead)
         })
@@ -255,11 +276,13 @@ impl Queue for EtcdClient {
             // Never waits.
             _ if spec.admission == Admission::Immediate => Some(Position::First {
                 seen_at: seen_at as u64,
+                mark: None,
             }),
             // Its place depends on how many are ahead: read next.
             _ if matches!(spec.admission, Admission::Permits(_)) => None,
             Some(None) => Some(Position::First {
                 seen_at: seen_at as u64,
+                mark: None,
             }),
             Some(Some(ahead)) if spec.key_blocks(&dir, &ahead.key) => {
                 Some(behind(&ahead, further.as_ref(), seen_at))
@@ -283,7 +306,12 @@ impl Queue for EtcdClient {
         let own_rev = own.token.get() as i64;
         match spec.admission {
             Admission::Permits(permits) => return self.permits_position(spec, &dir, own, permits).await,
-            Admission::Immediate => return Ok(Position::First { seen_at: 0 }),
+            Admission::Immediate => {
+                return Ok(Position::First {
+                    seen_at: 0,
+                    mark: None,
+                });
+            }
             _ => {}
         }
         // Keys older than `below` that are not this queue's contenders are read past.
@@ -292,7 +320,12 @@ impl Queue for EtcdClient {
             // One read-only round trip: our key still there, and the two newest keys
             // created before `below` — the contender right ahead and whether anything is
             // ahead of it — never the whole queue.
-            let (k, d) = (own.path.clone(), spec.blockers_prefix(&dir));
+            // With a lock-delay, the queue's release mark too.
+            let mut ops = vec![
+                etcd::TxnOp::get(own.path.clone(), Some(etcd::GetOptions::new().with_keys_only())),
+                etcd::TxnOp::get(spec.blockers_prefix(&dir), Some(newest(2, Some(below - 1)))),
+            ];
+            ops.extend(mark_read(spec, &dir));
             let resp = self
                 .inner
                 .call(
@@ -300,22 +333,13 @@ impl Queue for EtcdClient {
                     "read queue",
                     false,
                     move |mut c: etcd::KvClient| {
-                        let (k, d) = (k.clone(), d.clone());
-                        async move {
-                            c.txn(etcd::Txn::new().and_then([
-                                etcd::TxnOp::get(k, Some(etcd::GetOptions::new().with_keys_only())),
-                                etcd::TxnOp::get(d, Some(newest(2, Some(below - 1)))),
-                            ]))
-                            .await
-                        }
+                        let ops = ops.clone();
+                        async move { c.txn(etcd::Txn::new().and_then(ops)).await }
                     },
                 )
                 .await?;
             let seen_at = header_rev(resp.header());
-            let mut ranges = resp.op_responses().into_iter().filter_map(|r| match r {
-                etcd::TxnOpResponse::Get(g) => Some(g),
-                _ => None,
-            });
+            let mut ranges = gets(&resp);
             let mine = ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from));
             if mine.is_none_or(|kv| kv.create_rev != own_rev) {
                 return Err(own_gone());
@@ -328,6 +352,7 @@ impl Queue for EtcdClient {
                 None => {
                     return Ok(Position::First {
                         seen_at: seen_at as u64,
+                        mark: mark_of(ranges.next()),
                     });
                 }
                 Some(ahead) if spec.key_blocks(&dir, &ahead.key) => {
@@ -488,6 +513,54 @@ impl Queue for EtcdClient {
                 "the grant was lost; its key is gone",
             ))
         }
+    }
+
+    async fn release(&self, ticket: &Ticket, own: &QueueEntry) -> Result<()> {
+        if ticket.queue.lock_delay.is_none() {
+            return self.leave(ticket, Some(own)).await;
+        }
+        // The guarded delete of `leave`, and the release mark in the same `Txn`.
+        let k = ticket.locator.clone();
+        let mark = etcd::TxnOp::put(
+            release_mark_key(&self.queue_dir(&ticket.queue)),
+            ReleaseMark::Released {
+                entry: own.path.clone(),
+            }
+            .encode(),
+            None,
+        );
+        self.inner
+            .at_incarnation(
+                Counter::Write,
+                "release",
+                &k,
+                own.token.get() as i64,
+                vec![etcd::TxnOp::delete(k.clone(), None), mark],
+                vec![],
+            )
+            .await
+            .map(drop)
+    }
+
+    async fn write_release_mark(&self, queue: &QueueSpec, mark: &ReleaseMark) -> Result<()> {
+        let (k, v) = (release_mark_key(&self.queue_dir(queue)), mark.encode());
+        self.inner
+            .call(
+                Counter::Write,
+                "write release mark",
+                true,
+                move |mut c: etcd::KvClient| {
+                    let (k, v) = (k.clone(), v.clone());
+                    async move { c.put(k, v, None).await }
+                },
+            )
+            .await
+            .map(drop)
+    }
+
+    async fn release_mark(&self, queue: &QueueSpec) -> Result<Option<ReleaseMark>> {
+        let (_, kv) = read_key(&self.inner, &release_mark_key(&self.queue_dir(queue))).await?;
+        Ok(kv.and_then(|kv| ReleaseMark::decode(&kv.value)))
     }
 
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
     Admission, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
-    QueueSpec, Slot, Surveyed, Ticket,
+    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
 use coord_core::{FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -24,9 +24,19 @@ impl MemClient {
     }
 }
 
+/// Queue `dir`'s release mark, where `spec` has a lock-delay.
+fn mark_in(state: &State, dir: &str, spec: &QueueSpec) -> Option<ReleaseMark> {
+    spec.lock_delay?;
+    ReleaseMark::decode(&state.get(&release_mark_key(dir))?.value)
+}
+
 /// Where a contender of `spec` created at `own_rev` stands in its queue at `dir`.
 fn position_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Position {
     let seen_at = state.revision();
+    let first = || Position::First {
+        seen_at,
+        mark: mark_in(state, dir, spec),
+    };
     let entry = |(key, d): (&String, &KeyData)| QueueEntry {
         path: key.clone(),
         token: FencingToken(d.create_rev),
@@ -41,12 +51,12 @@ fn position_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Posi
         Admission::Permits(permits) if ahead.len() >= permits as usize => {
             Position::Among(ahead.into_iter().map(entry).collect())
         }
-        Admission::Permits(_) | Admission::Immediate => Position::First { seen_at },
+        Admission::Permits(_) | Admission::Immediate => first(),
         _ => {
-            let first = ahead.len() == 1;
+            let next = ahead.len() == 1;
             match ahead.pop() {
-                None => Position::First { seen_at },
-                Some(nearest) if first => Position::Next(entry(nearest)),
+                None => first(),
+                Some(nearest) if next => Position::Next(entry(nearest)),
                 Some(nearest) => Position::Behind(entry(nearest)),
             }
         }
@@ -175,6 +185,47 @@ impl Queue for MemClient {
                     s.delete(&locator);
                 }
                 _ => {}
+            })
+            .await
+    }
+
+    async fn release(&self, ticket: &Ticket, own: &QueueEntry) -> Result<()> {
+        if ticket.queue.lock_delay.is_none() {
+            return self.leave(ticket, Some(own)).await;
+        }
+        let session = ticket.session_id as u64;
+        let (locator, token) = (ticket.locator.clone(), own.token.get());
+        let mark_key = release_mark_key(&self.queue_dir(&ticket.queue));
+        let mark = ReleaseMark::Released {
+            entry: own.path.clone(),
+        }
+        .encode();
+        self.inner
+            .call_write(Counter::Txn, move |s| match s.get(&locator) {
+                Some(d) if d.owner == Some(session) && d.create_rev == token => {
+                    s.delete(&locator);
+                    s.put(&mark_key, mark, None);
+                }
+                _ => {}
+            })
+            .await
+    }
+
+    async fn write_release_mark(&self, queue: &QueueSpec, mark: &ReleaseMark) -> Result<()> {
+        let key = release_mark_key(&self.queue_dir(queue));
+        let mark = mark.encode();
+        self.inner
+            .call_write(Counter::Write, move |s| {
+                s.put(&key, mark, None);
+            })
+            .await
+    }
+
+    async fn release_mark(&self, queue: &QueueSpec) -> Result<Option<ReleaseMark>> {
+        let key = release_mark_key(&self.queue_dir(queue));
+        self.inner
+            .call(Counter::Read, move |s| {
+                s.get(&key).and_then(|d| ReleaseMark::decode(&d.value))
             })
             .await
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use coord_core::raw::{
     Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry,
-    QueueSpec, Slot, Surveyed, Ticket,
+    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use futures::stream::BoxStream;
@@ -109,6 +109,57 @@ async fn find_own(inner: &Inner, ticket: &Ticket) -> Result<Option<QueueEntry>> 
         token: FencingToken(s.czxid as u64),
         seen_at: 0,
     }))
+}
+
+/// The children of queue directory `dir` and, where `spec` has a lock-delay, its release
+/// mark (the directory node's data) in the same request (a `multiRead`).
+async fn children_and_mark(
+    inner: &Inner,
+    dir: &str,
+    spec: &QueueSpec,
+) -> Result<(Vec<String>, Option<ReleaseMark>)> {
+    if spec.lock_delay.is_none() {
+        return Ok((
+            crate::session::children(inner, dir, "list contenders").await?,
+            None,
+        ));
+    }
+    let d = dir.to_owned();
+    let results = inner
+        .call_mapped(Counter::Read, "list contenders", false, |zk| async move {
+            let mut reader = zk.new_multi_reader();
+            reader.add_get_data(&d)?;
+            reader.add_get_children(&d)?;
+            reader.commit().await
+        })
+        .await?;
+    let mut results = results.into_iter();
+    let mark = match results.next() {
+        Some(zk::MultiReadResult::Data { data, .. }) => ReleaseMark::decode(&data),
+        Some(zk::MultiReadResult::Error {
+            err: zk::Error::NoNode,
+        })
+        | None => None,
+        Some(zk::MultiReadResult::Error { err }) => return Err(map_at(err, "list contenders", false, dir)),
+        Some(other) => return Err(unexpected(other)),
+    };
+    let children = match results.next() {
+        Some(zk::MultiReadResult::Children { children }) => children,
+        Some(zk::MultiReadResult::Error {
+            err: zk::Error::NoNode,
+        })
+        | None => Vec::new(),
+        Some(zk::MultiReadResult::Error { err }) => return Err(map_at(err, "list contenders", false, dir)),
+        Some(other) => return Err(unexpected(other)),
+    };
+    Ok((children, mark))
+}
+
+fn unexpected(result: zk::MultiReadResult) -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        format!("unexpected multiRead result {result:?}"),
+    )
 }
 
 /// Reads the leader (first contender) of election directory `dir`; with `watch`, also
@@ -283,10 +334,8 @@ impl Queue for ZkClient {
     async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
         let dir = self.queue_dir(&ticket.queue);
         let spec = &ticket.queue;
-        let queue = in_order(
-            crate::session::children(&self.inner, &dir, "list contenders").await?,
-            spec,
-        );
+        let (children, mark) = children_and_mark(&self.inner, &dir, spec).await?;
+        let queue = in_order(children, spec);
         let name = own.path.rsplit('/').next().unwrap_or_default();
         let Some(i) = queue.iter().position(|(c, _)| c == name) else {
             return Err(own_gone());
@@ -297,10 +346,10 @@ impl Queue for ZkClient {
             seen_at: 0,
         };
         match spec.admission {
-            Admission::Immediate => return Ok(Position::First { seen_at: 0 }),
+            Admission::Immediate => return Ok(Position::First { seen_at: 0, mark }),
             Admission::Permits(permits) => {
                 return Ok(if i < permits as usize {
-                    Position::First { seen_at: 0 }
+                    Position::First { seen_at: 0, mark }
                 } else {
                     Position::Among(queue[..i].iter().map(|(c, _)| entry(c)).collect())
                 });
@@ -310,7 +359,7 @@ impl Queue for ZkClient {
         // The entries ahead this one waits for (a reader: the writers), nearest last.
         let mut blocking = queue[..i].iter().filter(|(_, class)| spec.waits_for(*class));
         let Some((ahead, _)) = blocking.next_back() else {
-            return Ok(Position::First { seen_at: 0 });
+            return Ok(Position::First { seen_at: 0, mark });
         };
         let ahead = entry(ahead);
         // Sequence numbers only grow: once the only entry this one waits for is gone,
@@ -447,6 +496,72 @@ impl Queue for ZkClient {
         match deleted {
             Ok(()) | Err(zk::Error::NoNode) => Ok(()),
             Err(e) => Err(map_at(e, "delete contender", true, &own.path)),
+        }
+    }
+
+    async fn release(&self, ticket: &Ticket, own: &QueueEntry) -> Result<()> {
+        if ticket.queue.lock_delay.is_none() {
+            return self.leave(ticket, Some(own)).await;
+        }
+        // The delete of `leave`, and the release mark (the directory's data) in the same
+        // `multi`.
+        let (dir, path) = (self.queue_dir(&ticket.queue), own.path.clone());
+        let mark = ReleaseMark::Released {
+            entry: own.path.clone(),
+        }
+        .encode();
+        let released = self
+            .inner
+            .call(Counter::Txn, "release contender", true, |zk| async move {
+                let mut writer = zk.new_multi_writer();
+                writer.add_set_data(&dir, &mark, None)?;
+                writer.add_delete(&path, None)?;
+                Ok(writer.commit().await)
+            })
+            .await?
+            .map_err(|e| map_at(e, "release contender", true, &own.path))?;
+        match released {
+            // The directory or the node is gone: so is the node.
+            Ok(_)
+            | Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode,
+                ..
+            }) => Ok(()),
+            Err(zk::MultiWriteError::OperationFailed { source, .. })
+            | Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Err(map_at(source, "release contender", true, &own.path))
+            }
+        }
+    }
+
+    async fn write_release_mark(&self, queue: &QueueSpec, mark: &ReleaseMark) -> Result<()> {
+        let (dir, mark) = (self.queue_dir(queue), mark.encode());
+        let d = dir.clone();
+        let written = self
+            .inner
+            .call(Counter::Write, "write release mark", true, |zk| async move {
+                zk.set_data(&d, &mark, None).await
+            })
+            .await?;
+        match written {
+            Ok(_) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(map_at(e, "write release mark", true, &dir)),
+        }
+    }
+
+    async fn release_mark(&self, queue: &QueueSpec) -> Result<Option<ReleaseMark>> {
+        let dir = self.queue_dir(queue);
+        let d = dir.clone();
+        let read = self
+            .inner
+            .call(Counter::Read, "read release mark", false, |zk| async move {
+                zk.get_data(&d).await
+            })
+            .await?;
+        match read {
+            Ok((data, _)) => Ok(ReleaseMark::decode(&data)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map_at(e, "read release mark", false, &dir)),
         }
     }
 

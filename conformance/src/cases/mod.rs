@@ -17,6 +17,7 @@ pub mod histories;
 pub mod input;
 pub mod inspect;
 pub mod lock;
+pub mod lock_delay;
 pub mod outside_recipe;
 pub mod queue;
 pub mod registry;
@@ -355,6 +356,14 @@ pub fn all() -> Vec<Case> {
         case!(fencing::is_current_follows_the_grant, KILL),
         case!(fencing::is_current_false_marks_the_guard_lost, OPERATOR),
         case!(fencing::fence_failure_takes_precedence),
+        case!(lock_delay::release_hands_over_at_once),
+        case!(lock_delay::deleted_holder_holds_off, OPERATOR),
+        case!(
+            lock_delay::without_it_a_deleted_holder_hands_over_at_once,
+            OPERATOR
+        ),
+        case!(lock_delay::killed_leader_holds_off, KILL),
+        case!(lock_delay::deleted_lease_holds_off, OPERATOR),
         case!(election::sole_candidate_leads),
         case!(election::no_leader_when_empty),
         case!(election::resign_hands_over),

@@ -17,7 +17,9 @@ use crate::fencing::Fence;
 use crate::hold::{EntryGone, HoldState, HoldWatch};
 use crate::metrics;
 use crate::raw::mutants::{self, Mutant};
-use crate::raw::{Admission, Backend, Backoff, Joined, Position, QueueEntry, QueueSpec, Slot, Ticket};
+use crate::raw::{
+    Admission, Backend, Backoff, Joined, Position, QueueEntry, QueueSpec, ReleaseMark, Slot, Ticket,
+};
 use crate::session::{SessionState, SessionStatus};
 
 /// A granted turn: the contender, its fence and its hold state.
@@ -54,6 +56,10 @@ pub(crate) struct Contender {
     joining: Option<Joining>,
     turn: Turn,
     settled: bool,
+    /// Whether the entry was granted: its removal is then a release
+    /// ([`Queue::release`](crate::raw::Queue::release)), which marks it as one where
+    /// the queue has a lock-delay.
+    granted: bool,
 }
 
 impl Contender {
@@ -130,6 +136,7 @@ impl Contender {
     /// A refusal retrying cannot change.
     pub(crate) async fn leave_soon(mut self) -> Result<()> {
         let attempt = match (&self.joining, &self.own) {
+            (None, Some(own)) if self.granted => self.backend.release(&self.ticket, own).await,
             (None, Some(own)) => self.backend.leave(&self.ticket, Some(own)).await,
             _ => Err(Error::new(ErrorKind::Unavailable, "the join is still under way")),
         };
@@ -154,6 +161,7 @@ impl Contender {
             own: self.own.take(),
             joining: self.joining.take(),
             turn: self.turn.clone(),
+            granted: self.granted,
         }
     }
 }
@@ -180,6 +188,7 @@ struct Removal {
     own: Option<QueueEntry>,
     joining: Option<Joining>,
     turn: Turn,
+    granted: bool,
 }
 
 impl Removal {
@@ -194,6 +203,7 @@ impl Removal {
             own,
             joining,
             turn,
+            granted,
         } = self;
         let own = match joining {
             // A join that failed or was cut off may still have made the entry: it is
@@ -206,7 +216,10 @@ impl Removal {
                 .map(|joined| joined.own),
             None => own,
         };
-        let result = remove_until_gone(&*backend, &ticket, own.as_ref()).await;
+        let result = match own.as_ref() {
+            Some(own) if granted => release_until_gone(&*backend, &ticket, own).await,
+            own => remove_until_gone(&*backend, &ticket, own).await,
+        };
         match &result {
             Ok(()) => release_turn(&turn),
             Err(e) => {
@@ -333,6 +346,23 @@ pub(crate) async fn remove_until_gone(
     .await
 }
 
+/// Removes a granted entry `own` as a release
+/// ([`Queue::release`](crate::raw::Queue::release)), as [`remove_until_gone`] does.
+///
+/// # Errors
+///
+/// Only errors retrying cannot help.
+///
+/// # Cancel safety
+///
+/// If dropped, the entry may remain until its session ends.
+async fn release_until_gone(backend: &dyn Backend, ticket: &Ticket, own: &QueueEntry) -> Result<()> {
+    removal::until_gone(backend.session(), ticket.generation, &ticket.locator, || {
+        backend.release(ticket, own)
+    })
+    .await
+}
+
 /// Joins `queue` with `value` and, if `wait`, waits until first; without `wait`, gives
 /// up (removing the entry) when someone is ahead. Herd-free: only the entry immediately
 /// ahead is watched.
@@ -377,6 +407,7 @@ pub(crate) async fn acquire(
         own: None,
         turn,
         settled: false,
+        granted: false,
     };
     let joined = join(&mut contender, &mut session, generation, wait).await?;
     contender.own = Some(joined.own.clone());
@@ -407,6 +438,7 @@ pub(crate) async fn acquire(
             }
         },
     );
+    contender.granted = true;
     if hold.peek() == HoldState::Lost {
         // Gone with its session already: the turn is free (the entry is gone).
         release_turn(&contender.turn);
@@ -552,6 +584,10 @@ async fn wait_until_first(
     let label = contender.ticket.queue.label;
     let mut waited = false;
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    // Lock-delay: the entries this contender last waited for (gone by the time it is
+    // first), and whether it has held off already.
+    let mut awaited: Vec<String> = Vec::new();
+    let mut held_off = false;
     loop {
         let position = match known.take() {
             Some(p) => p,
@@ -583,8 +619,17 @@ async fn wait_until_first(
         };
         let next = matches!(position, Position::Next(_));
         let gone = match position {
-            Position::First { seen_at } => {
+            Position::First { seen_at, mark } => {
                 own.seen_at = seen_at;
+                if let Some(delay) = contender.ticket.queue.lock_delay
+                    && !held_off
+                    && let Some(vanished) = vanished(&awaited, mark.as_ref())
+                {
+                    held_off = true;
+                    hold_off(contender, own, vanished, delay, session).await?;
+                    // Read again: the entry must still be there, and first.
+                    continue;
+                }
                 return Ok(Some(waited));
             }
             Position::Behind(_) | Position::Next(_) | Position::Among(_) if !wait => return Ok(None),
@@ -596,6 +641,7 @@ async fn wait_until_first(
             }
             // Any of them gone: read again (the backend counts what is left).
             Position::Among(ahead) => {
+                awaited = ahead.iter().map(|e| e.path.clone()).collect();
                 let any_gone =
                     futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
                 in_session(session, generation, async { any_gone.await.map(drop) }).await
@@ -606,6 +652,7 @@ async fn wait_until_first(
             // read is kept even right behind the first entry (`Position::Next`), where
             // nothing else could be ahead any more.
             Position::Behind(ahead) | Position::Next(ahead) => {
+                awaited = vec![ahead.path.clone()];
                 in_session(session, generation, backend.wait_gone(&ahead)).await
             }
         };
@@ -614,7 +661,10 @@ async fn wait_until_first(
                 woken(core, label);
                 waited = true;
                 if next && mutants::active(Mutant::OwnEntryUnchecked) {
-                    known = Some(Position::First { seen_at: own.seen_at });
+                    known = Some(Position::First {
+                        seen_at: own.seen_at,
+                        mark: None,
+                    });
                 }
             }
             Err(e) if transient(&e) => {
@@ -625,6 +675,66 @@ async fn wait_until_first(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Lock-delay: of the entries a contender waited for (all gone now that it is first),
+/// the one that went without a release, if none of them did by one — `mark` (the
+/// queue's [`ReleaseMark`], read with the position) names the entry a release removed.
+/// `None` when it waited for nothing (the queue was free when it joined).
+fn vanished<'a>(awaited: &'a [String], mark: Option<&ReleaseMark>) -> Option<&'a str> {
+    let first = awaited.first()?;
+    if mark.is_some_and(|m| awaited.iter().any(|e| m.released(e))) {
+        return None;
+    }
+    Some(first)
+}
+
+/// Lock-delay: holds off for `delay` after `vanished` (the entry this contender waited
+/// for) went without a release, counting from now — when this contender saw it gone,
+/// no earlier than its holder was last known alive. Records why in the queue's mark for
+/// inspectors, within the delay (a mark that cannot be written only hides the wait).
+///
+/// # Errors
+///
+/// `SessionLost` when the session ends meanwhile (the entry goes with it).
+async fn hold_off(
+    contender: &Contender,
+    own: &QueueEntry,
+    vanished: &str,
+    delay: Duration,
+    session: &mut watch::Receiver<SessionStatus>,
+) -> Result<()> {
+    let backend = &contender.backend;
+    let queue = &contender.ticket.queue;
+    let until = std::time::SystemTime::now() + delay;
+    let until_ms = until
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default();
+    tracing::info!(
+        entry = %vanished,
+        delay_ms = delay.as_millis() as u64,
+        "coord.lock_delay: the entry ahead went without a release; holding off"
+    );
+    metrics::lock_delay(backend.kind(), queue.label);
+    let mark = ReleaseMark::Vanished {
+        entry: vanished.to_owned(),
+        waiter: own.path.clone(),
+        until_ms,
+    };
+    let record = async {
+        if let Err(e) = tokio::time::timeout(delay, backend.write_release_mark(queue, &mark))
+            .await
+            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout, "no answer within the lock-delay")))
+        {
+            tracing::debug!(error = %e, "coord.lock_delay_mark_not_written");
+        }
+    };
+    let wait = async {
+        tokio::join!(tokio::time::sleep(delay), record);
+        Ok(())
+    };
+    in_session(session, contender.ticket.generation, wait).await
 }
 
 /// Counts a waiting contender's wake-up ([`Stats::wakeups`](crate::Stats::wakeups), and

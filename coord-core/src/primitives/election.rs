@@ -267,6 +267,84 @@ pub(crate) fn queue(name: &str) -> QueueSpec {
     )
 }
 
+/// How [`Client::campaign_with`] campaigns.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use coord_core::CampaignOptions;
+/// let options = CampaignOptions::new().lock_delay(Duration::from_secs(5));
+/// assert_eq!(options.lock_delay, Some(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CampaignOptions {
+    /// Lock-delay: when the leader ahead goes without resigning (its session expired,
+    /// its entry deleted), this candidate becomes leader only after this long; after a
+    /// resignation at once. As
+    /// [`Client::lock_with`](crate::Client::lock_with#lock-delay) describes, including
+    /// what it does not cover. `None` (the default): no delay.
+    pub lock_delay: Option<std::time::Duration>,
+}
+
+impl CampaignOptions {
+    /// No lock-delay.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With lock-delay `delay` ([`CampaignOptions::lock_delay`]); zero is none.
+    pub fn lock_delay(mut self, delay: std::time::Duration) -> Self {
+        self.lock_delay = Some(delay).filter(|d| !d.is_zero());
+        self
+    }
+}
+
+impl Client {
+    /// As [`Election::campaign`], with `options` (a lock-delay).
+    ///
+    /// # Errors
+    ///
+    /// As [`Election::campaign`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Election::campaign`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> coord_core::Result<()> {
+    /// use std::time::Duration;
+    /// use coord_core::CampaignOptions;
+    /// let client = coord_mem::connect("mem://campaign-with-doc")?;
+    /// let options = CampaignOptions::new().lock_delay(Duration::from_secs(5));
+    /// let leadership = client.campaign_with("scheduler", b"node-1".to_vec(), options).await?;
+    /// leadership.resign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn campaign_with(
+        &self,
+        name: &str,
+        value: impl Into<Vec<u8>>,
+        options: CampaignOptions,
+    ) -> Result<Leadership> {
+        let value = value.into();
+        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
+        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
+        let span = tracing::debug_span!("coord.campaign", backend = self.kind(), name);
+        let queue = queue(name).with_lock_delay(options.lock_delay);
+        let grant = acquire(self, queue, value.clone(), true)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("campaign"))?
+            .ok_or_else(|| no_grant("campaign"))?;
+        Ok(Leadership::new(name, value, grant))
+    }
+}
+
 #[async_trait]
 impl Election for Client {
     async fn campaign<V>(&self, name: &str, value: V) -> Result<Leadership>
@@ -274,16 +352,7 @@ impl Election for Client {
         V: Into<Vec<u8>> + Send,
         Self: Sized,
     {
-        let value = value.into();
-        validate_name("election name", name).map_err(|e| e.with_operation("campaign"))?;
-        validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
-        let span = tracing::debug_span!("coord.campaign", backend = self.kind(), name);
-        let grant = acquire(self, queue(name), value.clone(), true)
-            .instrument(span)
-            .await
-            .map_err(|e| e.with_operation("campaign"))?
-            .ok_or_else(|| no_grant("campaign"))?;
-        Ok(Leadership::new(name, value, grant))
+        self.campaign_with(name, value, CampaignOptions::new()).await
     }
 
     async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {

@@ -206,6 +206,23 @@ pub struct RecipeView {
     pub plan: Option<Vec<u8>>,
     /// A two-phase commit's decision, as stored (`commit:…`, `abort:…`), if made.
     pub decision: Option<Vec<u8>>,
+    /// A lock, read/write lock, semaphore or election whose next contender is holding
+    /// off under lock-delay ([`LockOptions::lock_delay`](crate::LockOptions::lock_delay))
+    /// now: who, after which vanished entry, until when. That contender is listed first
+    /// among the waiters, not as a holder.
+    pub lock_delay: Option<LockDelayView>,
+}
+
+/// A contender holding off under lock-delay, as [`Client::inspect`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockDelayView {
+    /// The waiting contender's name on the server, relative to the namespace (as
+    /// [`Participant::path`]).
+    pub waiter: String,
+    /// The name of the entry that went without a release (its last path segment).
+    pub vanished: String,
+    /// When the waiter takes its grant, by the waiter's clock.
+    pub until: SystemTime,
 }
 
 impl RecipeView {
@@ -219,6 +236,7 @@ impl RecipeView {
             depth: None,
             plan: None,
             decision: None,
+            lock_delay: None,
         }
     }
 }
@@ -393,6 +411,7 @@ impl Client {
                 view.holders = participants;
             }
         }
+        self.lock_delay(view).await?;
         match view.kind {
             RecipeKind::Queue => {
                 let items = self.list(&format!("{}/items", view.name)).await?;
@@ -407,6 +426,45 @@ impl Client {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Reads the release mark of a queue-based recipe: a contender holding off under
+    /// lock-delay now moves from the holders to the head of the waiters.
+    async fn lock_delay(&self, view: &mut RecipeView) -> Result<()> {
+        let queue = match view.kind {
+            RecipeKind::Lock => crate::primitives::lock::queue(&view.name),
+            RecipeKind::RwLock => crate::primitives::rw_lock::queue(&view.name, true),
+            RecipeKind::Semaphore => crate::primitives::semaphore::lease_queue(&view.name, 1),
+            RecipeKind::Election => crate::primitives::election::queue(&view.name),
+            _ => return Ok(()),
+        };
+        if view.holders.is_empty() {
+            return Ok(());
+        }
+        let Some(crate::raw::ReleaseMark::Vanished {
+            entry,
+            waiter,
+            until_ms,
+        }) = self.backend().release_mark(&queue).await?
+        else {
+            return Ok(());
+        };
+        let until = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(until_ms);
+        if until <= SystemTime::now() {
+            return Ok(());
+        }
+        let backend = self.backend();
+        let Some(i) = view.holders.iter().position(|p| backend.path(&p.path) == waiter) else {
+            return Ok(());
+        };
+        let p = view.holders.remove(i);
+        view.lock_delay = Some(LockDelayView {
+            waiter: p.path.clone(),
+            vanished: entry.rsplit('/').next().unwrap_or_default().to_owned(),
+            until,
+        });
+        view.waiters.insert(0, p);
         Ok(())
     }
 

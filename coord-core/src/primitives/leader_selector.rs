@@ -17,7 +17,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::{Fence, FencingToken};
 use crate::hold::{HoldState, HoldWatch};
 use crate::name::{validate_name, validate_value};
-use crate::primitives::election::Election;
+use crate::primitives::election::CampaignOptions;
 use crate::raw::Backoff;
 
 /// What the leader's work gets for one term: the term's token and fence, the value, and
@@ -193,6 +193,26 @@ impl Client {
         F: FnMut(Leading) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        self.lead_with(name, value, CampaignOptions::new(), work)
+    }
+
+    /// As [`Client::lead`], campaigning with `options` (a lock-delay: see
+    /// [`CampaignOptions::lock_delay`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lead`].
+    pub fn lead_with<F, Fut>(
+        &self,
+        name: &str,
+        value: impl Into<Vec<u8>>,
+        options: CampaignOptions,
+        work: F,
+    ) -> Result<LeaderSelector>
+    where
+        F: FnMut(Leading) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let value = value.into();
         validate_name("election name", name).map_err(|e| e.with_operation("lead"))?;
         validate_value("leader value", &value).map_err(|e| e.with_operation("lead"))?;
@@ -210,7 +230,7 @@ impl Client {
         let run = select_loop(
             self.clone(),
             name.to_owned(),
-            value,
+            (value, options),
             work,
             stop_rx,
             state_tx,
@@ -276,7 +296,7 @@ const SHORT_TERM: Duration = Duration::from_millis(100);
 async fn select_loop<F, Fut>(
     client: Client,
     name: String,
-    value: Vec<u8>,
+    (value, options): (Vec<u8>, CampaignOptions),
     mut work: F,
     mut stop: watch::Receiver<bool>,
     state: watch::Sender<SelectorState>,
@@ -292,7 +312,7 @@ where
         state.send_replace(SelectorState::Campaigning);
         let leadership = tokio::select! {
             _ = stopped(&mut stop) => break Ok(()),
-            r = client.campaign(&name, value.clone()) => match r {
+            r = client.campaign_with(&name, value.clone(), options.clone()) => match r {
                 Ok(l) => l,
                 Err(e) if e.kind() == ErrorKind::Closed => break Ok(()),
                 Err(e) if e.is_retryable() => {

@@ -128,6 +128,49 @@ pub struct LockHolder {
     pub holder: Vec<u8>,
 }
 
+/// How [`Client::lock_with`](crate::Client::lock_with) takes a lock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use coord_core::LockOptions;
+/// let options = LockOptions::new().holder("host-a:41").lock_delay(Duration::from_secs(5));
+/// assert_eq!(options.lock_delay, Some(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// Stored in the contender's entry, as [`Lock::lock_as`] does; empty by default.
+    pub holder: Vec<u8>,
+    /// Lock-delay (Chubby's, Consul's): when the holder ahead goes without releasing —
+    /// its session expired, or an operator deleted its entry — this contender takes the
+    /// lock only after this long, counted from when it saw the holder gone (which is no
+    /// earlier than the holder was last known alive), so that what the vanished holder
+    /// still had in flight can land first. A release hands over at once. `None` (the
+    /// default): no delay. See [Lock-delay](crate::Client::lock_with#lock-delay).
+    pub lock_delay: Option<std::time::Duration>,
+}
+
+impl LockOptions {
+    /// No holder, no lock-delay.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With `holder` stored in the entry ([`LockOptions::holder`]).
+    pub fn holder(mut self, holder: impl Into<Vec<u8>>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// With lock-delay `delay` ([`LockOptions::lock_delay`]); zero is none.
+    pub fn lock_delay(mut self, delay: std::time::Duration) -> Self {
+        self.lock_delay = Some(delay).filter(|d| !d.is_zero());
+        self
+    }
+}
+
 /// A held lock. Dropping it releases the lock in the background; prefer
 /// [`LockGuard::release`], which waits for the outcome.
 ///
@@ -362,6 +405,98 @@ macro_rules! guard_type {
 pub(crate) use guard_type;
 
 impl crate::Client {
+    /// As [`Lock::lock`], with `options`: a holder stored in the entry, and an optional
+    /// lock-delay.
+    ///
+    /// # Lock-delay
+    ///
+    /// With [`LockOptions::lock_delay`], a contender whose turn comes because the
+    /// holder ahead *vanished* — its session expired (a crash, a pause, a partition) or
+    /// someone deleted its entry — holds off for the delay before it takes the lock; a
+    /// holder that *releases* hands over at once. The release says so in the same
+    /// request that removes its entry (a mark in the queue: on ZooKeeper the lock
+    /// directory's data, on etcd the key `<namespace>/locks/<name>~lock-delay`), and
+    /// the waiter reads the mark in the read that finds it first: a clean hand-over
+    /// costs no extra request. A waiter that holds off writes why and until when into
+    /// the same mark, which `coord inspect` shows.
+    ///
+    /// What it covers, and what not:
+    /// - Set it on every coord contender of the name: a coord holder without it
+    ///   releases without the mark, and a waiter with it then holds off as if the
+    ///   holder had vanished (the safe side). The same for holders that are not coord
+    ///   (Curator's `InterProcessMutex`, kazoo's `Lock`, Go's `concurrency.Mutex`):
+    ///   they never write the mark, so a coord waiter holds off after each of their
+    ///   releases; and they do not read it, so they take the lock at once after a
+    ///   vanished holder, as they always do.
+    /// - The delay is kept by the contenders waiting when the holder vanished. One
+    ///   that arrives after the entry is gone, with nobody waiting, finds the lock free
+    ///   and takes it at once: no one saw the holder go.
+    /// - When several entries go at once (a semaphore's leases), a waiter may hold off
+    ///   after a release it could not tell from a vanishing (the safe side).
+    /// - It is a courtesy to resources that cannot check a fencing token, not a
+    ///   guarantee: a holder paused for longer than its session and the delay still
+    ///   writes late. Fence what you can ([`LockGuard::fence`], the `coord-fence`
+    ///   gates).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock_as`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`]; a contender dropped while it holds off leaves no entry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+    /// use std::time::Duration;
+    /// use coord_core::LockOptions;
+    /// let options = LockOptions::new().lock_delay(Duration::from_secs(2));
+    /// let guard = client.lock_with("jobs/nightly", options.clone()).await?;
+    /// guard.release().await?;
+    /// // Released, not vanished: the next contender takes it at once.
+    /// let again = client.lock_with("jobs/nightly", options).await?;
+    /// again.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
+        self.lock_with_options(name, options, true, "lock")
+            .await?
+            .ok_or_else(|| no_grant("lock"))
+    }
+
+    /// As [`Lock::try_lock`], with `options` ([`Client::lock_with`](crate::Client::lock_with)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_lock_as`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
+        self.lock_with_options(name, options, false, "try_lock").await
+    }
+
+    async fn lock_with_options(
+        &self,
+        name: &str,
+        options: LockOptions,
+        wait: bool,
+        op: &'static str,
+    ) -> Result<Option<LockGuard>> {
+        validate_name("lock name", name).map_err(|e| e.with_operation(op))?;
+        validate_value("lock holder", &options.holder).map_err(|e| e.with_operation(op))?;
+        let span = tracing::debug_span!("coord.lock", backend = self.kind(), name, op);
+        let queue = queue(name).with_lock_delay(options.lock_delay);
+        let grant = acquire(self, queue, options.holder, wait)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation(op))?;
+        Ok(grant.map(|g| LockGuard::new(name, g)))
+    }
+
     /// Asks the holder of lock `name` to let it go (Curator's `Revoker.attemptRevoke`):
     /// marks the holder's entry with `__REVOKE__`, which a holder watching
     /// [`LockGuard::revocation_requested`] (or a Curator mutex made revocable) sees.
@@ -434,16 +569,7 @@ impl Lock for Client {
         V: Into<Vec<u8>> + Send,
         Self: Sized,
     {
-        let holder = holder.into();
-        validate_name("lock name", name).map_err(|e| e.with_operation("lock"))?;
-        validate_value("lock holder", &holder).map_err(|e| e.with_operation("lock"))?;
-        let span = tracing::debug_span!("coord.lock", backend = self.kind(), name);
-        let grant = acquire(self, queue(name), holder, true)
-            .instrument(span)
-            .await
-            .map_err(|e| e.with_operation("lock"))?
-            .ok_or_else(|| no_grant("lock"))?;
-        Ok(LockGuard::new(name, grant))
+        self.lock_with(name, LockOptions::new().holder(holder)).await
     }
 
     async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
@@ -451,15 +577,7 @@ impl Lock for Client {
         V: Into<Vec<u8>> + Send,
         Self: Sized,
     {
-        let holder = holder.into();
-        validate_name("lock name", name).map_err(|e| e.with_operation("try_lock"))?;
-        validate_value("lock holder", &holder).map_err(|e| e.with_operation("try_lock"))?;
-        let span = tracing::debug_span!("coord.try_lock", backend = self.kind(), name);
-        let grant = acquire(self, queue(name), holder, false)
-            .instrument(span)
-            .await
-            .map_err(|e| e.with_operation("try_lock"))?;
-        Ok(grant.map(|g| LockGuard::new(name, g)))
+        self.try_lock_with(name, LockOptions::new().holder(holder)).await
     }
 
     async fn holder(&self, name: &str) -> Result<Option<LockHolder>> {

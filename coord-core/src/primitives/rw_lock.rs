@@ -68,6 +68,8 @@ pub struct RwLock {
     name: String,
     /// The value of each entry this handle makes (see [`RwLock::with_holder`]).
     holder: Vec<u8>,
+    /// See [`RwLock::with_lock_delay`].
+    lock_delay: Option<std::time::Duration>,
 }
 
 impl Client {
@@ -82,6 +84,7 @@ impl Client {
             client: self.clone(),
             name: name.to_owned(),
             holder: Vec::new(),
+            lock_delay: None,
         })
     }
 }
@@ -119,6 +122,16 @@ impl RwLock {
         validate_value("read/write lock holder", &holder).map_err(|e| e.with_operation("rw_lock"))?;
         self.holder = holder;
         Ok(self)
+    }
+
+    /// The same lock, whose holds from now on keep lock-delay `delay`: a reader or
+    /// writer whose turn comes because the hold ahead vanished (session expired, entry
+    /// deleted) takes it only after `delay`; after a release at once. As
+    /// [`Client::lock_with`](crate::Client::lock_with#lock-delay) describes, including
+    /// what it does not cover. Zero is none.
+    pub fn with_lock_delay(mut self, delay: std::time::Duration) -> RwLock {
+        self.lock_delay = Some(delay).filter(|d| !d.is_zero());
+        self
     }
 }
 
@@ -235,7 +248,8 @@ impl RwLock {
 
     async fn acquire(&self, write: bool, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {
         let span = tracing::debug_span!("coord.rw_lock", backend = self.client.kind(), name = %self.name, op);
-        let grant = acquire(&self.client, queue(&self.name, write), self.holder.clone(), wait)
+        let queue = queue(&self.name, write).with_lock_delay(self.lock_delay);
+        let grant = acquire(&self.client, queue, self.holder.clone(), wait)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation(op))?;

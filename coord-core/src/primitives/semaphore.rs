@@ -76,6 +76,8 @@ pub struct Semaphore {
     permits: u32,
     /// Who holds the leases this handle takes (see [`Semaphore::with_holder`]).
     holder: Vec<u8>,
+    /// See [`Semaphore::with_lock_delay`].
+    lock_delay: Option<std::time::Duration>,
 }
 
 impl Client {
@@ -99,6 +101,7 @@ impl Client {
             name: name.to_owned(),
             permits,
             holder: Vec::new(),
+            lock_delay: None,
         })
     }
 }
@@ -142,6 +145,17 @@ impl Semaphore {
         validate_value("semaphore holder", &holder).map_err(|e| e.with_operation("semaphore"))?;
         self.holder = holder;
         Ok(self)
+    }
+
+    /// The same semaphore, whose acquisitions from now on keep lock-delay `delay`: a
+    /// lease that frees because its holder vanished (session expired, entry deleted)
+    /// is taken by a waiter only after `delay`; a released lease at once. As
+    /// [`Client::lock_with`](crate::Client::lock_with#lock-delay) describes, including
+    /// what it does not cover; with several leases going at once, a waiter may hold off
+    /// after a release it could not tell from a vanishing. Zero is none.
+    pub fn with_lock_delay(mut self, delay: std::time::Duration) -> Semaphore {
+        self.lock_delay = Some(delay).filter(|d| !d.is_zero());
+        self
     }
 
     /// A lease's value: the permit count, then the holder on a line of its own.
@@ -263,7 +277,7 @@ impl Semaphore {
     }
 
     async fn take_inner(&self, wait: bool) -> Result<Option<Lease>> {
-        let leases = lease_queue(&self.name, self.permits);
+        let leases = lease_queue(&self.name, self.permits).with_lock_delay(self.lock_delay);
         if !wait {
             return self.try_take(leases).await;
         }

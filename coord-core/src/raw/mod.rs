@@ -55,5 +55,5 @@ pub use instances::{InstanceStore, RegistryStore};
 pub use kv::{KvStore, batched, version, version_mismatch, version_parts};
 pub use queue::{
     Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
-    Slot, Surveyed, Ticket,
+    ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };

@@ -89,6 +89,13 @@ pub struct QueueSpec {
     pub class: usize,
     /// When one of its entries holds the grant.
     pub admission: Admission,
+    /// Lock-delay: how long a contender holds off after the entry it waited for went
+    /// without a release (its session ended, or someone else deleted it). `None` (the
+    /// default): no delay, and the backends neither write nor read a [`ReleaseMark`].
+    /// With a delay, a holder's removal writes [`ReleaseMark::Released`] in the same
+    /// request ([`Queue::release`]), and the read that finds a contender first returns
+    /// the queue's mark with it ([`Position::First`]).
+    pub lock_delay: Option<std::time::Duration>,
 }
 
 impl QueueSpec {
@@ -106,7 +113,15 @@ impl QueueSpec {
             classes,
             class: 0,
             admission,
+            lock_delay: None,
         }
+    }
+
+    /// The same queue with lock-delay `delay` (see [`QueueSpec::lock_delay`]); a zero
+    /// delay is none.
+    pub fn with_lock_delay(mut self, delay: Option<std::time::Duration>) -> Self {
+        self.lock_delay = delay.filter(|d| !d.is_zero());
+        self
     }
 
     /// The same queue, for a contender whose entries are of class `class` (an index into
@@ -254,6 +269,10 @@ pub enum Position {
     First {
         /// As [`QueueEntry::seen_at`].
         seen_at: u64,
+        /// With [`QueueSpec::lock_delay`]: the queue's [`ReleaseMark`], read in the same
+        /// request (`None`: there is none, or the queue has no lock-delay, or the read
+        /// was the join's).
+        mark: Option<ReleaseMark>,
     },
     /// Behind this entry, the one immediately ahead.
     Behind(QueueEntry),
@@ -264,6 +283,83 @@ pub enum Position {
     /// With [`Admission::Permits`], `permits` or more entries ahead, these: once any of
     /// them is gone, read again.
     Among(Vec<QueueEntry>),
+}
+
+/// What a queue with lock-delay ([`QueueSpec::lock_delay`]) keeps about its last
+/// holder, in one place per queue (ZooKeeper: the directory node's data; etcd and mem:
+/// the key `<dir>~lock-delay`, outside every queue's range, as `~` is in no name). Its
+/// bytes are one line of text, so `zkCli get` and `etcdctl get` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseMark {
+    /// The holder `entry` (a backend path) released: written in the same request as
+    /// the entry's removal, so a waiter that finds this mark naming the entry it waited
+    /// for knows the entry went by a release.
+    Released {
+        /// The released entry's backend path.
+        entry: String,
+    },
+    /// The entry `entry` went without a release, and the contender `waiter` holds off
+    /// until `until_ms` (milliseconds since the Unix epoch, the waiter's clock): written
+    /// by the waiter, for inspectors (`coord inspect`).
+    Vanished {
+        /// The vanished entry's backend path.
+        entry: String,
+        /// The waiting contender's backend path.
+        waiter: String,
+        /// When the waiter takes the grant, in milliseconds since the Unix epoch.
+        until_ms: u64,
+    },
+}
+
+impl ReleaseMark {
+    const TAG: &'static str = "coord-lock-delay/1";
+
+    /// The mark's bytes: `coord-lock-delay/1 released <entry>` or
+    /// `coord-lock-delay/1 vanished <entry> <waiter> <until_ms>`.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ReleaseMark::Released { entry } => format!("{} released {entry}", Self::TAG),
+            ReleaseMark::Vanished {
+                entry,
+                waiter,
+                until_ms,
+            } => format!("{} vanished {entry} {waiter} {until_ms}", Self::TAG),
+        }
+        .into_bytes()
+    }
+
+    /// The mark in `bytes`, if they are one (anything else — an empty directory node,
+    /// another client's data — is none).
+    pub fn decode(bytes: &[u8]) -> Option<ReleaseMark> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut words = text.split(' ');
+        if words.next()? != Self::TAG {
+            return None;
+        }
+        let mark = match (words.next()?, words.next(), words.next(), words.next()) {
+            ("released", Some(entry), None, None) => ReleaseMark::Released {
+                entry: entry.to_owned(),
+            },
+            ("vanished", Some(entry), Some(waiter), Some(until)) => ReleaseMark::Vanished {
+                entry: entry.to_owned(),
+                waiter: waiter.to_owned(),
+                until_ms: until.parse().ok()?,
+            },
+            _ => return None,
+        };
+        words.next().is_none().then_some(mark)
+    }
+
+    /// Whether this mark says `entry` went by a release.
+    pub fn released(&self, entry: &str) -> bool {
+        matches!(self, ReleaseMark::Released { entry: e } if e == entry)
+    }
+}
+
+/// Where a queue's [`ReleaseMark`] is kept in layouts that name entries by key (etcd,
+/// mem): `<dir>~lock-delay`, for the queue's absolute directory `dir`.
+pub fn release_mark_key(dir: &str) -> String {
+    format!("{dir}~lock-delay")
 }
 
 /// What [`Queue::join`] returns.
@@ -405,6 +501,52 @@ pub trait Queue: Send + Sync {
     ///
     /// If dropped, the removal may or may not have happened.
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()>;
+
+    /// One attempt to remove a holder's entry `own`, as [`Queue::leave`]; with
+    /// [`QueueSpec::lock_delay`], the same request also writes
+    /// [`ReleaseMark::Released`] naming `own` (lock-delay: a waiter that finds it holds
+    /// no delay). Without a lock-delay, or by default, it is [`Queue::leave`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Queue::leave`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Queue::leave`].
+    async fn release(&self, ticket: &Ticket, own: &QueueEntry) -> Result<()> {
+        self.leave(ticket, Some(own)).await
+    }
+
+    /// Writes `mark` as `queue`'s [`ReleaseMark`] (a waiter holding off records why, for
+    /// inspectors). Nothing is written when the queue's directory is gone. By default,
+    /// nothing is written.
+    ///
+    /// # Errors
+    ///
+    /// `PermissionDenied`; `Unavailable`, `Timeout` (outcome unknown).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped, the mark may or may not have been written.
+    async fn write_release_mark(&self, queue: &QueueSpec, mark: &ReleaseMark) -> Result<()> {
+        let _ = (queue, mark);
+        Ok(())
+    }
+
+    /// `queue`'s [`ReleaseMark`], if it has one. By default, none.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable`, `Timeout`, `Closed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn release_mark(&self, queue: &QueueSpec) -> Result<Option<ReleaseMark>> {
+        let _ = queue;
+        Ok(None)
+    }
 
     /// Replaces the value of `entry` — anyone's, not only this client's — if that
     /// incarnation of it (its token) still exists, keeping it bound to its own session
