@@ -295,6 +295,13 @@ struct LockArgs {
     /// (default: HOST:PID).
     #[arg(long, value_name = "ID", value_parser = identity_arg)]
     identity: Option<String>,
+    /// Lock-delay: when the holder ahead vanishes without releasing (its session
+    /// expired: a crash, a pause, a partition; or its entry was deleted), take the lock
+    /// only this long after seeing it go (e.g. 10s), so what it still had in flight can
+    /// land first; a release hands over at once. Give every holder of the name the same
+    /// delay. `coord inspect` shows who holds off, until when.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    lock_delay: Option<Duration>,
     /// The exit status when --try finds the lock held or --timeout passes (default 75
     /// and 124), as flock's -E.
     #[arg(long, short = 'E', value_name = "CODE")]
@@ -320,6 +327,11 @@ struct ElectArgs {
     /// SIGTERM run on beside the next leader.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     grace: Option<Duration>,
+    /// Lock-delay: when the leader ahead vanishes without resigning (its session
+    /// expired, or its entry was deleted), lead only this long after seeing it go; a
+    /// resignation hands over at once. As `coord lock --lock-delay`.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    lock_delay: Option<Duration>,
     /// A command to run while leading, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -766,6 +778,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
                     revocable: a.revocable,
                     identity: a.identity.as_deref(),
                     wait_for_children: a.wait_for_children,
+                    lock_delay: a.lock_delay,
                     command: &a.command,
                 },
                 &mut stop,
@@ -791,6 +804,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
                     value: &a.value,
                     timeout: a.timeout,
                     grace: a.grace,
+                    lock_delay: a.lock_delay,
                     command: &a.command,
                 },
                 &mut stop,

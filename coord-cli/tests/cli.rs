@@ -1100,6 +1100,98 @@ fn session_json(b: &Backend) -> Result {
 
 // ---- cases on real servers (several processes share them) ----
 
+/// `coord lock --lock-delay`: a holder killed with SIGKILL hands over no earlier than
+/// the delay after the kill (after its session expired, later still), and `coord
+/// inspect` shows the waiter holding off meanwhile; a holder whose command exits
+/// releases, and the next one (keeping a 30 s delay) runs at once.
+fn lock_delay_after_a_killed_holder(b: &Backend) -> Result {
+    const DELAY: Duration = Duration::from_secs(3);
+    let options = coord_testkit::env::session_option(b.name, SESSION_TIMEOUT);
+    let url = b.url("lock-delay", &options);
+    let dir = tempdir()?;
+    let ran = dir.path().join("ran");
+    let mut holder = coord(&url)
+        .args([
+            "--json",
+            "lock",
+            "--lock-delay",
+            "3s",
+            "delayed",
+            "--",
+            "sleep",
+            "120",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    Events::of(&mut holder)?.until("acquired", Duration::from_secs(20))?;
+    let mut waiter = coord(&url)
+        .args([
+            "--json",
+            "lock",
+            "--lock-delay",
+            "3s",
+            "delayed",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("touch {}", ran.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    Events::of(&mut waiter)?.until("waiting", Duration::from_secs(20))?;
+    signal(holder.id(), "-KILL")?;
+    let killed = Instant::now();
+    let _ = holder.wait();
+    // Inspect until the waiter has run: it shows the waiter holding off first.
+    let mut shown = false;
+    while !ran.exists() {
+        ensure!(
+            killed.elapsed() < Duration::from_secs(60),
+            "the waiter did not run within 60 s of the holder's kill"
+        );
+        let out = output(coord(&url).args(["inspect", "delayed"]), Duration::from_secs(20))?;
+        shown |= text(&out.stdout).contains("holding off (lock-delay) until");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waited = killed.elapsed();
+    ensure!(
+        waited >= DELAY,
+        "the waiter ran {waited:?} after the holder was killed, within the lock-delay of 3 s"
+    );
+    println!("[{}] the waiter ran {waited:?} after the kill", b.name);
+    ensure!(shown, "coord inspect never showed the waiter holding off");
+    finish(waiter, Duration::from_secs(20))?;
+    // A holder whose command ends releases: the next one runs at once, though it would
+    // hold off 30 s after a vanished holder.
+    let first = coord(&url)
+        .args(["lock", "--lock-delay", "30s", "delayed", "--", "sleep", "2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let out = output(
+        coord(&url).args(["lock", "--lock-delay", "30s", "delayed", "--", "true"]),
+        Duration::from_secs(25),
+    )?;
+    expect_code(&out, 0, "the next holder after a release")?;
+    ensure!(
+        started.elapsed() < Duration::from_secs(20),
+        "after a release the next holder ran {:?} later",
+        started.elapsed()
+    );
+    finish(first, Duration::from_secs(20))?;
+    Ok(())
+}
+
 /// Two `coord lock` processes never run their commands at once; the second shows who
 /// holds the lock while it waits; tokens increase. A third, stopped by SIGTERM while it
 /// waits, exits 143 without running its command, and the queue moves on without it.
@@ -1590,7 +1682,7 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 33] = [
+    let real_only: [(&str, Case); 34] = [
         (
             "killed_coord_stops_what_left_the_group",
             guard::killed_coord_stops_what_left_the_group,
@@ -1651,6 +1743,10 @@ fn main() {
             recipes::inspect_shows_foreign_holders,
         ),
         ("lock_excludes_across_processes", lock_excludes_across_processes),
+        (
+            "lock_delay_after_a_killed_holder",
+            lock_delay_after_a_killed_holder,
+        ),
         ("busy_and_timeout", busy_and_timeout),
         ("loss_stops_the_command", loss_stops_the_command),
         ("elect_loss_stops_the_command", elect_loss_stops_the_command),

@@ -18,6 +18,8 @@ pub struct Campaign<'a> {
     pub value: &'a str,
     pub timeout: Option<Duration>,
     pub grace: Option<Duration>,
+    /// Hold off this long after a leader ahead vanished (`--lock-delay`).
+    pub lock_delay: Option<Duration>,
     pub command: &'a [OsString],
 }
 
@@ -38,7 +40,11 @@ pub async fn campaign(
         what: "leadership",
         name,
     };
-    let campaign = client.campaign(name, args.value);
+    let mut options = coord::CampaignOptions::new();
+    if let Some(delay) = args.lock_delay {
+        options = options.lock_delay(delay);
+    }
+    let campaign = client.campaign_with(name, args.value, options);
     let leadership = match wait::wait(waiting, campaign, leader, args.timeout, stop, out).await? {
         Ok(leadership) => leadership,
         Err(signal) => return Ok(child::stopped_by(signal)),

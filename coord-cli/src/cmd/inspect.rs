@@ -110,7 +110,17 @@ fn describe(v: &RecipeView) -> String {
         text.push_str(&format!("  {holding:<9} {}\n", participant_line(p)));
     }
     for p in &v.waiters {
-        text.push_str(&format!("  {waiting:<9} {}\n", participant_line(p)));
+        text.push_str(&format!("  {waiting:<9} {}", participant_line(p)));
+        if let Some(delay) = v.lock_delay.as_ref().filter(|d| d.waiter == p.path) {
+            let left = delay.until.duration_since(SystemTime::now()).unwrap_or_default();
+            text.push_str(&format!(
+                "  holding off (lock-delay) until {} ({} from now): {} went without a release",
+                humantime::format_rfc3339_seconds(delay.until),
+                output::ago(left),
+                delay.vanished
+            ));
+        }
+        text.push('\n');
     }
     text
 }
@@ -177,6 +187,13 @@ fn to_json(v: &RecipeView) -> Value {
     }
     if let Some(decision) = &v.decision {
         object["decision"] = json!(output::text(decision));
+    }
+    if let Some(delay) = &v.lock_delay {
+        object["lock_delay"] = json!({
+            "waiter": delay.waiter,
+            "vanished": delay.vanished,
+            "until": humantime::format_rfc3339_millis(delay.until).to_string(),
+        });
     }
     object
 }

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use coord::{Client, FencingToken, Lease, Lock as _, LockGuard, ReadGuard, RecipeKind, WriteGuard};
+use coord::{Client, FencingToken, Lease, LockGuard, LockOptions, ReadGuard, RecipeKind, WriteGuard};
 use serde_json::json;
 
 use crate::child::{self, Held, Stop};
@@ -51,6 +51,8 @@ pub struct Lock<'a> {
     pub identity: Option<&'a str>,
     /// Hold until what the command started has exited too, instead of stopping it.
     pub wait_for_children: bool,
+    /// Hold off this long after a holder ahead vanished (`--lock-delay`).
+    pub lock_delay: Option<Duration>,
     pub command: &'a [OsString],
 }
 
@@ -111,36 +113,30 @@ impl Grant {
     }
 }
 
-/// Takes the grant (waiting, or once with `--try`); `None` when `--try` found it taken.
-async fn take(client: &Client, name: &str, mode: Mode, wait: bool, me: &str) -> coord::Result<Option<Grant>> {
+/// Takes the grant (waiting, or once with `--try`), keeping lock-delay `delay`; `None`
+/// when `--try` found it taken.
+async fn take(
+    client: &Client,
+    name: &str,
+    mode: Mode,
+    wait: bool,
+    me: &str,
+    delay: Option<Duration>,
+) -> coord::Result<Option<Grant>> {
+    let delay = delay.unwrap_or_default();
+    let semaphore =
+        |n| Ok::<_, coord::Error>(client.semaphore(name, n)?.with_holder(me)?.with_lock_delay(delay));
+    let rw = || Ok::<_, coord::Error>(client.rw_lock(name)?.with_holder(me)?.with_lock_delay(delay));
+    let options = LockOptions::new().holder(me).lock_delay(delay);
     Ok(match (mode, wait) {
-        (Mode::Exclusive, true) => Some(Grant::Lock(client.lock_as(name, me).await?)),
-        (Mode::Exclusive, false) => client.try_lock_as(name, me).await?.map(Grant::Lock),
-        (Mode::Permits(n), true) => Some(Grant::Lease(
-            client.semaphore(name, n)?.with_holder(me)?.acquire().await?,
-        )),
-        (Mode::Permits(n), false) => client
-            .semaphore(name, n)?
-            .with_holder(me)?
-            .try_acquire()
-            .await?
-            .map(Grant::Lease),
-        (Mode::Read, true) => Some(Grant::Read(client.rw_lock(name)?.with_holder(me)?.read().await?)),
-        (Mode::Read, false) => client
-            .rw_lock(name)?
-            .with_holder(me)?
-            .try_read()
-            .await?
-            .map(Grant::Read),
-        (Mode::Write, true) => Some(Grant::Write(
-            client.rw_lock(name)?.with_holder(me)?.write().await?,
-        )),
-        (Mode::Write, false) => client
-            .rw_lock(name)?
-            .with_holder(me)?
-            .try_write()
-            .await?
-            .map(Grant::Write),
+        (Mode::Exclusive, true) => Some(Grant::Lock(client.lock_with(name, options).await?)),
+        (Mode::Exclusive, false) => client.try_lock_with(name, options).await?.map(Grant::Lock),
+        (Mode::Permits(n), true) => Some(Grant::Lease(semaphore(n)?.acquire().await?)),
+        (Mode::Permits(n), false) => semaphore(n)?.try_acquire().await?.map(Grant::Lease),
+        (Mode::Read, true) => Some(Grant::Read(rw()?.read().await?)),
+        (Mode::Read, false) => rw()?.try_read().await?.map(Grant::Read),
+        (Mode::Write, true) => Some(Grant::Write(rw()?.write().await?)),
+        (Mode::Write, false) => rw()?.try_write().await?.map(Grant::Write),
     })
 }
 
@@ -231,7 +227,7 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
     let grace = checked_grace(client, args.grace, mode.what(), out);
     refuse_other_modes(client, name, mode).await?;
     let grant = if args.try_once {
-        match take(client, name, mode, false, &me).await? {
+        match take(client, name, mode, false, &me, args.lock_delay).await? {
             Some(grant) => grant,
             None => {
                 let held = match holders(client, name, mode).await {
@@ -253,7 +249,11 @@ pub async fn run(client: &Client, args: Lock<'_>, stop: &mut Stop, out: Out) -> 
             what: mode.what(),
             name,
         };
-        let acquire = async { take(client, name, mode, true, &me).await?.ok_or_else(no_grant) };
+        let acquire = async {
+            take(client, name, mode, true, &me, args.lock_delay)
+                .await?
+                .ok_or_else(no_grant)
+        };
         match wait::wait(
             waiting,
             acquire,
