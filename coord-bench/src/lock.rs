@@ -19,17 +19,14 @@ pub enum Subject {
     Coord {
         client: coord::Client,
         name: String,
+        /// A lock-delay ([`coord::LockOptions::lock_delay`]): `coord-lock-delay`, which
+        /// must cost what `coord` does, as every hand-over here is a release.
+        delay: Option<Duration>,
     },
     /// ZooKeeper: create an ephemeral sequential node, list the directory, delete.
-    ZkRaw {
-        zk: zk::Client,
-        dir: String,
-    },
+    ZkRaw { zk: zk::Client, dir: String },
     /// zookeeper-client's `Client::lock` with its Curator-compatible prefix.
-    ZkRecipe {
-        zk: zk::Client,
-        dir: String,
-    },
+    ZkRecipe { zk: zk::Client, dir: String },
     /// etcd: a Txn that puts the key under a lease if absent, then a delete.
     EtcdRaw {
         etcd: etcd_client::Client,
@@ -77,7 +74,8 @@ pub enum Held {
 impl Subject {
     pub fn label(&self) -> &'static str {
         match self {
-            Subject::Coord { .. } => "coord",
+            Subject::Coord { delay: None, .. } => "coord",
+            Subject::Coord { delay: Some(_), .. } => "coord-lock-delay",
             Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } => "raw-floor",
             Subject::ZkRecipe { .. } => "zookeeper-client-lock",
             Subject::EtcdShaped { .. } => "raw-coord-requests",
@@ -93,7 +91,20 @@ impl Subject {
             Kind::Other
         };
         Ok(match self {
-            Subject::Coord { client, name } => Held::Coord(Box::new(client.lock(name).await?)),
+            Subject::Coord {
+                client,
+                name,
+                delay: None,
+            } => Held::Coord(Box::new(client.lock(name).await?)),
+            Subject::Coord {
+                client,
+                name,
+                delay: Some(delay),
+            } => Held::Coord(Box::new(
+                client
+                    .lock_with(name, coord::LockOptions::new().lock_delay(*delay))
+                    .await?,
+            )),
             Subject::ZkRaw { zk, dir } => {
                 let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
                 let (_, seq) = zk.create(&format!("{dir}/n-"), b"", &options).await?;
@@ -223,16 +234,27 @@ impl Subject {
     }
 }
 
+/// The lock-delay of the `coord-lock-delay` subject: long, so that a hand-over that
+/// held off would show.
+const LOCK_DELAY: Duration = Duration::from_secs(10);
+
 /// The subjects a backend compares for lock `name` — coord first — each with its own
 /// connection.
 pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<Subject>> {
     let mut out = vec![Subject::Coord {
         client: t.coord().await?,
         name: name.to_owned(),
+        delay: None,
     }];
     if !comparisons {
         return Ok(out);
     }
+    // The same lock with a lock-delay, under a name of its own.
+    out.push(Subject::Coord {
+        client: t.coord().await?,
+        name: format!("{name}-lock-delay"),
+        delay: Some(LOCK_DELAY),
+    });
     match t.backend {
         Backend::Mem => {}
         Backend::Zk => {
@@ -322,7 +344,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
     let mut lat = vec![Latencies::default(); n];
     let mut acq = vec![Latencies::default(); n];
     let mut spent = vec![Duration::ZERO; n];
-    let mut requests = Stats::default();
+    let mut requests = vec![Stats::default(); n];
     for _ in 0..blocks {
         for (i, s) in subjects.iter_mut().enumerate() {
             let before = s.stats();
@@ -336,7 +358,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             }
             spent[i] += start.elapsed();
             if let (Some(b), Some(a)) = (before, s.stats()) {
-                requests = sum(&[requests, a.since(&b)]);
+                requests[i] = sum(&[requests[i], a.since(&b)]);
             }
         }
     }
@@ -349,7 +371,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             .with("p99_ms", lat[i].ms(0.99))
             .with("acquire_p50_ms", acq[i].ms(0.5));
         let per_cycle = match s {
-            Subject::Coord { .. } => requests.data_requests() as f64 / cycles,
+            Subject::Coord { .. } => requests[i].data_requests() as f64 / cycles,
             Subject::ZkRaw { .. } => 3.0,
             Subject::EtcdRaw { .. } | Subject::EtcdShaped { .. } => 2.0,
             _ => f64::NAN,
@@ -468,7 +490,7 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
     });
     let per_block = Duration::from_secs_f64(seconds / blocks as f64);
     let mut totals: Vec<Block> = sets.iter().map(|_| Block::default()).collect();
-    let mut stats = Stats::default();
+    let mut stats = vec![Stats::default(); sets.len()];
     // Warm-up.
     for set in sets.iter_mut() {
         let (_, back) = contend(std::mem::take(set), Duration::from_millis(200)).await?;
@@ -479,7 +501,7 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
             let before = coord_stats(set);
             let (b, back) = contend(std::mem::take(set), per_block).await?;
             *set = back;
-            stats = sum(&[stats, coord_stats(set).since(&before)]);
+            stats[i] = sum(&[stats[i], coord_stats(set).since(&before)]);
             totals[i].grants += b.grants;
             totals[i].handoffs.extend(b.handoffs);
             totals[i].elapsed += b.elapsed;
@@ -494,10 +516,10 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
             .with("grants_per_s", b.grants as f64 / b.elapsed.as_secs_f64())
             .with("handoff_p50_ms", b.handoffs.ms(0.5))
             .with("handoff_p99_ms", b.handoffs.ms(0.99));
-        if label == "coord" {
+        if label.starts_with("coord") {
             let g = b.grants.max(1) as f64;
-            row.set("requests_per_grant", stats.data_requests() as f64 / g);
-            row.set("wakeups_per_grant", stats.wakeups as f64 / g);
+            row.set("requests_per_grant", stats[i].data_requests() as f64 / g);
+            row.set("wakeups_per_grant", stats[i].wakeups as f64 / g);
         }
         rows.push(row);
     }

@@ -532,7 +532,9 @@ fn render(
            coord's requests from `Client::stats()`.\n\
          - `lock-contended`: 4 clients, each its own connection, loop lock/release on one lock. A hand-off runs from \
            the holder's release starting to the next holder's `lock` returning (a client taking the lock again \
-           after itself is a grant, not a hand-off). `wakeups_per_grant` counts waiter wake-ups (`Stats::wakeups`).\n\
+           after itself is a grant, not a hand-off). `wakeups_per_grant` counts waiter wake-ups (`Stats::wakeups`). \
+           `coord-lock-delay` (in `lock` and `lock-contended`) is coord with a 10 s lock-delay on a name of its \
+           own: every hand-over there is a release, which must cost what `coord`'s does and never hold off.\n\
          - `waiters-N`: N clients, each its own connection, queue behind a holder; then the holder releases and the \
            queue passes through (each takes the lock and releases it at once). `per_handoff_ms` is the pass-through \
            time over N; `reads_per_handoff` the waiters' read requests during the pass-through over N; \

@@ -173,6 +173,7 @@ impl Rotating {
                 .map(|name| Subject::Coord {
                     client: client.clone(),
                     name,
+                    delay: None,
                 })
                 .collect(),
             next: 0,
