@@ -148,7 +148,7 @@ pub struct LockOptions {
     /// lock only after this long, counted from when it saw the holder gone (which is no
     /// earlier than the holder was last known alive), so that what the vanished holder
     /// still had in flight can land first. A release hands over at once. `None` (the
-    /// default): no delay. See [Lock-delay](crate::Client::lock_with#lock-delay).
+    /// default): no delay. See [`Client::lock_with`](crate::Client::lock_with) ("Lock-delay").
     pub lock_delay: Option<std::time::Duration>,
 }
 

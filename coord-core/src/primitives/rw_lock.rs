@@ -127,7 +127,7 @@ impl RwLock {
     /// The same lock, whose holds from now on keep lock-delay `delay`: a reader or
     /// writer whose turn comes because the hold ahead vanished (session expired, entry
     /// deleted) takes it only after `delay`; after a release at once. As
-    /// [`Client::lock_with`](crate::Client::lock_with#lock-delay) describes, including
+    /// [`Client::lock_with`](crate::Client::lock_with) describes, including
     /// what it does not cover. Zero is none.
     pub fn with_lock_delay(mut self, delay: std::time::Duration) -> RwLock {
         self.lock_delay = Some(delay).filter(|d| !d.is_zero());

@@ -150,7 +150,7 @@ impl Semaphore {
     /// The same semaphore, whose acquisitions from now on keep lock-delay `delay`: a
     /// lease that frees because its holder vanished (session expired, entry deleted)
     /// is taken by a waiter only after `delay`; a released lease at once. As
-    /// [`Client::lock_with`](crate::Client::lock_with#lock-delay) describes, including
+    /// [`Client::lock_with`](crate::Client::lock_with) describes, including
     /// what it does not cover; with several leases going at once, a waiter may hold off
     /// after a release it could not tell from a vanishing. Zero is none.
     pub fn with_lock_delay(mut self, delay: std::time::Duration) -> Semaphore {
