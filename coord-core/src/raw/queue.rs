@@ -615,3 +615,56 @@ pub trait Queue: Send + Sync {
     /// Cancel-safe (reads).
     async fn survey(&self, root: &str) -> Result<Vec<Surveyed>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ReleaseMark;
+
+    #[test]
+    fn release_marks_round_trip() {
+        for mark in [
+            ReleaseMark::Released {
+                entry: "/ns/locks/a/_c_0-lock-0000000003".to_owned(),
+            },
+            ReleaseMark::Vanished {
+                entry: "ns/locks/a/694d7a1b2c3d4e5f".to_owned(),
+                waiter: "ns/locks/a/694d7a1b2c3d4e60".to_owned(),
+                until_ms: 1_795_000_000_123,
+            },
+        ] {
+            assert_eq!(ReleaseMark::decode(&mark.encode()), Some(mark));
+        }
+    }
+
+    #[test]
+    fn anything_else_is_no_mark() {
+        for bytes in [
+            &b""[..],
+            b"127.0.0.1",
+            b"coord-lock-delay/1",
+            b"coord-lock-delay/1 released",
+            b"coord-lock-delay/1 released a b",
+            b"coord-lock-delay/1 vanished a b",
+            b"coord-lock-delay/1 vanished a b soon",
+            b"coord-lock-delay/2 released a",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(ReleaseMark::decode(bytes), None, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn a_mark_names_one_released_entry() {
+        let mark = ReleaseMark::Released {
+            entry: "a".to_owned(),
+        };
+        assert!(mark.released("a"));
+        assert!(!mark.released("b"));
+        let vanished = ReleaseMark::Vanished {
+            entry: "a".to_owned(),
+            waiter: "b".to_owned(),
+            until_ms: 1,
+        };
+        assert!(!vanished.released("a"));
+    }
+}
