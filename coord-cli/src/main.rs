@@ -299,8 +299,8 @@ struct LockArgs {
     /// expired: a crash, a pause, a partition; or its entry was deleted), take the lock
     /// only this long after seeing it go (e.g. 10s), so what it still had in flight can
     /// land first; a release hands over at once. Give every holder of the name the same
-    /// delay. `coord inspect` shows who holds off, until when.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    /// delay. `coord inspect` shows who holds off, until when. At most 1h.
+    #[arg(long, value_parser = lock_delay_arg, value_name = "DURATION")]
     lock_delay: Option<Duration>,
     /// The exit status when --try finds the lock held or --timeout passes (default 75
     /// and 124), as flock's -E.
@@ -330,7 +330,7 @@ struct ElectArgs {
     /// Lock-delay: when the leader ahead vanishes without resigning (its session
     /// expired, or its entry was deleted), lead only this long after seeing it go; a
     /// resignation hands over at once. As `coord lock --lock-delay`.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = lock_delay_arg, value_name = "DURATION")]
     lock_delay: Option<Duration>,
     /// A command to run while leading, after `--`.
     #[arg(last = true, value_name = "CMD")]
@@ -578,6 +578,18 @@ fn name_arg(s: &str) -> Result<String, String> {
     coord::validate_name("name", s)
         .map(|()| s.to_owned())
         .map_err(|e| e.message().to_owned())
+}
+
+/// A lock-delay: a duration of at most [`coord::MAX_LOCK_DELAY`].
+fn lock_delay_arg(s: &str) -> Result<Duration, String> {
+    let delay = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if delay > coord::MAX_LOCK_DELAY {
+        return Err(format!(
+            "{s} is over the longest lock-delay, {}: it bounds how long a vanished holder's late writes may take",
+            humantime::format_duration(coord::MAX_LOCK_DELAY)
+        ));
+    }
+    Ok(delay)
 }
 
 /// A holder's identity: not empty (that would hide who holds).

@@ -142,6 +142,26 @@ pub fn with_value(pairs: Value, bytes: &[u8]) -> Value {
     Value::Object(object)
 }
 
+/// `t` in RFC 3339 (with milliseconds if `millis`), or — past the year 9999, which
+/// RFC 3339 cannot write (a forged lock-delay mark, say) — in milliseconds since the
+/// Unix epoch.
+pub fn time(t: std::time::SystemTime, millis: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let written = if millis {
+        write!(out, "{}", humantime::format_rfc3339_millis(t))
+    } else {
+        write!(out, "{}", humantime::format_rfc3339_seconds(t))
+    };
+    if written.is_err() {
+        let ms = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        return format!("{ms} ms after the Unix epoch");
+    }
+    out
+}
+
 /// A duration for people: `850ms`, `12s`, `3m 4s`.
 pub fn ago(d: std::time::Duration) -> String {
     if d.as_secs() == 0 {
@@ -168,6 +188,15 @@ pub fn timeout_shown(left: std::time::Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_past_the_year_9999_still_print() {
+        let far = std::time::UNIX_EPOCH + std::time::Duration::from_secs(400_000_000_000);
+        assert_eq!(time(far, true), "400000000000000 ms after the Unix epoch");
+        let near = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_500);
+        assert_eq!(time(near, true), "1970-01-01T00:00:01.500Z");
+        assert_eq!(time(near, false), "1970-01-01T00:00:01Z");
+    }
 
     #[test]
     fn values_print_as_text_or_hex() {

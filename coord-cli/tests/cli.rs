@@ -1192,6 +1192,33 @@ fn lock_delay_after_a_killed_holder(b: &Backend) -> Result {
     Ok(())
 }
 
+/// `--lock-delay` over an hour is a usage error (exit 2) that names the limit, before
+/// any connection: a delay of `u64::MAX` seconds once made the waiter panic.
+fn lock_delay_over_the_limit_is_a_usage_error(b: &Backend) -> Result {
+    let url = b.url("lock-delay-max", "");
+    for (args, what) in [
+        (
+            &[
+                "lock",
+                "--lock-delay",
+                "18446744073709551615s",
+                "far",
+                "--",
+                "true",
+            ][..],
+            "lock",
+        ),
+        (&["lock", "--lock-delay", "61m", "far", "--", "true"][..], "lock"),
+        (&["elect", "--lock-delay", "2h", "far", "v"][..], "elect"),
+    ] {
+        let out = output(coord(&url).args(args), Duration::from_secs(20))?;
+        expect_code(&out, 2, &format!("coord {what} with {args:?}"))?;
+        let err = text(&out.stderr);
+        ensure!(err.contains("over the longest lock-delay, 1h"), "{err}");
+    }
+    Ok(())
+}
+
 /// Two `coord lock` processes never run their commands at once; the second shows who
 /// holds the lock while it waits; tokens increase. A third, stopped by SIGTERM while it
 /// waits, exits 143 without running its command, and the queue moves on without it.
@@ -1682,7 +1709,7 @@ fn main() {
     type Case = fn(&Backend) -> Result;
     // mem:// is refused on the command line except by `coord session`.
     let everywhere: [(&str, Case); 1] = [("session_json", session_json)];
-    let real_only: [(&str, Case); 34] = [
+    let real_only: [(&str, Case); 35] = [
         (
             "killed_coord_stops_what_left_the_group",
             guard::killed_coord_stops_what_left_the_group,
@@ -1746,6 +1773,10 @@ fn main() {
         (
             "lock_delay_after_a_killed_holder",
             lock_delay_after_a_killed_holder,
+        ),
+        (
+            "lock_delay_over_the_limit_is_a_usage_error",
+            lock_delay_over_the_limit_is_a_usage_error,
         ),
         ("busy_and_timeout", busy_and_timeout),
         ("loss_stops_the_command", loss_stops_the_command),

@@ -92,6 +92,7 @@ mod version;
 
 pub use capabilities::Capabilities;
 pub use client::{CLOSE_FLUSH, Client};
+pub use engine::contender::MAX_LOCK_DELAY;
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};
 pub use hold::{HoldState, HoldWatch};

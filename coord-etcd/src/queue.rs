@@ -525,6 +525,7 @@ impl Queue for EtcdClient {
             release_mark_key(&self.queue_dir(&ticket.queue)),
             ReleaseMark::Released {
                 entry: own.path.clone(),
+                token: own.token,
             }
             .encode(),
             None,

@@ -198,6 +198,7 @@ impl Queue for MemClient {
         let mark_key = release_mark_key(&self.queue_dir(&ticket.queue));
         let mark = ReleaseMark::Released {
             entry: own.path.clone(),
+            token: own.token,
         }
         .encode();
         self.inner

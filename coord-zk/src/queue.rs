@@ -508,6 +508,7 @@ impl Queue for ZkClient {
         let (dir, path) = (self.queue_dir(&ticket.queue), own.path.clone());
         let mark = ReleaseMark::Released {
             entry: own.path.clone(),
+            token: own.token,
         }
         .encode();
         let released = self

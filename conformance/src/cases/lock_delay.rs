@@ -227,3 +227,208 @@ pub async fn deleted_lease_holds_off(ctx: Ctx) -> CaseResult {
     again.release().await.context("releasing the last lease")?;
     Ok(())
 }
+
+/// Promise: "a contender whose turn comes because the holder ahead *vanished* — its
+/// session expired ... — holds off for the delay". A holder that released once and
+/// took the lock again on the same session (a worker loop) then crashes: the waiter
+/// must still hold off. On etcd and mem the entry's key is `<dir>/<session hex>` for
+/// every acquisition of the session, and the `Released` mark names the key alone, so
+/// the mark left by the *earlier* release passes for a release of this entry.
+pub async fn killed_holder_after_an_earlier_release_holds_off(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let options = LockOptions::new().lock_delay(DELAY);
+    // One round of a worker loop: take, work, release.
+    a.lock_with("res", options.clone()).await?.release().await?;
+    // The next round: the same session takes the lock again.
+    let held = a.lock_with("res", options.clone()).await?;
+    let (bc, o) = (b.clone(), options.clone());
+    let mut waiting = tokio::spawn(async move { bc.lock_with("res", o).await });
+    queued(&a, RecipeKind::Lock, "res", 2).await?;
+    settle().await;
+    still_waiting(&mut waiting, "b took a held lock").await?;
+    let killed = Instant::now();
+    ctx.factory().kill_session(&a).await?;
+    let next = within(ctx.expiry_wait() + DELAY * 2, "b takes the lock", waiting).await???;
+    let waited = killed.elapsed();
+    ensure!(
+        waited >= DELAY,
+        "b took the lock {waited:?} after its holder's session was killed, within the lock-delay of {DELAY:?} \
+         (the holder had released once before on the same session: {})",
+        held.fence().resource()
+    );
+    next.release().await?;
+    Ok(())
+}
+
+/// As [`killed_holder_after_an_earlier_release_holds_off`], with an operator
+/// deleting the re-taken entry instead of a session expiry.
+pub async fn deleted_holder_after_an_earlier_release_holds_off(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let options = LockOptions::new().lock_delay(DELAY);
+    a.lock_with("res", options.clone()).await?.release().await?;
+    let held = a.lock_with("res", options.clone()).await?;
+    let (bc, o) = (b.clone(), options.clone());
+    let mut waiting = tokio::spawn(async move { bc.lock_with("res", o).await });
+    queued(&a, RecipeKind::Lock, "res", 2).await?;
+    settle().await;
+    still_waiting(&mut waiting, "b took a held lock").await?;
+    let deleted = Instant::now();
+    ctx.factory().operator_delete(held.fence().resource()).await?;
+    let next = within(LONG, "b takes the lock", waiting).await???;
+    let waited = deleted.elapsed();
+    ensure!(
+        waited >= DELAY,
+        "b took the lock {waited:?} after the holder's entry {} was deleted, within the lock-delay of {DELAY:?}",
+        held.fence().resource()
+    );
+    next.release().await?;
+    drop(held);
+    Ok(())
+}
+
+/// Promise: "The delay is kept by the contenders waiting when the holder vanished";
+/// only "one that arrives after the entry is gone, with nobody waiting" is exempt. A
+/// second contender *of the same client* waits (locally, as the lock doc says) while an
+/// operator deletes the holder's entry; the holder watches its hold, as a holder that
+/// stops work on loss does. The local waiter was waiting when the holder vanished, yet
+/// takes the lock at once.
+pub async fn same_client_waiter_holds_off(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let options = LockOptions::new().lock_delay(DELAY);
+    let held = std::sync::Arc::new(a.lock_with("res", options.clone()).await?);
+    // The holder stops its work when the lock is lost (the usual pattern).
+    let watcher = {
+        let held = held.clone();
+        tokio::spawn(async move { held.lost().await })
+    };
+    let (ac, o) = (a.clone(), options.clone());
+    let mut waiting = tokio::spawn(async move { ac.lock_with("res", o).await });
+    settle().await;
+    still_waiting(&mut waiting, "a second contender of a took a held lock").await?;
+    let deleted = Instant::now();
+    ctx.factory().operator_delete(held.fence().resource()).await?;
+    let next = within(LONG, "the second contender takes the lock", waiting).await???;
+    let waited = deleted.elapsed();
+    within(LONG, "the deleted holder sees its loss", watcher).await??;
+    ensure!(
+        waited >= DELAY,
+        "a contender waiting (on the same client) when the holder's entry was deleted took the lock \
+         {waited:?} after, within the lock-delay of {DELAY:?}"
+    );
+    next.release().await?;
+    Ok(())
+}
+
+/// A lock-delay over [`coord_core::MAX_LOCK_DELAY`] is refused with `InvalidArgument`
+/// before any request (a `Duration::MAX` made the waiter panic once); the limit itself
+/// is taken.
+pub async fn overlong_lock_delay_is_refused(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    for delay in [
+        Duration::MAX,
+        coord_core::MAX_LOCK_DELAY + Duration::from_millis(1),
+    ] {
+        let before = a.stats();
+        let err = a
+            .lock_with("res", LockOptions::new().lock_delay(delay))
+            .await
+            .err()
+            .context("an overlong lock-delay was taken")?;
+        ensure!(
+            err.kind() == coord_core::ErrorKind::InvalidArgument,
+            "got {err}, expected InvalidArgument"
+        );
+        ensure!(
+            a.stats().since(&before).data_requests() == 0,
+            "an overlong lock-delay sent a request before it was refused"
+        );
+        let err = a
+            .semaphore("pool", 1)?
+            .with_lock_delay(delay)
+            .acquire()
+            .await
+            .err()
+            .context("a semaphore took an overlong lock-delay")?;
+        ensure!(err.kind() == coord_core::ErrorKind::InvalidArgument, "got {err}");
+    }
+    a.lock_with("res", LockOptions::new().lock_delay(coord_core::MAX_LOCK_DELAY))
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}
+
+/// a waiter cancelled while it holds off leaves no entry, and the
+/// waiter behind it still takes the lock no earlier than the delay after the holder
+/// vanished.
+pub async fn cancelled_during_hold_off(ctx: Ctx) -> CaseResult {
+    let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
+    let options = LockOptions::new().lock_delay(DELAY);
+    let held = a.lock_with("res", options.clone()).await?;
+    let (bc, o) = (b.clone(), options.clone());
+    let b_waits = tokio::spawn(async move { bc.lock_with("res", o).await });
+    queued(&a, RecipeKind::Lock, "res", 2).await?;
+    let (cc, o) = (c.clone(), options.clone());
+    let mut c_waits = tokio::spawn(async move { cc.lock_with("res", o).await });
+    queued(&a, RecipeKind::Lock, "res", 3).await?;
+    let deleted = Instant::now();
+    ctx.factory().operator_delete(held.fence().resource()).await?;
+    eventually(Duration::from_secs(10), "b holds off", || async {
+        Ok(a.inspect_one(RecipeKind::Lock, "res").await?.lock_delay.is_some())
+    })
+    .await?;
+    b_waits.abort();
+    let _ = b_waits.await;
+    still_waiting(&mut c_waits, "c took the lock while b held off").await?;
+    let next = within(LONG, "c takes the lock", c_waits).await???;
+    let waited = deleted.elapsed();
+    ensure!(waited >= DELAY, "c took the lock {waited:?} after the deletion");
+    let view = a.inspect_one(RecipeKind::Lock, "res").await?;
+    ensure!(
+        view.holders.len() == 1 && view.waiters.is_empty(),
+        "left behind: {view:?}"
+    );
+    next.release().await?;
+    drop(held);
+    Ok(())
+}
+
+/// a waiter whose own entry is deleted while it holds off is never
+/// granted.
+pub async fn own_entry_deleted_during_hold_off(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let options = LockOptions::new().lock_delay(DELAY);
+    let held = a.lock_with("res", options.clone()).await?;
+    let (bc, o) = (b.clone(), options.clone());
+    let b_waits = tokio::spawn(async move { bc.lock_with("res", o).await });
+    queued(&a, RecipeKind::Lock, "res", 2).await?;
+    ctx.factory().operator_delete(held.fence().resource()).await?;
+    let waiter = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    eventually(Duration::from_secs(10), "b holds off", || {
+        let (a, w) = (a.clone(), waiter.clone());
+        async move {
+            let view = a.inspect_one(RecipeKind::Lock, "res").await?;
+            if let Some(d) = view.lock_delay {
+                *w.lock().unwrap_or_else(|p| p.into_inner()) = d.waiter;
+                return Ok(true);
+            }
+            Ok(false)
+        }
+    })
+    .await?;
+    let waiter = waiter.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let resource = held.fence().resource().to_owned();
+    let i = resource.find("locks/res/").context("the holder's path")?;
+    ctx.factory()
+        .operator_delete(&format!("{}{waiter}", &resource[..i]))
+        .await?;
+    match within(LONG, "b's wait ends", b_waits).await?? {
+        Ok(guard) => anyhow::bail!(
+            "b was granted though its entry was deleted: {guard:?} {:?}",
+            guard.state()
+        ),
+        Err(e) => println!("[{}] b: {e}", a.kind()),
+    }
+    drop(held);
+    Ok(())
+}

@@ -364,6 +364,15 @@ pub fn all() -> Vec<Case> {
         ),
         case!(lock_delay::killed_leader_holds_off, KILL),
         case!(lock_delay::deleted_lease_holds_off, OPERATOR),
+        case!(lock_delay::killed_holder_after_an_earlier_release_holds_off, KILL),
+        case!(
+            lock_delay::deleted_holder_after_an_earlier_release_holds_off,
+            OPERATOR
+        ),
+        case!(lock_delay::same_client_waiter_holds_off, OPERATOR),
+        case!(lock_delay::overlong_lock_delay_is_refused),
+        case!(lock_delay::cancelled_during_hold_off, OPERATOR),
+        case!(lock_delay::own_entry_deleted_during_hold_off, OPERATOR),
         case!(election::sole_candidate_leads),
         case!(election::no_leader_when_empty),
         case!(election::resign_hands_over),

@@ -115,7 +115,7 @@ fn describe(v: &RecipeView) -> String {
             let left = delay.until.duration_since(SystemTime::now()).unwrap_or_default();
             text.push_str(&format!(
                 "  holding off (lock-delay) until {} ({} from now): {} went without a release",
-                humantime::format_rfc3339_seconds(delay.until),
+                output::time(delay.until, false),
                 output::ago(left),
                 delay.vanished
             ));
@@ -192,7 +192,7 @@ fn to_json(v: &RecipeView) -> Value {
         object["lock_delay"] = json!({
             "waiter": delay.waiter,
             "vanished": delay.vanished,
-            "until": humantime::format_rfc3339_millis(delay.until).to_string(),
+            "until": output::time(delay.until, true),
         });
     }
     object

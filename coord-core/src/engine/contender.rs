@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::client::{Client, ClientCore};
-use crate::engine::local_queue::{LocalQueue, SharedTurn, granted, release_turn};
+use crate::engine::local_queue::{LocalQueue, SharedTurn, granted, lose_turn, release_turn, vanished_at};
 use crate::engine::removal::{self, Detached, ended, over};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
@@ -37,6 +37,9 @@ type Turn = SharedTurn;
 /// contender (and the guard holding it) is `Sync`; it is reached through `&mut`, never
 /// locked.
 type Joining = Mutex<Pin<Box<dyn Future<Output = Result<Joined>> + Send>>>;
+
+/// The longest lock-delay a contender keeps ([`QueueSpec::lock_delay`]): an hour.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
 
 /// The value that asks an entry's holder to let go (Curator's `Revoker` writes the
 /// same into the lock node).
@@ -228,7 +231,7 @@ impl Removal {
                 let generation = ticket.generation;
                 tokio::spawn(async move {
                     ended(&mut session, generation).await;
-                    release_turn(&turn);
+                    lose_turn(&turn);
                 });
             }
         }
@@ -383,6 +386,14 @@ pub(crate) async fn acquire(
     value: Vec<u8>,
     wait: bool,
 ) -> Result<Option<Grant>> {
+    if let Some(delay) = queue.lock_delay.filter(|d| *d > MAX_LOCK_DELAY) {
+        return Err(Error::invalid_argument(format!(
+            "a lock-delay of {:?} is over the limit of {} s; give the longest a vanished holder's \
+             late writes can take",
+            delay,
+            MAX_LOCK_DELAY.as_secs()
+        )));
+    }
     let core = client.core();
     let started = Instant::now();
     let session_rx = core.backend.session();
@@ -433,7 +444,7 @@ pub(crate) async fn acquire(
             let turn = Arc::downgrade(&contender.turn);
             move || {
                 if let Some(turn) = turn.upgrade() {
-                    release_turn(&turn);
+                    lose_turn(&turn);
                 }
             }
         },
@@ -441,7 +452,7 @@ pub(crate) async fn acquire(
     contender.granted = true;
     if hold.peek() == HoldState::Lost {
         // Gone with its session already: the turn is free (the entry is gone).
-        release_turn(&contender.turn);
+        lose_turn(&contender.turn);
     } else {
         granted(&contender.turn, generation);
     }
@@ -586,7 +597,7 @@ async fn wait_until_first(
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     // Lock-delay: the entries this contender last waited for (gone by the time it is
     // first), and whether it has held off already.
-    let mut awaited: Vec<String> = Vec::new();
+    let mut awaited: Vec<QueueEntry> = Vec::new();
     let mut held_off = false;
     loop {
         let position = match known.take() {
@@ -623,12 +634,20 @@ async fn wait_until_first(
                 own.seen_at = seen_at;
                 if let Some(delay) = contender.ticket.queue.lock_delay
                     && !held_off
-                    && let Some(vanished) = vanished(&awaited, mark.as_ref())
                 {
-                    held_off = true;
-                    hold_off(contender, own, vanished, delay, session).await?;
-                    // Read again: the entry must still be there, and first.
-                    continue;
+                    // The entry it waited for went without a release; or, on this
+                    // client, the turn before this one ended with its entry vanishing.
+                    let remote = vanished(&awaited, mark.as_ref()).map(|v| (v.to_owned(), delay));
+                    let local = vanished_at(&contender.turn)
+                        .and_then(|at| delay.checked_sub(at.elapsed()))
+                        .filter(|left| !left.is_zero())
+                        .map(|left| (LOCAL_HOLDER.to_owned(), left));
+                    if let Some((vanished, left)) = remote.or(local) {
+                        held_off = true;
+                        hold_off(contender, own, &vanished, left, session).await?;
+                        // Read again: the entry must still be there, and first.
+                        continue;
+                    }
                 }
                 return Ok(Some(waited));
             }
@@ -641,7 +660,7 @@ async fn wait_until_first(
             }
             // Any of them gone: read again (the backend counts what is left).
             Position::Among(ahead) => {
-                awaited = ahead.iter().map(|e| e.path.clone()).collect();
+                awaited = ahead.clone();
                 let any_gone =
                     futures::future::select_ok(ahead.iter().map(|e| Box::pin(backend.wait_gone(e))));
                 in_session(session, generation, async { any_gone.await.map(drop) }).await
@@ -652,7 +671,7 @@ async fn wait_until_first(
             // read is kept even right behind the first entry (`Position::Next`), where
             // nothing else could be ahead any more.
             Position::Behind(ahead) | Position::Next(ahead) => {
-                awaited = vec![ahead.path.clone()];
+                awaited = vec![ahead.clone()];
                 in_session(session, generation, backend.wait_gone(&ahead)).await
             }
         };
@@ -681,13 +700,17 @@ async fn wait_until_first(
 /// the one that went without a release, if none of them did by one — `mark` (the
 /// queue's [`ReleaseMark`], read with the position) names the entry a release removed.
 /// `None` when it waited for nothing (the queue was free when it joined).
-fn vanished<'a>(awaited: &'a [String], mark: Option<&ReleaseMark>) -> Option<&'a str> {
+fn vanished<'a>(awaited: &'a [QueueEntry], mark: Option<&ReleaseMark>) -> Option<&'a str> {
     let first = awaited.first()?;
     if mark.is_some_and(|m| awaited.iter().any(|e| m.released(e))) {
         return None;
     }
-    Some(first)
+    Some(&first.path)
 }
+
+/// What a release mark names as vanished when it was this client's previous holder of
+/// the name (its entry's path is not kept).
+pub(crate) const LOCAL_HOLDER: &str = "-";
 
 /// Lock-delay: holds off for `delay` after `vanished` (the entry this contender waited
 /// for) went without a release, counting from now — when this contender saw it gone,
@@ -706,11 +729,10 @@ async fn hold_off(
 ) -> Result<()> {
     let backend = &contender.backend;
     let queue = &contender.ticket.queue;
-    let until = std::time::SystemTime::now() + delay;
-    let until_ms = until
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default();
+    let until_ms = std::time::SystemTime::now()
+        .checked_add(delay)
+        .and_then(|until| until.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(u64::MAX, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     tracing::info!(
         entry = %vanished,
         delay_ms = delay.as_millis() as u64,
@@ -771,7 +793,7 @@ fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, 
                     Ok(()) => {
                         tracing::debug!(entry = %own.path, "coord.own_entry_gone");
                         gone.set();
-                        release_turn(&turn);
+                        lose_turn(&turn);
                         return;
                     }
                     Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => return,

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
 
@@ -26,6 +27,9 @@ struct Slot {
     /// The granted holder's turn and session generation; `None` while the turn is not
     /// held by a grant.
     holder: watch::Sender<Option<Holder>>,
+    /// When the last turn ended because its entry vanished (its session ended, or it
+    /// was deleted) rather than by a removal: lock-delay for the next local contender.
+    vanished: Mutex<Option<Instant>>,
 }
 
 impl Default for Slot {
@@ -33,6 +37,7 @@ impl Default for Slot {
         Slot {
             turn: Arc::default(),
             holder: watch::channel(None).0,
+            vanished: Mutex::new(None),
         }
     }
 }
@@ -60,9 +65,28 @@ impl Drop for LocalTurn {
 /// A turn shared by a contender and whatever gives it up when the entry goes.
 pub(crate) type SharedTurn = Arc<Mutex<Option<LocalTurn>>>;
 
-/// Gives `turn` up (once; later calls do nothing).
+/// Gives `turn` up after its entry was removed (once; later calls do nothing).
 pub(crate) fn release_turn(turn: &SharedTurn) {
-    turn.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// Gives `turn` up because its entry vanished — its session ended, or someone deleted
+/// it (once; later calls do nothing): the next local contender for the name learns
+/// when ([`vanished_at`]).
+pub(crate) fn lose_turn(turn: &SharedTurn) {
+    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// When the turn before `turn` at its name ended because its entry vanished, if it did
+/// (lock-delay: a local contender waiting then holds off as a remote one does).
+pub(crate) fn vanished_at(turn: &SharedTurn) -> Option<Instant> {
+    let guard = turn.lock().unwrap_or_else(|p| p.into_inner());
+    let t = guard.as_ref()?;
+    *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Records that `turn` was granted on session `generation`: a local contender waiting
@@ -77,10 +101,10 @@ pub(crate) fn granted(turn: &SharedTurn, generation: u64) {
     }
 }
 
-/// Takes the turn from a holder whose session is over.
+/// Takes the turn from a holder whose session is over: its entry went with it.
 fn take_over(holder: &Holder) {
     if let Some(turn) = holder.turn.upgrade() {
-        release_turn(&turn);
+        lose_turn(&turn);
     }
 }
 

@@ -461,7 +461,12 @@ impl Client {
         let p = view.holders.remove(i);
         view.lock_delay = Some(LockDelayView {
             waiter: p.path.clone(),
-            vanished: entry.rsplit('/').next().unwrap_or_default().to_owned(),
+            vanished: match entry.as_str() {
+                crate::engine::contender::LOCAL_HOLDER => {
+                    "the waiter's own client's previous holder".to_owned()
+                }
+                path => path.rsplit('/').next().unwrap_or_default().to_owned(),
+            },
             until,
         });
         view.waiters.insert(0, p);

@@ -428,11 +428,21 @@ impl crate::Client {
     ///   they never write the mark, so a coord waiter holds off after each of their
     ///   releases; and they do not read it, so they take the lock at once after a
     ///   vanished holder, as they always do.
-    /// - The delay is kept by the contenders waiting when the holder vanished. One
-    ///   that arrives after the entry is gone, with nobody waiting, finds the lock free
-    ///   and takes it at once: no one saw the holder go.
-    /// - When several entries go at once (a semaphore's leases), a waiter may hold off
-    ///   after a release it could not tell from a vanishing (the safe side).
+    /// - The delay is kept by the contenders waiting when the holder vanished, on
+    ///   other clients and on the holder's own (a contender of the same client waiting
+    ///   its turn). One that arrives after the entry is gone, with nobody waiting,
+    ///   finds the lock free and takes it at once: no one saw the holder go.
+    /// - Closing the holder's client ([`Client::close`](crate::Client::close), or
+    ///   dropping its last handle) ends its session: its entries go without the mark,
+    ///   and waiters hold off as after a crash. Release the guards first for an at-once
+    ///   hand-over (`coord lock` does).
+    /// - With several holders at once (a semaphore's leases, a read/write lock's
+    ///   readers), a waiter judges the entries it waited for: it may hold off after a
+    ///   release it could not tell from a vanishing (the safe side), and a holder that
+    ///   vanishes while another releases — or before the one the waiter watches — may
+    ///   be passed over without the delay.
+    /// - At most [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) (an hour); more is
+    ///   `InvalidArgument`, before any request.
     /// - It is a courtesy to resources that cannot check a fencing token, not a
     ///   guarantee: a holder paused for longer than its session and the delay still
     ///   writes late. Fence what you can ([`LockGuard::fence`], the `coord-fence`
@@ -440,7 +450,8 @@ impl crate::Client {
     ///
     /// # Errors
     ///
-    /// As [`Lock::lock_as`].
+    /// `InvalidArgument` for a lock-delay over
+    /// [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY); otherwise as [`Lock::lock_as`].
     ///
     /// # Cancel safety
     ///

@@ -297,6 +297,10 @@ pub enum ReleaseMark {
     Released {
         /// The released entry's backend path.
         entry: String,
+        /// Its token (creation order): etcd and mem name a session's entries alike on
+        /// every acquisition, so the path alone would pass an earlier release off as
+        /// this one's.
+        token: FencingToken,
     },
     /// The entry `entry` went without a release, and the contender `waiter` holds off
     /// until `until_ms` (milliseconds since the Unix epoch, the waiter's clock): written
@@ -314,11 +318,11 @@ pub enum ReleaseMark {
 impl ReleaseMark {
     const TAG: &'static str = "coord-lock-delay/1";
 
-    /// The mark's bytes: `coord-lock-delay/1 released <entry>` or
+    /// The mark's bytes: `coord-lock-delay/1 released <entry> <token>` or
     /// `coord-lock-delay/1 vanished <entry> <waiter> <until_ms>`.
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            ReleaseMark::Released { entry } => format!("{} released {entry}", Self::TAG),
+            ReleaseMark::Released { entry, token } => format!("{} released {entry} {token}", Self::TAG),
             ReleaseMark::Vanished {
                 entry,
                 waiter,
@@ -337,8 +341,9 @@ impl ReleaseMark {
             return None;
         }
         let mark = match (words.next()?, words.next(), words.next(), words.next()) {
-            ("released", Some(entry), None, None) => ReleaseMark::Released {
+            ("released", Some(entry), Some(token), None) => ReleaseMark::Released {
                 entry: entry.to_owned(),
+                token: FencingToken(token.parse().ok()?),
             },
             ("vanished", Some(entry), Some(waiter), Some(until)) => ReleaseMark::Vanished {
                 entry: entry.to_owned(),
@@ -350,9 +355,12 @@ impl ReleaseMark {
         words.next().is_none().then_some(mark)
     }
 
-    /// Whether this mark says `entry` went by a release.
-    pub fn released(&self, entry: &str) -> bool {
-        matches!(self, ReleaseMark::Released { entry: e } if e == entry)
+    /// Whether this mark says `entry` went by a release: its path, and its token where
+    /// the read that found `entry` gave one (a ZooKeeper listing does not; its
+    /// sequential names are never reused).
+    pub fn released(&self, entry: &QueueEntry) -> bool {
+        matches!(self, ReleaseMark::Released { entry: path, token }
+            if *path == entry.path && (entry.token.get() == 0 || *token == entry.token))
     }
 }
 
@@ -618,13 +626,15 @@ pub trait Queue: Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use super::ReleaseMark;
+    use super::{QueueEntry, ReleaseMark};
+    use crate::fencing::FencingToken;
 
     #[test]
     fn release_marks_round_trip() {
         for mark in [
             ReleaseMark::Released {
                 entry: "/ns/locks/a/_c_0-lock-0000000003".to_owned(),
+                token: FencingToken(4_294_967_302),
             },
             ReleaseMark::Vanished {
                 entry: "ns/locks/a/694d7a1b2c3d4e5f".to_owned(),
@@ -643,7 +653,9 @@ mod tests {
             b"127.0.0.1",
             b"coord-lock-delay/1",
             b"coord-lock-delay/1 released",
+            b"coord-lock-delay/1 released a",
             b"coord-lock-delay/1 released a b",
+            b"coord-lock-delay/1 released a 1 2",
             b"coord-lock-delay/1 vanished a b",
             b"coord-lock-delay/1 vanished a b soon",
             b"coord-lock-delay/2 released a",
@@ -655,16 +667,30 @@ mod tests {
 
     #[test]
     fn a_mark_names_one_released_entry() {
+        let entry = |path: &str, token: u64| QueueEntry {
+            path: path.to_owned(),
+            token: FencingToken(token),
+            seen_at: 0,
+        };
         let mark = ReleaseMark::Released {
             entry: "a".to_owned(),
+            token: FencingToken(7),
         };
-        assert!(mark.released("a"));
-        assert!(!mark.released("b"));
+        assert!(mark.released(&entry("a", 7)));
+        assert!(
+            mark.released(&entry("a", 0)),
+            "a listing without tokens: the path"
+        );
+        assert!(
+            !mark.released(&entry("a", 9)),
+            "the same key, a later incarnation: not this release"
+        );
+        assert!(!mark.released(&entry("b", 7)));
         let vanished = ReleaseMark::Vanished {
             entry: "a".to_owned(),
             waiter: "b".to_owned(),
             until_ms: 1,
         };
-        assert!(!vanished.released("a"));
+        assert!(!vanished.released(&entry("a", 7)));
     }
 }
