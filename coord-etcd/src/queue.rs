@@ -97,6 +97,29 @@ fn mark_of(read: Option<etcd::GetResponse>) -> Option<ReleaseMark> {
     ReleaseMark::decode(read?.kvs().first()?.value())
 }
 
+/// Deletes `key` if it is still `own`'s incarnation (its create revision), with `also`
+/// in the same `Txn` (a release mark); nothing when it is gone or made again.
+async fn delete_incarnation(
+    inner: &Inner,
+    key: &str,
+    own: &QueueEntry,
+    also: Vec<etcd::TxnOp>,
+) -> Result<()> {
+    let mut then = vec![etcd::TxnOp::delete(key, None)];
+    then.extend(also);
+    inner
+        .at_incarnation(
+            Counter::Write,
+            "release",
+            key,
+            own.token.get() as i64,
+            then,
+            vec![],
+        )
+        .await
+        .map(drop)
+}
+
 /// Reads one key: the read's revision and the key, if present.
 async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
     let k = key.to_owned();
@@ -530,17 +553,7 @@ impl Queue for EtcdClient {
             .encode(),
             None,
         );
-        self.inner
-            .at_incarnation(
-                Counter::Write,
-                "release",
-                &k,
-                own.token.get() as i64,
-                vec![etcd::TxnOp::delete(k.clone(), None), mark],
-                vec![],
-            )
-            .await
-            .map(drop)
+        delete_incarnation(&self.inner, &k, own, vec![mark]).await
     }
 
     async fn write_release_mark(&self, queue: &QueueSpec, mark: &ReleaseMark) -> Result<()> {
@@ -572,20 +585,7 @@ impl Queue for EtcdClient {
         // this removal is confirmed (the local turn waits for it).
         let k = ticket.locator.clone();
         let deleted = match own {
-            Some(own) => {
-                let delete = etcd::TxnOp::delete(k.clone(), None);
-                self.inner
-                    .at_incarnation(
-                        Counter::Write,
-                        "release",
-                        &k,
-                        own.token.get() as i64,
-                        vec![delete],
-                        vec![],
-                    )
-                    .await
-                    .map(drop)
-            }
+            Some(own) => delete_incarnation(&self.inner, &k, own, Vec::new()).await,
             None => {
                 let key = k.clone();
                 let deleted = self
