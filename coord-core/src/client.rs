@@ -72,6 +72,9 @@ pub(crate) struct ClientCore {
     /// for it instead of finding the taker lock busy with this client's own settle.
     pub(crate) settling:
         std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    /// This client's grants held with a lock-delay, released with their marks by
+    /// [`Client::close`] before it ends the session (so their waiters need not hold off).
+    pub(crate) marked_holds: crate::engine::contender::MarkedHolds,
     /// Where to end the session when the last handle is dropped outside the runtime.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -110,6 +113,7 @@ impl Client {
                 wakeups: Default::default(),
                 pending: Default::default(),
                 settling: Default::default(),
+                marked_holds: Default::default(),
                 runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }
@@ -334,7 +338,10 @@ impl Client {
     /// First it finishes the cleanups this client owes the server — a queue take's
     /// receipt deleted and its taker lock released — for at most [`CLOSE_FLUSH`]; one
     /// not finished by then is left to whoever comes next (a receipt left behind puts
-    /// its item back at the head of the queue: delivered again, never lost).
+    /// its item back at the head of the queue: delivered again, never lost). Grants held
+    /// with a lock-delay are released first too, with their marks, so their waiters take
+    /// over at once ([`Client::lock_with`]); dropping the last handle instead ends the
+    /// session without them, and those waiters hold off as after a crash.
     ///
     /// # Errors
     ///
@@ -345,6 +352,8 @@ impl Client {
     ///
     /// If dropped, the client is marked closed but the server may not have been told.
     pub async fn close(&self) -> Result<()> {
+        crate::engine::contender::release_marked(&*self.core.backend, &self.core.marked_holds, CLOSE_FLUSH)
+            .await;
         if !self.core.pending.settled(CLOSE_FLUSH).await {
             tracing::debug!("coord.close_cleanups_unfinished: left to the next taker");
         }

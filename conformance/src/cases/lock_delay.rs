@@ -417,3 +417,38 @@ pub async fn own_entry_deleted_during_hold_off(ctx: Ctx) -> CaseResult {
     drop(held);
     Ok(())
 }
+
+/// A holder that closes its client releases with the mark: a waiter keeping a 30 s
+/// lock-delay takes the lock at once (a review found `close()` counted as vanishing).
+pub async fn closed_holder_hands_over_at_once(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let held = a.lock_with("res", LockOptions::new().lock_delay(LONG)).await?;
+    let bc = b.clone();
+    let mut waiting =
+        tokio::spawn(async move { bc.lock_with("res", LockOptions::new().lock_delay(LONG)).await });
+    queued(&b, RecipeKind::Lock, "res", 2).await?;
+    settle().await;
+    still_waiting(&mut waiting, "b took a held lock").await?;
+    let closed = Instant::now();
+    a.close().await?;
+    let next = within(
+        LONG / 2,
+        "b takes the lock a released by closing its client (holding off would take 30 s)",
+        waiting,
+    )
+    .await???;
+    println!(
+        "[{}] b took the lock {:?} after a closed",
+        b.kind(),
+        closed.elapsed()
+    );
+    ensure!(
+        held.state() == HoldState::Lost,
+        "the closed client's guard says {:?}",
+        held.state()
+    );
+    next.release().await?;
+    // The guard's own release after the close changes nothing.
+    held.release().await.ok();
+    Ok(())
+}

@@ -371,6 +371,7 @@ pub fn all() -> Vec<Case> {
         ),
         case!(lock_delay::same_client_waiter_holds_off, OPERATOR),
         case!(lock_delay::overlong_lock_delay_is_refused),
+        case!(lock_delay::closed_holder_hands_over_at_once),
         case!(lock_delay::cancelled_during_hold_off, OPERATOR),
         case!(lock_delay::own_entry_deleted_during_hold_off, OPERATOR),
         case!(election::sole_candidate_leads),

@@ -22,6 +22,52 @@ use crate::raw::{
 };
 use crate::session::{SessionState, SessionStatus};
 
+/// A client's grants held with a lock-delay, by id: what [`Client::close`] releases with
+/// their marks before it ends the session.
+pub(crate) type MarkedHolds = Arc<Mutex<std::collections::HashMap<u64, (Ticket, QueueEntry)>>>;
+
+/// Ids of [`MarkedHolds`] entries.
+static NEXT_MARKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Releases every grant in `holds` (one attempt each, at most `within` for all), with
+/// its release mark; a release that does not get through leaves the grant to its
+/// session's end.
+pub(crate) async fn release_marked(backend: &dyn Backend, holds: &MarkedHolds, within: Duration) {
+    let held: Vec<(Ticket, QueueEntry)> = holds
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(_, hold)| hold)
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    let releases = futures::future::join_all(held.iter().map(|(ticket, own)| backend.release(ticket, own)));
+    match tokio::time::timeout(within, releases).await {
+        Ok(results) => {
+            for e in results.into_iter().filter_map(Result::err) {
+                tracing::debug!(error = %e, "coord.close_release_failed: the grant goes with the session");
+            }
+        }
+        Err(_) => tracing::debug!("coord.close_releases_unfinished: the rest go with the session"),
+    }
+}
+
+/// A grant's place in its client's [`MarkedHolds`]; it leaves it when removed.
+struct Marked {
+    holds: MarkedHolds,
+    id: u64,
+}
+
+impl Marked {
+    fn forget(&self) {
+        self.holds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
 /// A granted turn: the contender, its fence and its hold state.
 pub(crate) struct Grant {
     pub(crate) contender: Contender,
@@ -63,6 +109,8 @@ pub(crate) struct Contender {
     /// ([`Queue::release`](crate::raw::Queue::release)), which marks it as one where
     /// the queue has a lock-delay.
     granted: bool,
+    /// With a lock-delay, its place among the grants [`Client::close`] releases.
+    marked: Option<Marked>,
 }
 
 impl Contender {
@@ -146,6 +194,9 @@ impl Contender {
         match attempt {
             Ok(()) => {
                 self.settled = true;
+                if let Some(marked) = self.marked.take() {
+                    marked.forget();
+                }
                 release_turn(&self.turn);
                 Ok(())
             }
@@ -165,6 +216,7 @@ impl Contender {
             joining: self.joining.take(),
             turn: self.turn.clone(),
             granted: self.granted,
+            marked: self.marked.take(),
         }
     }
 }
@@ -192,6 +244,7 @@ struct Removal {
     joining: Option<Joining>,
     turn: Turn,
     granted: bool,
+    marked: Option<Marked>,
 }
 
 impl Removal {
@@ -207,6 +260,7 @@ impl Removal {
             joining,
             turn,
             granted,
+            marked,
         } = self;
         let own = match joining {
             // A join that failed or was cut off may still have made the entry: it is
@@ -223,6 +277,9 @@ impl Removal {
             Some(own) if granted => release_until_gone(&*backend, &ticket, own).await,
             own => remove_until_gone(&*backend, &ticket, own).await,
         };
+        if let Some(marked) = marked {
+            marked.forget();
+        }
         match &result {
             Ok(()) => release_turn(&turn),
             Err(e) => {
@@ -419,6 +476,7 @@ pub(crate) async fn acquire(
         turn,
         settled: false,
         granted: false,
+        marked: None,
     };
     let joined = join(&mut contender, &mut session, generation, wait).await?;
     contender.own = Some(joined.own.clone());
@@ -450,6 +508,17 @@ pub(crate) async fn acquire(
         },
     );
     contender.granted = true;
+    if queue.lock_delay.is_some() {
+        let id = NEXT_MARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        core.marked_holds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (contender.ticket.clone(), own.clone()));
+        contender.marked = Some(Marked {
+            holds: core.marked_holds.clone(),
+            id,
+        });
+    }
     if hold.peek() == HoldState::Lost {
         // Gone with its session already: the turn is free (the entry is gone).
         lose_turn(&contender.turn);

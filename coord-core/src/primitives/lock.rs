@@ -432,10 +432,10 @@ impl crate::Client {
     ///   other clients and on the holder's own (a contender of the same client waiting
     ///   its turn). One that arrives after the entry is gone, with nobody waiting,
     ///   finds the lock free and takes it at once: no one saw the holder go.
-    /// - Closing the holder's client ([`Client::close`](crate::Client::close), or
-    ///   dropping its last handle) ends its session: its entries go without the mark,
-    ///   and waiters hold off as after a crash. Release the guards first for an at-once
-    ///   hand-over (`coord lock` does).
+    /// - [`Client::close`](crate::Client::close) releases the client's grants held
+    ///   with a lock-delay first, with their marks: their waiters take over at once.
+    ///   Dropping the last handle instead ends the session without them, and those
+    ///   waiters hold off as after a crash.
     /// - With several holders at once (a semaphore's leases, a read/write lock's
     ///   readers), a waiter judges the entries it waited for: it may hold off after a
     ///   release it could not tell from a vanishing (the safe side), and a holder that
