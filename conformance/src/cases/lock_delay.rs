@@ -452,3 +452,83 @@ pub async fn closed_holder_hands_over_at_once(ctx: Ctx) -> CaseResult {
     held.release().await.ok();
     Ok(())
 }
+
+/// A holder whose hold is watched (`state()` arms a watch on its entry) releases while
+/// a contender of the same client waits its turn: the waiter takes the lock at once —
+/// the deletion its own release caused is not a vanishing (a review found the watch
+/// event, which ZooKeeper sends before the delete's reply, counted as one).
+pub async fn same_client_release_with_a_watched_hold_hands_over_at_once(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    for round in 0..3 {
+        let name = format!("res-{round}");
+        let held = a.lock_with(&name, LockOptions::new().lock_delay(LONG)).await?;
+        ensure!(held.state() == HoldState::Held);
+        let (ac, n) = (a.clone(), name.clone());
+        let mut waiting =
+            tokio::spawn(async move { ac.lock_with(&n, LockOptions::new().lock_delay(LONG)).await });
+        settle().await;
+        still_waiting(&mut waiting, "a second contender took a held lock").await?;
+        held.release().await?;
+        let next = within(
+            LONG / 2,
+            "the local waiter takes the released lock (holding off would take 30 s)",
+            waiting,
+        )
+        .await???;
+        next.release().await?;
+    }
+    Ok(())
+}
+
+/// Two contenders of the holder's client wait when its entry is deleted; the first
+/// holds off and is cancelled meanwhile: the second still takes the lock no earlier
+/// than the delay after the deletion (a review found the cancelled one's removal
+/// cleared the record).
+pub async fn same_client_waiter_cancelled_during_hold_off(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let options = LockOptions::new().lock_delay(DELAY);
+    let held = std::sync::Arc::new(a.lock_with("res", options.clone()).await?);
+    let watcher = {
+        let held = held.clone();
+        tokio::spawn(async move { held.lost().await })
+    };
+    let (ac, o) = (a.clone(), options.clone());
+    let first = tokio::spawn(async move { ac.lock_with("res", o).await });
+    settle().await;
+    let (ac, o) = (a.clone(), options.clone());
+    let mut second = tokio::spawn(async move { ac.lock_with("res", o).await });
+    settle().await;
+    let deleted = Instant::now();
+    ctx.factory().operator_delete(held.fence().resource()).await?;
+    within(LONG, "the deleted holder sees its loss", watcher).await??;
+    // The first waiter takes its turn and holds off; cancel it then.
+    tokio::time::sleep(DELAY / 3).await;
+    first.abort();
+    let _ = first.await;
+    still_waiting(&mut second, "the second waiter took the lock").await?;
+    let next = within(LONG, "the second waiter takes the lock", second).await???;
+    let waited = deleted.elapsed();
+    ensure!(
+        waited >= DELAY,
+        "the second local waiter took the lock {waited:?} after the deletion, within the delay of {DELAY:?}"
+    );
+    next.release().await?;
+    Ok(())
+}
+
+/// A try never waits out a lock-delay: after its own client's holder lost its session,
+/// `try_lock_with` on the new session answers at once.
+pub async fn try_after_a_lost_session_answers_at_once(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let held = a.lock_with("res", LockOptions::new().lock_delay(LONG)).await?;
+    ctx.factory().kill_session(&a).await?;
+    within(ctx.expiry_wait(), "the holder sees its loss", held.lost()).await?;
+    let got = within(
+        ctx.expiry_wait(),
+        "try_lock_with answers (holding off would take 30 s)",
+        crate::util::retrying(|| a.try_lock_with("res", LockOptions::new().lock_delay(LONG))),
+    )
+    .await??;
+    ensure!(got.is_some(), "the lock is free, yet the try found it held");
+    Ok(())
+}

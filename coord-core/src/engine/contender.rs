@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::client::{Client, ClientCore};
-use crate::engine::local_queue::{LocalQueue, SharedTurn, granted, lose_turn, release_turn, vanished_at};
+use crate::engine::local_queue::{
+    LocalQueue, SharedTurn, granted, lose_turn, release_turn, releasing, session_ended_turn, vanished_at,
+};
 use crate::engine::removal::{self, Detached, ended, over};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
@@ -59,8 +61,8 @@ struct Marked {
     id: u64,
 }
 
-impl Marked {
-    fn forget(&self) {
+impl Drop for Marked {
+    fn drop(&mut self) {
         self.holds
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -194,9 +196,7 @@ impl Contender {
         match attempt {
             Ok(()) => {
                 self.settled = true;
-                if let Some(marked) = self.marked.take() {
-                    marked.forget();
-                }
+                self.marked = None;
                 release_turn(&self.turn);
                 Ok(())
             }
@@ -206,9 +206,11 @@ impl Contender {
         }
     }
 
-    /// Everything a removal needs; the contender counts as settled from here on.
+    /// Everything a removal needs; the contender counts as settled from here on, and a
+    /// deletion of its entry seen from here on is its own.
     fn take_removal(&mut self) -> Removal {
         self.settled = true;
+        releasing(&self.turn);
         Removal {
             backend: self.backend.clone(),
             ticket: self.ticket.clone(),
@@ -277,10 +279,10 @@ impl Removal {
             Some(own) if granted => release_until_gone(&*backend, &ticket, own).await,
             own => remove_until_gone(&*backend, &ticket, own).await,
         };
-        if let Some(marked) = marked {
-            marked.forget();
-        }
+        drop(marked);
         match &result {
+            // Confirmed gone because its session ended: it went with the session.
+            Ok(()) if over(*backend.session().borrow(), ticket.generation) => session_ended_turn(&turn),
             Ok(()) => release_turn(&turn),
             Err(e) => {
                 tracing::warn!(error = %e, entry = %ticket.locator, "coord.contender_removal_refused: the entry goes when its session ends");
@@ -288,7 +290,7 @@ impl Removal {
                 let generation = ticket.generation;
                 tokio::spawn(async move {
                     ended(&mut session, generation).await;
-                    lose_turn(&turn);
+                    session_ended_turn(&turn);
                 });
             }
         }
@@ -464,6 +466,11 @@ pub(crate) async fn acquire(
     let Some((turn, slot, mut waited)) = local_turn(core, &queue, session_rx, wait).await else {
         return Ok(None);
     };
+    // Lock-delay on this client: a contender that waited its local turn after the
+    // previous grant's entry vanished. Newcomers, shared places and tries do not.
+    let local_vanish = (queue.lock_delay.is_some() && queue.takes_turns() && waited && wait)
+        .then(|| vanished_at(&turn))
+        .flatten();
     let backend = core.backend.clone();
     let ticket = backend.ticket(&queue, slot)?;
     let generation = ticket.generation;
@@ -481,7 +488,17 @@ pub(crate) async fn acquire(
     let joined = join(&mut contender, &mut session, generation, wait).await?;
     contender.own = Some(joined.own.clone());
     let mut own = joined.own;
-    match wait_until_first(core, &contender, &mut own, joined.position, &mut session, wait).await? {
+    match wait_until_first(
+        core,
+        &contender,
+        &mut own,
+        joined.position,
+        &mut session,
+        wait,
+        local_vanish,
+    )
+    .await?
+    {
         Some(waited_on_server) => waited |= waited_on_server,
         None => {
             // Not waiting: one removal attempt now, the rest in the background.
@@ -521,7 +538,8 @@ pub(crate) async fn acquire(
     }
     if hold.peek() == HoldState::Lost {
         // Gone with its session already: the turn is free (the entry is gone).
-        lose_turn(&contender.turn);
+        granted(&contender.turn, generation);
+        session_ended_turn(&contender.turn);
     } else {
         granted(&contender.turn, generation);
     }
@@ -658,6 +676,7 @@ async fn wait_until_first(
     mut known: Option<Position>,
     session: &mut watch::Receiver<SessionStatus>,
     wait: bool,
+    local_vanish: Option<Instant>,
 ) -> Result<Option<bool>> {
     let backend = &contender.backend;
     let generation = contender.ticket.generation;
@@ -707,7 +726,7 @@ async fn wait_until_first(
                     // The entry it waited for went without a release; or, on this
                     // client, the turn before this one ended with its entry vanishing.
                     let remote = vanished(&awaited, mark.as_ref()).map(|v| (v.to_owned(), delay));
-                    let local = vanished_at(&contender.turn)
+                    let local = local_vanish
                         .and_then(|at| delay.checked_sub(at.elapsed()))
                         .filter(|left| !left.is_zero())
                         .map(|left| (LOCAL_HOLDER.to_owned(), left));

@@ -53,6 +53,11 @@ struct Holder {
 pub(crate) struct LocalTurn {
     slot: Arc<Slot>,
     _guard: OwnedMutexGuard<()>,
+    /// Whether the turn's entry was granted: only a grant's end says whether the next
+    /// local contender holds off (lock-delay).
+    granted: bool,
+    /// Whether its removal has begun: the entry's deletion seen from now on is ours.
+    releasing: bool,
 }
 
 impl Drop for LocalTurn {
@@ -65,19 +70,60 @@ impl Drop for LocalTurn {
 /// A turn shared by a contender and whatever gives it up when the entry goes.
 pub(crate) type SharedTurn = Arc<Mutex<Option<LocalTurn>>>;
 
-/// Gives `turn` up after its entry was removed (once; later calls do nothing).
-pub(crate) fn release_turn(turn: &SharedTurn) {
-    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
+/// How a turn ended, for the next local contender's lock-delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnEnd {
+    /// Its entry was removed by this client: a grant's release clears the record.
+    Removed,
+    /// Its entry was seen gone without this client removing it (deleted by someone
+    /// else), unless its removal had begun.
+    Gone,
+    /// Its session ended, taking the entry with it.
+    WithSession,
+    /// Taken over by a newcomer after its session ended unseen: the record is left as
+    /// it is.
+    Unseen,
 }
 
-/// Gives `turn` up because its entry vanished — its session ended, or someone deleted
-/// it (once; later calls do nothing): the next local contender for the name learns
-/// when ([`vanished_at`]).
+fn end_turn(turn: &SharedTurn, how: TurnEnd) {
+    let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        return;
+    };
+    if !t.granted || how == TurnEnd::Unseen {
+        // Only a grant's end says anything about the next grant.
+        return;
+    }
+    let vanished = match how {
+        TurnEnd::Gone => !t.releasing,
+        TurnEnd::WithSession => true,
+        TurnEnd::Removed | TurnEnd::Unseen => false,
+    };
+    *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = vanished.then(Instant::now);
+}
+
+/// Gives `turn` up after this client removed its entry (once; later calls do nothing).
+pub(crate) fn release_turn(turn: &SharedTurn) {
+    end_turn(turn, TurnEnd::Removed);
+}
+
+/// Gives `turn` up because its entry was seen gone — deleted by someone else, unless
+/// this client's removal of it had begun ([`releasing`]). A grant's vanishing is
+/// recorded for the next local contender ([`vanished_at`]).
 pub(crate) fn lose_turn(turn: &SharedTurn) {
-    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    end_turn(turn, TurnEnd::Gone);
+}
+
+/// Gives `turn` up because its session ended (its entry went with it): a grant's
+/// vanishing, recorded for the next local contender.
+pub(crate) fn session_ended_turn(turn: &SharedTurn) {
+    end_turn(turn, TurnEnd::WithSession);
+}
+
+/// Marks `turn`'s removal as begun: a deletion of its entry seen from now on is this
+/// client's own, not a vanishing.
+pub(crate) fn releasing(turn: &SharedTurn) {
+    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        t.releasing = true;
     }
 }
 
@@ -92,8 +138,9 @@ pub(crate) fn vanished_at(turn: &SharedTurn) -> Option<Instant> {
 /// Records that `turn` was granted on session `generation`: a local contender waiting
 /// for the name takes the turn over once that session is over.
 pub(crate) fn granted(turn: &SharedTurn, generation: u64) {
-    let guard = turn.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(t) = guard.as_ref() {
+    let mut guard = turn.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(t) = guard.as_mut() {
+        t.granted = true;
         t.slot.holder.send_replace(Some(Holder {
             turn: Arc::downgrade(turn),
             generation,
@@ -101,10 +148,19 @@ pub(crate) fn granted(turn: &SharedTurn, generation: u64) {
     }
 }
 
-/// Takes the turn from a holder whose session is over: its entry went with it.
-fn take_over(holder: &Holder) {
+/// Takes the turn from a holder whose session is over: its entry went with it. `seen`:
+/// by a contender that waited for the turn (and saw the session end), whose hold-off
+/// then counts from now; a newcomer's take-over leaves the record as it is.
+fn take_over(holder: &Holder, seen: bool) {
     if let Some(turn) = holder.turn.upgrade() {
-        lose_turn(&turn);
+        end_turn(
+            &turn,
+            if seen {
+                TurnEnd::WithSession
+            } else {
+                TurnEnd::Unseen
+            },
+        );
     }
 }
 
@@ -130,7 +186,12 @@ impl LocalQueue {
             let holder = holders.borrow_and_update().clone();
             tokio::select! {
                 guard = &mut lock => {
-                    return Arc::new(Mutex::new(Some(LocalTurn { slot, _guard: guard })));
+                    return Arc::new(Mutex::new(Some(LocalTurn {
+                        slot,
+                        _guard: guard,
+                        granted: false,
+                        releasing: false,
+                    })));
                 }
                 _ = async {
                     match &holder {
@@ -139,7 +200,7 @@ impl LocalQueue {
                     }
                 } => {
                     if let Some(h) = &holder {
-                        take_over(h);
+                        take_over(h, true);
                     }
                 }
                 _ = holders.changed() => {}
@@ -157,10 +218,15 @@ impl LocalQueue {
         let slot = self.slot(name);
         let holder = slot.holder.borrow().clone();
         if let Some(h) = holder.filter(|h| over(*session.borrow(), h.generation)) {
-            take_over(&h);
+            take_over(&h, false);
         }
         let guard = slot.turn.clone().try_lock_owned().ok()?;
-        Some(Arc::new(Mutex::new(Some(LocalTurn { slot, _guard: guard }))))
+        Some(Arc::new(Mutex::new(Some(LocalTurn {
+            slot,
+            _guard: guard,
+            granted: false,
+            releasing: false,
+        }))))
     }
 }
 

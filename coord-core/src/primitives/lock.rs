@@ -431,7 +431,8 @@ impl crate::Client {
     /// - The delay is kept by the contenders waiting when the holder vanished, on
     ///   other clients and on the holder's own (a contender of the same client waiting
     ///   its turn). One that arrives after the entry is gone, with nobody waiting,
-    ///   finds the lock free and takes it at once: no one saw the holder go.
+    ///   finds the lock free and takes it at once: no one saw the holder go. A `try_*`
+    ///   never waits a delay out.
     /// - [`Client::close`](crate::Client::close) releases the client's grants held
     ///   with a lock-delay first, with their marks: their waiters take over at once.
     ///   Dropping the last handle instead ends the session without them, and those
