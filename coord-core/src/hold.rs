@@ -93,10 +93,14 @@ impl Forfeit {
     /// The grant's entry is gone (the store refused its fence): its hold is `Lost` for
     /// every clone from now on.
     pub(crate) fn entry_gone(&self) {
-        let first = self.tx.send_if_modified(|gone| !std::mem::replace(gone, true));
-        if first {
+        if *self.tx.borrow() {
+            return;
+        }
+        // What goes with the loss first (the local turn freed): whoever hears of the
+        // loss finds it done. Done twice by two racing callers, it is idempotent.
+        (self.also)();
+        if self.tx.send_if_modified(|gone| !std::mem::replace(gone, true)) {
             tracing::debug!("coord.fence_refused_hold_lost");
-            (self.also)();
         }
     }
 }

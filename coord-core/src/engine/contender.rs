@@ -880,8 +880,9 @@ fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, 
                 r = backend.wait_gone(&own) => match r {
                     Ok(()) => {
                         tracing::debug!(entry = %own.path, "coord.own_entry_gone");
-                        gone.set();
+                        // The turn first: whoever hears of the loss finds it free.
                         lose_turn(&turn);
+                        gone.set();
                         return;
                     }
                     Err(e) if matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Closed) => return,
