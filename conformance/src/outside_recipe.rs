@@ -4,21 +4,25 @@
 //!
 //! A **turnstile** lets `permits` holders through at once, in arrival order, and holds
 //! the rest. Its holders queue in `turnstiles/<name>` as `pass-` entries (in layouts
-//! that name entries by sequence; under `passes/` in layouts that name them by session)
-//! with [`Admission::Permits`]; its attendant, who waits for every pass ahead to leave
-//! (say, to count the day's passes), queues in the same directory as an `attendant-`
-//! entry of another class (under `attendant/`), with [`Admission::Exclusive`]. So it
-//! uses a directory, markers, classes and a mix of admission rules no recipe of
-//! `coord-core` has.
+//! that name entries by sequence; under `passes/` in layouts that name them by session);
+//! its attendant, who waits for every pass ahead to leave (say, to count the day's
+//! passes), queues in the same directory as an `attendant-` entry of another class
+//! (under `attendant/`), with [`Admission::Exclusive`]. A pass counts only the passes
+//! ahead of it, never the attendant: an admission rule of this file's own
+//! ([`PassesOnly`], which no recipe of `coord-core` has), decided by
+//! [`QueueSpec::admit`] like every other. So it uses a directory, markers, classes and
+//! an admission rule `coord-core` does not know.
 //!
-//! The wait loop is this file's own (ticket, join, position, wait, leave), as a recipe
-//! outside the crate would write it; it is deliberately simple: no local turns, and a
-//! dropped `pass` may leave its entry until the session ends.
+//! The wait loop is this file's own (ticket, join, read ahead, admit, wait, leave), as a
+//! recipe outside the crate would write it; it is deliberately simple: no local turns,
+//! and a dropped `pass` may leave its entry until the session ends.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::raw::{Admission, Backend, EntryClass, Position, QueueEntry, QueueSpec, Ticket, backend};
+use coord_core::raw::{
+    Admission, AdmissionRule, Backend, EntryClass, Position, QueueEntry, QueueSpec, Ticket, backend,
+};
 use coord_core::{Client, ErrorKind, FencingToken, Result};
 
 /// The turnstile's classes: passes, and the attendant.
@@ -34,6 +38,24 @@ const CLASSES: &[EntryClass] = &[
         kazoo_marker: None,
     },
 ];
+
+/// The passes' admission rule: a pass holds while fewer than `permits` passes are ahead
+/// of it, whatever attendant is; the attendant (class 1) counts every entry ahead.
+#[derive(Debug)]
+pub struct PassesOnly {
+    /// How many passes hold at once.
+    pub permits: u32,
+}
+
+impl AdmissionRule for PassesOnly {
+    fn counts(&self, own: usize, ahead: usize) -> bool {
+        own == 1 || ahead == 0
+    }
+
+    fn permits(&self, own: usize) -> u32 {
+        if own == 0 { self.permits } else { 1 }
+    }
+}
 
 /// A turnstile on one client.
 pub struct Turnstile {
@@ -64,7 +86,9 @@ impl Turnstile {
             "turnstile",
             format!("turnstiles/{}", self.name),
             CLASSES,
-            Admission::Permits(self.permits),
+            Admission::Rule(Arc::new(PassesOnly {
+                permits: self.permits,
+            })),
         )
     }
 
@@ -78,8 +102,8 @@ impl Turnstile {
         .as_class(1)
     }
 
-    /// Waits until fewer than `permits` entries (passes or the attendant's) are ahead,
-    /// and holds a place. `slot` tells one client's concurrent passes apart.
+    /// Waits until fewer than `permits` passes are ahead (an attendant ahead does not
+    /// count), and holds a place. `slot` tells one client's concurrent passes apart.
     pub async fn pass(&self, slot: u32, value: &[u8]) -> Result<Passage> {
         self.enter(self.pass_queue(), slot, value).await
     }
@@ -94,12 +118,13 @@ impl Turnstile {
         let ticket = self.backend.ticket(&spec, slot)?;
         let joined = self.backend.join(&ticket, value.to_vec()).await?;
         let own = joined.own;
-        let mut position = joined.position;
+        let mut read = joined.ahead;
         loop {
-            let now = match position.take() {
-                Some(p) => p,
-                None => self.backend.position(&ticket, &own).await?,
+            let ahead = match read.take() {
+                Some(a) => a,
+                None => self.backend.ahead(&ticket, &own).await?,
             };
+            let now = spec.admit(ahead);
             match now {
                 Position::First { .. } => {
                     return Ok(Passage {

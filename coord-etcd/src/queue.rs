@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
+    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Queue, QueueEntry,
     QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
@@ -52,17 +52,12 @@ fn newest(limit: i64, max_create: Option<i64>) -> etcd::GetOptions {
     }
 }
 
-/// Behind `ahead`, as read at revision `seen_at`; `further` is the key read right ahead
-/// of it, if any (none: `ahead` is first, and once it goes this contender is).
-fn behind(ahead: &Kv, further: Option<&Kv>, seen_at: i64) -> Position {
-    let entry = QueueEntry {
-        path: ahead.key.clone(),
-        token: FencingToken(ahead.create_rev as u64),
+/// `kv` as a queue entry read at revision `seen_at`.
+fn entry_of(kv: &Kv, seen_at: i64) -> QueueEntry {
+    QueueEntry {
+        path: kv.key.clone(),
+        token: FencingToken(kv.create_rev as u64),
         seen_at: seen_at as u64,
-    };
-    match further {
-        None => Position::Next(entry),
-        Some(_) => Position::Behind(entry),
     }
 }
 
@@ -138,18 +133,12 @@ async fn read_key(inner: &Inner, key: &str) -> Result<(i64, Option<Kv>)> {
 }
 
 impl EtcdClient {
-    /// Where `own` stands among the entries of a queue admitting `permits` at once, at
-    /// `dir` (one read of them all: such a queue holds at most its permits and the
-    /// entries of those waiting to hold).
-    async fn permits_position(
-        &self,
-        spec: &QueueSpec,
-        dir: &str,
-        own: &QueueEntry,
-        permits: u32,
-    ) -> Result<Position> {
+    /// Every entry ahead of `own` that `spec` counts, in a queue at `dir` whose spec asks
+    /// for all of them (one read: such a queue — a semaphore's — holds at most its
+    /// permits and the entries of those waiting to hold).
+    async fn all_ahead(&self, spec: &QueueSpec, dir: &str, own: &QueueEntry) -> Result<Ahead> {
         let mut ops = vec![etcd::TxnOp::get(
-            format!("{dir}/"),
+            spec.counted_prefix(dir),
             Some(
                 etcd::GetOptions::new()
                     .with_prefix()
@@ -157,6 +146,10 @@ impl EtcdClient {
                     .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Ascend),
             ),
         )];
+        let own_counted = own.path.starts_with(&spec.counted_prefix(dir));
+        if !own_counted {
+            ops.push(etcd::TxnOp::get(own.path.clone(), Some(etcd::GetOptions::new().with_keys_only())));
+        }
         ops.extend(mark_read(spec, dir));
         let resp = self
             .inner
@@ -170,35 +163,29 @@ impl EtcdClient {
                 },
             )
             .await?;
-        let seen_at = header_rev(resp.header()) as u64;
+        let seen_at = header_rev(resp.header());
         let mut ranges = gets(&resp);
-        let leases: Vec<Kv> = ranges
+        let keys: Vec<Kv> = ranges
             .next()
-            .map(|g| g.kvs().iter().filter_map(Kv::from).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|kv| spec.class_of_key(dir, &kv.key).is_some())
-            .collect();
-        let mark = mark_of(ranges.next());
-        if !leases
-            .iter()
-            .any(|kv| kv.key == own.path && kv.create_rev as u64 == own.token.get())
-        {
+            .map(|g| g.kvs().iter().filter_map(Kv::from).collect())
+            .unwrap_or_default();
+        let mine = if own_counted {
+            keys.iter().find(|kv| kv.key == own.path).cloned()
+        } else {
+            ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from))
+        };
+        if mine.is_none_or(|kv| kv.create_rev as u64 != own.token.get()) {
             return Err(own_gone());
         }
-        let ahead: Vec<QueueEntry> = leases
+        let entries = keys
             .iter()
-            .filter(|kv| (kv.create_rev as u64) < own.token.get())
-            .map(|kv| QueueEntry {
-                path: kv.key.clone(),
-                token: FencingToken(kv.create_rev as u64),
-                seen_at,
-            })
+            .filter(|kv| (kv.create_rev as u64) < own.token.get() && spec.key_counts(dir, &kv.key))
+            .map(|kv| entry_of(kv, seen_at))
             .collect();
-        Ok(if ahead.len() < permits as usize {
-            Position::First { seen_at, mark }
-        } else {
-            Position::Among(ahead)
+        Ok(Ahead {
+            entries,
+            seen_at: seen_at as u64,
+            mark: mark_of(ranges.next()),
         })
     }
 }
@@ -229,17 +216,14 @@ impl Queue for EtcdClient {
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined> {
         let dir = self.queue_dir(&ticket.queue);
         let spec = &ticket.queue;
-        // Whether this contender's own key is among the keys it waits for (not a
-        // reader's: it waits for the writers' only).
-        let own_scanned = spec.waits_for(spec.class);
+        let counted = spec.counted_prefix(&dir);
+        // Whether this contender's own key is among the keys it counts (not a reader's:
+        // it counts the writers' only).
+        let own_scanned = ticket.locator.starts_with(&counted);
         // One round trip: create our key unless it exists, and read the newest keys this
-        // contender waits for — ours (just created, so the newest) unless a reader, the
-        // one right ahead and whether anything is ahead of that.
-        let (k, d, lease) = (
-            ticket.locator.clone(),
-            spec.blockers_prefix(&dir),
-            ticket.session_id,
-        );
+        // contender counts — ours (just created, so the newest) unless a reader, the one
+        // right ahead and whether anything is ahead of that.
+        let (k, d, lease) = (ticket.locator.clone(), counted, ticket.session_id);
         let scan = if own_scanned { 3 } else { 2 };
         let resp = self
             .inner
@@ -266,20 +250,18 @@ impl Queue for EtcdClient {
                 _ => None,
             })
             .collect();
-        // Created: ours is the newest key (with the Txn's revision), the other the one
+        // Created: ours is the newest key (with the Txn's revision), the others the ones
         // right ahead. Already there: the key as read.
-        let (own, ahead, further) = match ranges.first() {
+        let (own, older) = match ranges.first() {
             Some(g) if created && own_scanned => {
                 let mut newest = g.kvs().iter().filter_map(Kv::from);
                 (
                     newest.next().filter(|kv| kv.key == ticket.locator),
-                    Some(newest.next()),
-                    newest.next(),
+                    Some(newest.collect::<Vec<_>>()),
                 )
             }
             // A reader: its key was made at the Txn's revision, the newest of all.
             Some(g) if created => {
-                let mut newest = g.kvs().iter().filter_map(Kv::from);
                 let own = Kv {
                     key: ticket.locator.clone(),
                     value: Vec::new(),
@@ -287,30 +269,24 @@ impl Queue for EtcdClient {
                     mod_rev: seen_at,
                     lease: ticket.session_id,
                 };
-                (Some(own), Some(newest.next()), newest.next())
+                (Some(own), Some(g.kvs().iter().filter_map(Kv::from).collect()))
             }
-            Some(g) => (g.kvs().first().and_then(Kv::from), None, None),
-            None => (None, None, None),
+            Some(g) => (g.kvs().first().and_then(Kv::from), None),
+            None => (None, None),
         };
         let own = own
             .filter(|kv| kv.lease == ticket.session_id)
             .ok_or_else(own_gone)?;
-        let position = match ahead {
-            // Never waits.
-            _ if spec.admission == Admission::Immediate => Some(Position::First {
-                seen_at: seen_at as u64,
-                mark: None,
-            }),
-            // Its place depends on how many are ahead: read next.
-            _ if matches!(spec.admission, Admission::Permits(_)) => None,
-            Some(None) => Some(Position::First {
-                seen_at: seen_at as u64,
-                mark: None,
-            }),
-            Some(Some(ahead)) if spec.key_blocks(&dir, &ahead.key) => {
-                Some(behind(&ahead, further.as_ref(), seen_at))
+        // The read shows the entries ahead when every key it found is one this contender
+        // counts (otherwise, a key of a queue with a longer name, they are read next),
+        // and the spec needs no more than the nearest two.
+        let ahead = match older {
+            _ if !spec.counts_any() => Some(Vec::new()),
+            Some(older)
+                if spec.nearest().is_some() && older.iter().all(|kv| spec.key_counts(&dir, &kv.key)) =>
+            {
+                Some(older.iter().rev().map(|kv| entry_of(kv, seen_at)).collect())
             }
-            // A key of a queue with a longer name (read past next), or a retried join.
             _ => None,
         };
         Ok(Joined {
@@ -319,25 +295,28 @@ impl Queue for EtcdClient {
                 token: FencingToken(own.create_rev as u64),
                 seen_at: seen_at as u64,
             },
-            position,
+            ahead: ahead.map(|entries| Ahead {
+                entries,
+                seen_at: seen_at as u64,
+                mark: None,
+            }),
         })
     }
 
-    async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
+    async fn ahead(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead> {
         let dir = self.queue_dir(&ticket.queue);
         let spec = &ticket.queue;
         let own_rev = own.token.get() as i64;
-        match spec.admission {
-            Admission::Permits(permits) => return self.permits_position(spec, &dir, own, permits).await,
-            Admission::Immediate => {
-                return Ok(Position::First {
-                    seen_at: 0,
-                    mark: None,
-                });
-            }
-            _ => {}
+        if !spec.counts_any() {
+            // Nothing counts: no read.
+            return Ok(Ahead::default());
         }
-        // Keys older than `below` that are not this queue's contenders are read past.
+        let Some(nearest) = spec.nearest() else {
+            return self.all_ahead(spec, &dir, own).await;
+        };
+        // The counted keys found so far, nearest first; keys older than `below` that are
+        // not this queue's counted contenders are read past.
+        let mut found: Vec<QueueEntry> = Vec::new();
         let mut below = own_rev;
         loop {
             // One read-only round trip: our key still there, and the two newest keys
@@ -346,7 +325,7 @@ impl Queue for EtcdClient {
             // With a lock-delay, the queue's release mark too.
             let mut ops = vec![
                 etcd::TxnOp::get(own.path.clone(), Some(etcd::GetOptions::new().with_keys_only())),
-                etcd::TxnOp::get(spec.blockers_prefix(&dir), Some(newest(2, Some(below - 1)))),
+                etcd::TxnOp::get(spec.counted_prefix(&dir), Some(newest(2, Some(below - 1)))),
             ];
             ops.extend(mark_read(spec, &dir));
             let resp = self
@@ -371,17 +350,19 @@ impl Queue for EtcdClient {
                 .next()
                 .map(|g| g.kvs().iter().filter_map(Kv::from).collect())
                 .unwrap_or_default();
-            match older.first() {
-                None => {
-                    return Ok(Position::First {
-                        seen_at: seen_at as u64,
-                        mark: mark_of(ranges.next()),
-                    });
+            for kv in &older {
+                below = kv.create_rev;
+                if spec.key_counts(&dir, &kv.key) && found.len() < nearest {
+                    found.push(entry_of(kv, seen_at));
                 }
-                Some(ahead) if spec.key_blocks(&dir, &ahead.key) => {
-                    return Ok(behind(ahead, older.get(1), seen_at));
-                }
-                Some(other) => below = other.create_rev,
+            }
+            if found.len() >= nearest || older.len() < 2 {
+                found.reverse();
+                return Ok(Ahead {
+                    entries: found,
+                    seen_at: seen_at as u64,
+                    mark: mark_of(ranges.next()),
+                });
             }
         }
     }

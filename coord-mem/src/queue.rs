@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
-    Admission, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Position, Queue, QueueEntry,
+    Ahead, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Queue, QueueEntry,
     QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
 use coord_core::{FencingToken, LeaderInfo, Result};
@@ -15,7 +15,7 @@ use futures::stream::BoxStream;
 use crate::MemClient;
 use crate::error;
 use crate::watch::{self, Raw};
-use coord_mem_cluster::{KeyData, State};
+use coord_mem_cluster::State;
 
 impl MemClient {
     /// The key prefix a queue's contenders live under.
@@ -30,36 +30,28 @@ fn mark_in(state: &State, dir: &str, spec: &QueueSpec) -> Option<ReleaseMark> {
     ReleaseMark::decode(&state.get(&release_mark_key(dir))?.value)
 }
 
-/// Where a contender of `spec` created at `own_rev` stands in its queue at `dir`.
-fn position_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Position {
+/// The entries ahead of a contender of `spec` created at `own_rev` in its queue at
+/// `dir` that `spec` counts, with the queue's release mark.
+fn ahead_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Ahead {
     let seen_at = state.revision();
-    let first = || Position::First {
+    let mut ahead: Vec<(QueueEntry, usize)> = state
+        .range(dir)
+        .filter(|(_, d)| d.create_rev < own_rev)
+        .filter_map(|(key, d)| {
+            let class = spec.class_of_key(dir, key)?;
+            let entry = QueueEntry {
+                path: key.clone(),
+                token: FencingToken(d.create_rev),
+                seen_at,
+            };
+            Some((entry, class))
+        })
+        .collect();
+    ahead.sort_by_key(|(e, _)| e.token);
+    Ahead {
+        entries: spec.pick(ahead),
         seen_at,
         mark: mark_in(state, dir, spec),
-    };
-    let entry = |(key, d): (&String, &KeyData)| QueueEntry {
-        path: key.clone(),
-        token: FencingToken(d.create_rev),
-        seen_at,
-    };
-    let mut ahead: Vec<(&String, &KeyData)> = state
-        .range(dir)
-        .filter(|(k, d)| d.create_rev < own_rev && spec.key_blocks(dir, k))
-        .collect();
-    ahead.sort_by_key(|(_, d)| d.create_rev);
-    match spec.admission {
-        Admission::Permits(permits) if ahead.len() >= permits as usize => {
-            Position::Among(ahead.into_iter().map(entry).collect())
-        }
-        Admission::Permits(_) | Admission::Immediate => first(),
-        _ => {
-            let next = ahead.len() == 1;
-            match ahead.pop() {
-                None => first(),
-                Some(nearest) if next => Position::Next(entry(nearest)),
-                Some(nearest) => Position::Behind(entry(nearest)),
-            }
-        }
     }
 }
 
@@ -96,25 +88,25 @@ impl Queue for MemClient {
                     Some(existing) => existing.create_rev,
                     None => s.put(&ticket, value, Some(session)).create_rev,
                 };
-                let position = position_in(s, &dir, &queue, own_rev);
+                let ahead = ahead_in(s, &dir, &queue, own_rev);
                 Ok(Joined {
                     own: QueueEntry {
                         path: ticket,
                         token: FencingToken(own_rev),
                         seen_at: s.revision(),
                     },
-                    position: Some(position),
+                    ahead: Some(ahead),
                 })
             })
             .await?
     }
 
-    async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
+    async fn ahead(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead> {
         let dir = self.queue_dir(&ticket.queue);
         self.inner
             .call(Counter::Read, |s| match s.get(&own.path) {
                 Some(d) if d.create_rev == own.token.get() => {
-                    Ok(position_in(s, &dir, &ticket.queue, d.create_rev))
+                    Ok(ahead_in(s, &dir, &ticket.queue, d.create_rev))
                 }
                 _ => Err(error::entry_gone()),
             })

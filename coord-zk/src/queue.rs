@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Admission, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Position, Queue, QueueEntry,
+    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Queue, QueueEntry,
     QueueSpec, ReleaseMark, Slot, Surveyed, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
@@ -288,7 +288,7 @@ impl Queue for ZkClient {
                         token: FencingToken(stat.czxid as u64),
                         seen_at: 0,
                     };
-                    return Ok(Joined { own, position: None });
+                    return Ok(Joined { own, ahead: None });
                 }
                 Ok(Err(zk::Error::NoNode)) if dir_attempts < DIR_ATTEMPTS => {
                     dir_attempts += 1;
@@ -319,7 +319,7 @@ impl Queue for ZkClient {
                     return Err(own_gone());
                 }
                 match find_own(inner, ticket).await {
-                    Ok(Some(own)) => return Ok(Joined { own, position: None }),
+                    Ok(Some(own)) => return Ok(Joined { own, ahead: None }),
                     Ok(None) => break,
                     Err(e) if e.is_retryable() => {
                         tracing::debug!(error = %e, "coord.zk.find_own_retry");
@@ -331,43 +331,30 @@ impl Queue for ZkClient {
         }
     }
 
-    async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position> {
+    async fn ahead(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead> {
         let dir = self.queue_dir(&ticket.queue);
         let spec = &ticket.queue;
         let (children, mark) = children_and_mark(&self.inner, &dir, spec).await?;
-        let queue = in_order(children, spec);
+        let mut queue = in_order(children, spec);
         let name = own.path.rsplit('/').next().unwrap_or_default();
         let Some(i) = queue.iter().position(|(c, _)| c == name) else {
             return Err(own_gone());
         };
-        let entry = |name: &str| QueueEntry {
-            path: format!("{dir}/{name}"),
-            token: FencingToken(0),
+        queue.truncate(i);
+        // A listing has names only: the token is not known (sequential names are never
+        // reused, so the path alone names one incarnation).
+        let entries = queue.into_iter().map(|(c, class)| {
+            let entry = QueueEntry {
+                path: format!("{dir}/{c}"),
+                token: FencingToken(0),
+                seen_at: 0,
+            };
+            (entry, class)
+        });
+        Ok(Ahead {
+            entries: spec.pick(entries),
             seen_at: 0,
-        };
-        match spec.admission {
-            Admission::Immediate => return Ok(Position::First { seen_at: 0, mark }),
-            Admission::Permits(permits) => {
-                return Ok(if i < permits as usize {
-                    Position::First { seen_at: 0, mark }
-                } else {
-                    Position::Among(queue[..i].iter().map(|(c, _)| entry(c)).collect())
-                });
-            }
-            _ => {}
-        }
-        // The entries ahead this one waits for (a reader: the writers), nearest last.
-        let mut blocking = queue[..i].iter().filter(|(_, class)| spec.waits_for(*class));
-        let Some((ahead, _)) = blocking.next_back() else {
-            return Ok(Position::First { seen_at: 0, mark });
-        };
-        let ahead = entry(ahead);
-        // Sequence numbers only grow: once the only entry this one waits for is gone,
-        // nothing made later can come between.
-        Ok(if blocking.next().is_none() {
-            Position::Next(ahead)
-        } else {
-            Position::Behind(ahead)
+            mark,
         })
     }
 
@@ -842,7 +829,7 @@ mod tests {
     ];
 
     fn spec(classes: &'static [EntryClass]) -> QueueSpec {
-        QueueSpec::new("test", "q", classes, Admission::Exclusive)
+        QueueSpec::new("test", "q", classes, coord_core::raw::Admission::Exclusive)
     }
 
     #[test]

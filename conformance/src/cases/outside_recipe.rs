@@ -12,9 +12,10 @@ use crate::util::{settle, still_waiting, within};
 const QUICK: Duration = Duration::from_secs(10);
 
 /// A turnstile of two permits: two clients pass at once, a third waits until one
-/// leaves; an attendant queued behind waits for every pass ahead of it; tokens rise in
-/// arrival order; and the entries sit where the recipe declared them, in the backend's
-/// native layout.
+/// leaves; an attendant queued behind waits for every pass ahead of it, while a pass
+/// queued behind the attendant does not count it (the recipe's own admission rule);
+/// tokens rise in arrival order; and the entries sit where the recipe declared them, in
+/// the backend's native layout.
 pub async fn turnstile_admits_permits_in_order(ctx: Ctx) -> CaseResult {
     let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
     let (ta, tb, tc) = (
@@ -54,10 +55,20 @@ pub async fn turnstile_admits_permits_in_order(ctx: Ctx) -> CaseResult {
     pb.leave().await?;
     settle().await;
     still_waiting(&mut attendant, "the attendant went through with c ahead").await?;
+    // Ahead of a new pass: c and the waiting attendant. Under the turnstile's rule only
+    // c counts, so it passes at once (a rule counting every entry would hold it).
+    let pd = within(
+        QUICK,
+        "a pass with one pass and the attendant ahead",
+        Turnstile::new(&b, "gate", 2).pass(1, b"d"),
+    )
+    .await??;
     let c_token = pc.token();
     pc.leave().await?;
     let held = within(QUICK, "the attendant once every pass left", &mut attendant).await???;
     ensure!(held.token() > c_token, "the attendant's token is not above c's");
+    ensure!(pd.token() > held.token(), "d, queued behind the attendant, has a lower token");
+    pd.leave().await?;
     if a.kind() != "zk" {
         ensure!(
             held.path().contains("turnstiles/gate/attendant/"),

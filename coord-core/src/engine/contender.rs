@@ -492,7 +492,7 @@ pub(crate) async fn acquire(
         core,
         &contender,
         &mut own,
-        joined.position,
+        joined.ahead.map(|a| contender.ticket.queue.admit(a)),
         &mut session,
         wait,
         local_vanish,
@@ -543,7 +543,7 @@ pub(crate) async fn acquire(
     } else {
         granted(&contender.turn, generation);
     }
-    if wait && queue.admission != Admission::Immediate {
+    if wait && !matches!(queue.admission, Admission::Immediate) {
         metrics::granted(backend.kind(), queue.label, started.elapsed(), waited);
     }
     let fence = Fence::new(
@@ -691,7 +691,8 @@ async fn wait_until_first(
         let position = match known.take() {
             Some(p) => p,
             None => {
-                let read = backend.position(&contender.ticket, own);
+                let queue = &contender.ticket.queue;
+                let read = async { backend.ahead(&contender.ticket, own).await.map(|a| queue.admit(a)) };
                 let read = if wait {
                     in_session(session, generation, read).await
                 } else {

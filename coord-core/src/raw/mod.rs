@@ -54,6 +54,6 @@ pub use backoff::Backoff;
 pub use instances::{InstanceStore, RegistryStore};
 pub use kv::{KvStore, batched, version, version_mismatch, version_parts};
 pub use queue::{
-    Admission, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
+    Admission, AdmissionRule, Ahead, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
     ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };

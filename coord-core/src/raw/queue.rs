@@ -15,7 +15,7 @@
 //! |---|---|
 //! | pick an entry's identity before any request ([`Queue::ticket`]) | local FIFO per client and name |
 //! | create it idempotently, recovering an ambiguous create ([`Queue::join`]) | the wait loop: position, wait, grant |
-//! | read the entry ahead ([`Queue::position`]) | retries while the session lives, `SessionLost` when it ends |
+//! | read the entries ahead ([`Queue::ahead`]) | where an entry stands ([`QueueSpec::admit`]), and retries while the session lives |
 //! | wait until one entry is gone ([`Queue::wait_gone`]) | the hold state of a grant, and its loss |
 //! | one removal attempt ([`Queue::leave`]) | removal retried until confirmed or the session ended, on drop too |
 //! | the first entry and its changes ([`Queue::head`], [`Queue::watch_head`]) | leader observation: no duplicates, tokens never going back |
@@ -55,8 +55,12 @@ pub struct EntryClass {
     pub kazoo_marker: Option<&'static str>,
 }
 
-/// When an entry holds the grant, given the entries ahead of it in its queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// When an entry holds the grant, given the entries ahead of it in its queue: which
+/// classes of entries ahead count against it, and how many counted entries may be ahead
+/// of one that holds. The backends never evaluate it: they read the entries a spec asks
+/// for ([`QueueSpec::counts`], [`QueueSpec::nearest`]) and return them as [`Ahead`];
+/// [`QueueSpec::admit`] decides, once, for every recipe and backend.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Admission {
     /// Once no entry is ahead of it; until then it waits for the one right ahead (a
@@ -71,6 +75,83 @@ pub enum Admission {
     /// At once, whatever is ahead (a barrier's members, a transaction's votes): its
     /// recipe watches the entries ([`Queue::watch_entries`]) instead.
     Immediate,
+    /// A rule of the recipe's own, written outside `coord-core` as well as in it. Two
+    /// are the same rule when they are the same object.
+    Rule(std::sync::Arc<dyn AdmissionRule>),
+}
+
+/// An admission rule a recipe brings: which classes of the entries ahead of one of class
+/// `own` count against it, and how many counted entries may be ahead of one that holds.
+/// With one permit a contender waits for the nearest counted entry; with more, for any
+/// of them.
+pub trait AdmissionRule: Send + Sync + std::fmt::Debug {
+    /// Whether an entry of class `own` counts an entry of class `ahead` queued before it.
+    fn counts(&self, own: usize, ahead: usize) -> bool;
+    /// How many counted entries may be ahead of an entry of class `own` that holds (at
+    /// least 1).
+    fn permits(&self, own: usize) -> u32;
+}
+
+impl Admission {
+    /// Whether an entry of class `own` counts an entry of class `ahead` queued before it.
+    pub fn counts(&self, own: usize, ahead: usize) -> bool {
+        match self {
+            Admission::Exclusive | Admission::Permits(_) => true,
+            Admission::SharedWithinClass => ahead != own,
+            Admission::Immediate => false,
+            Admission::Rule(rule) => rule.counts(own, ahead),
+        }
+    }
+
+    /// How many counted entries may be ahead of an entry of class `own` that holds.
+    pub fn permits(&self, own: usize) -> u32 {
+        match self {
+            Admission::Exclusive | Admission::SharedWithinClass | Admission::Immediate => 1,
+            Admission::Permits(n) => *n,
+            Admission::Rule(rule) => rule.permits(own),
+        }
+        .max(1)
+    }
+
+    fn id(&self) -> (u8, usize) {
+        match self {
+            Admission::Exclusive => (0, 0),
+            Admission::SharedWithinClass => (1, 0),
+            Admission::Permits(n) => (2, *n as usize),
+            Admission::Immediate => (3, 0),
+            Admission::Rule(rule) => (4, std::sync::Arc::as_ptr(rule).cast::<()>() as usize),
+        }
+    }
+}
+
+impl PartialEq for Admission {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl Eq for Admission {}
+
+impl std::hash::Hash for Admission {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id().hash(state);
+    }
+}
+
+/// What a backend read of the entries ahead of a contender's own: those of the classes
+/// its spec counts ([`QueueSpec::counts`]), in queue order (nearest last) — all of them,
+/// or, where the spec asks for only the nearest ([`QueueSpec::nearest`]), at most that
+/// many of the nearest. [`QueueSpec::admit`] decides from it where the contender stands.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ahead {
+    /// The counted entries ahead, nearest last.
+    pub entries: Vec<QueueEntry>,
+    /// The read's cursor (as [`QueueEntry::seen_at`]).
+    pub seen_at: u64,
+    /// With [`QueueSpec::lock_delay`]: the queue's [`ReleaseMark`], read in the same
+    /// request (`None`: there is none, or the queue has no lock-delay, or the read was
+    /// the join's).
+    pub mark: Option<ReleaseMark>,
 }
 
 /// A queue as its recipe declares it: where it lives, how its entries are marked, and
@@ -146,15 +227,63 @@ impl QueueSpec {
             .unwrap_or(PLAIN)
     }
 
-    /// Whether a contender of this spec waits for an entry of class `ahead` queued
-    /// before it: with [`Admission::SharedWithinClass`] only for another class; with
-    /// [`Admission::Exclusive`] for every class; never with [`Admission::Immediate`].
-    /// (With [`Admission::Permits`], every entry counts toward the permits.)
-    pub fn waits_for(&self, ahead: usize) -> bool {
-        match self.admission {
-            Admission::SharedWithinClass => ahead != self.class,
-            Admission::Immediate => false,
-            Admission::Exclusive | Admission::Permits(_) => true,
+    /// Whether a contender of this spec counts an entry of class `ahead` queued before
+    /// it (its [`Admission::counts`]): the classes a backend reads for [`Ahead`].
+    pub fn counts(&self, ahead: usize) -> bool {
+        self.admission.counts(self.class, ahead)
+    }
+
+    /// Whether a contender of this spec counts any class at all (none: it holds at
+    /// once, and a backend need not read).
+    pub fn counts_any(&self) -> bool {
+        (0..self.classes.len().max(1)).any(|c| self.counts(c))
+    }
+
+    /// How many of the nearest counted entries ahead [`QueueSpec::admit`] needs: two
+    /// with one permit (the one to wait for, and whether any is ahead of it), `None`
+    /// (all of them) with more. A backend may read only these.
+    pub fn nearest(&self) -> Option<usize> {
+        (self.admission.permits(self.class) == 1).then_some(2)
+    }
+
+    /// Of the entries ahead of a contender's own, in queue order with their classes,
+    /// those an [`Ahead`] holds: the counted ones, at most [`QueueSpec::nearest`] of the
+    /// nearest. For backends that read the whole queue.
+    pub fn pick(&self, ahead: impl IntoIterator<Item = (QueueEntry, usize)>) -> Vec<QueueEntry> {
+        let mut counted: Vec<QueueEntry> = ahead
+            .into_iter()
+            .filter(|(_, class)| self.counts(*class))
+            .map(|(entry, _)| entry)
+            .collect();
+        if let Some(n) = self.nearest() {
+            counted.drain(..counted.len().saturating_sub(n));
+        }
+        counted
+    }
+
+    /// Where a contender of this spec stands, given what its backend read: the one
+    /// admission decision for every recipe and backend. First while fewer counted
+    /// entries than its permits are ahead; otherwise, with one permit, behind the nearest
+    /// ([`Position::Next`] when it is the only one: entries are ordered by creation, so
+    /// nothing made later comes between), with more, among them.
+    pub fn admit(&self, ahead: Ahead) -> Position {
+        let Ahead {
+            mut entries,
+            seen_at,
+            mark,
+        } = ahead;
+        let permits = self.admission.permits(self.class) as usize;
+        if entries.len() < permits {
+            return Position::First { seen_at, mark };
+        }
+        if permits > 1 {
+            return Position::Among(entries);
+        }
+        let only = entries.len() == 1;
+        match entries.pop() {
+            Some(nearest) if only => Position::Next(nearest),
+            Some(nearest) => Position::Behind(nearest),
+            None => Position::First { seen_at, mark },
         }
     }
 
@@ -162,7 +291,7 @@ impl QueueSpec {
     /// exclusive grant: one entry per client at a time), rather than each holding a
     /// place of its own.
     pub fn takes_turns(&self) -> bool {
-        self.admission == Admission::Exclusive
+        matches!(self.admission, Admission::Exclusive)
     }
 
     /// In a layout that names entries by session: the directory class `class`'s entries
@@ -189,16 +318,16 @@ impl QueueSpec {
     }
 
     /// In a layout that names entries by session: whether `key` is an entry this
-    /// contender waits for (see [`QueueSpec::waits_for`]).
-    pub fn key_blocks(&self, dir: &str, key: &str) -> bool {
-        self.class_of_key(dir, key).is_some_and(|c| self.waits_for(c))
+    /// contender counts (see [`QueueSpec::counts`]).
+    pub fn key_counts(&self, dir: &str, key: &str) -> bool {
+        self.class_of_key(dir, key).is_some_and(|c| self.counts(c))
     }
 
     /// In a layout that names entries by session: the narrowest prefix (with its
-    /// trailing `/`) under which every entry this contender may wait for lies — its one
-    /// blocking class's directory, or the queue's.
-    pub fn blockers_prefix(&self, dir: &str) -> String {
-        let blocking: Vec<usize> = (0..self.classes.len()).filter(|&c| self.waits_for(c)).collect();
+    /// trailing `/`) under which every entry this contender counts lies — its one
+    /// counted class's directory, or the queue's.
+    pub fn counted_prefix(&self, dir: &str) -> String {
+        let blocking: Vec<usize> = (0..self.classes.len()).filter(|&c| self.counts(c)).collect();
         match blocking.as_slice() {
             [only] => format!("{}/", self.class_dir(dir, *only)),
             _ => format!("{dir}/"),
@@ -375,9 +504,9 @@ pub fn release_mark_key(dir: &str) -> String {
 pub struct Joined {
     /// This contender's entry.
     pub own: QueueEntry,
-    /// Its position, when the join's round trip showed it (etcd and mem read the queue
-    /// in the same request); `None` otherwise (ZooKeeper lists children next).
-    pub position: Option<Position>,
+    /// The entries ahead of it, when the join's round trip read them (etcd and mem read
+    /// the queue in the same request); `None` otherwise (ZooKeeper lists children next).
+    pub ahead: Option<Ahead>,
 }
 
 /// An entry of a queue as a watcher sees it.
@@ -460,7 +589,8 @@ pub trait Queue: Send + Sync {
     /// removes with [`Queue::leave`].
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined>;
 
-    /// Where `own` stands now.
+    /// The entries ahead of `own` now that its spec counts, as [`Ahead`] says; where it
+    /// stands is [`QueueSpec::admit`]'s to decide.
     ///
     /// # Errors
     ///
@@ -470,7 +600,7 @@ pub trait Queue: Send + Sync {
     /// # Cancel safety
     ///
     /// Cancel-safe (a read).
-    async fn position(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Position>;
+    async fn ahead(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead>;
 
     /// Resolves once `entry` is gone from the server (deleted, or replaced by another
     /// incarnation under the same path). Broken watches, reconnects and compacted
