@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::raw::{
-    Admission, AdmissionRule, Backend, EntryClass, Position, QueueEntry, QueueSpec, Ticket, backend,
+    Admission, AdmissionRule, Backend, EntryClass, Position, QueueEntry, QueueSpec, Ticket,
 };
 use coord_core::{Client, ErrorKind, FencingToken, Result};
 
@@ -75,7 +75,7 @@ impl Turnstile {
     /// Turnstile `name` letting `permits` through at once.
     pub fn new(client: &Client, name: &str, permits: u32) -> Turnstile {
         Turnstile {
-            backend: backend(client).clone(),
+            backend: client.backend().clone(),
             name: name.to_owned(),
             permits,
         }

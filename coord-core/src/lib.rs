@@ -77,6 +77,7 @@
 
 mod capabilities;
 mod client;
+mod counter;
 mod engine;
 mod error;
 mod fencing;
@@ -88,6 +89,7 @@ pub mod raw;
 mod session;
 mod stats;
 mod txn;
+mod types;
 mod version;
 
 pub use capabilities::Capabilities;
@@ -99,21 +101,22 @@ pub use hold::{HoldState, HoldWatch};
 pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
 pub use primitives::barrier::Barrier;
 pub use primitives::cache::{CacheView, ConfigCache, ServiceCache};
-pub use primitives::config::{ConfigEvent, ConfigStore, Entry};
+pub use primitives::config::ConfigStore;
 pub use primitives::counter::SharedCounter;
 pub use primitives::double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};
 pub use primitives::election::{CampaignOptions, Election, LeaderEvent, LeaderInfo, Leadership};
-pub use primitives::inspect::{LockDelayView, Origin, Participant, RecipeKind, RecipeView};
 pub use primitives::leader_selector::{LEADER_LOSS_GRACE, LeaderSelector, Leading, SelectorState};
 pub use primitives::lock::{Lock, LockGuard, LockHolder, LockOptions};
-pub use primitives::registry::{Registration, RegistrationState, Registry, RegistryEvent, ServiceInstance};
+pub use primitives::registry::{Registration, Registry};
 pub use primitives::rw_lock::{ReadGuard, RwLock, WriteGuard};
 pub use primitives::semaphore::{Lease, MAX_PERMITS, Semaphore};
 pub use primitives::two_phase::{Decision, MAX_PARTICIPANTS, TwoPhaseCommit};
+pub use primitives::view::{LockDelayView, Origin, Participant, RecipeKind, RecipeView};
 pub use primitives::work_queue::{DistributedQueue, MAX_QUEUE_ITEMS};
 pub use session::{SessionState, SessionStatus};
 pub use stats::Stats;
 pub use txn::{Check, MAX_TXN_BYTES, MAX_TXN_OPS, Op, OpResult, Txn};
+pub use types::{ConfigEvent, Entry, Head, RegistrationState, RegistryEvent, ServiceInstance};
 pub use version::{Version, Versioned};
 
 /// The traits, for `use coord_core::prelude::*`.

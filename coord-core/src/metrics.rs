@@ -37,8 +37,8 @@
 
 use std::time::Duration;
 
+use crate::counter::Counter;
 use crate::session::SessionState;
-use crate::stats::Counter;
 
 /// Counter: requests sent to the server, by `backend` and `kind` (`read`, `write`, `txn`,
 /// `watch_set`, `session`).

@@ -168,7 +168,7 @@ impl EtcdClient {
         .map_err(|_| session::connect_timeout(&options))??;
         inner.install(&granted, 1);
         tokio::spawn(inner.clone().supervise(granted));
-        Ok(coord_core::raw::into_client(EtcdClient { inner }))
+        Ok(coord_core::Client::from_backend(EtcdClient { inner }))
     }
 
     /// The options in force.

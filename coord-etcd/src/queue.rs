@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Queue, QueueEntry,
-    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
+    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, Queue, QueueEntry, QueueSpec,
+    ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
-use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
+use coord_core::{Error, ErrorKind, FencingToken, Head, Result};
 use etcd_client as etcd;
 use futures::stream::BoxStream;
 
@@ -148,7 +148,10 @@ impl EtcdClient {
         )];
         let own_counted = own.path.starts_with(&spec.counted_prefix(dir));
         if !own_counted {
-            ops.push(etcd::TxnOp::get(own.path.clone(), Some(etcd::GetOptions::new().with_keys_only())));
+            ops.push(etcd::TxnOp::get(
+                own.path.clone(),
+                Some(etcd::GetOptions::new().with_keys_only()),
+            ));
         }
         ops.extend(mark_read(spec, dir));
         let resp = self
@@ -598,14 +601,14 @@ impl Queue for EtcdClient {
         deleted.map(|_| ())
     }
 
-    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>> {
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<Head>> {
         let dir = self.queue_dir(queue);
         let (_, kvs) = watch::range(&self.inner, &format!("{dir}/")).await?;
         Ok(kvs
             .into_iter()
             .filter(|kv| queue.class_of_key(&dir, &kv.key).is_some())
             .min_by_key(|kv| kv.create_rev)
-            .map(|kv| LeaderInfo {
+            .map(|kv| Head {
                 token: FencingToken(kv.create_rev as u64),
                 value: kv.value,
             }))
@@ -613,7 +616,7 @@ impl Queue for EtcdClient {
 
     async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
         self.track(queue, |raw| match raw {
-            Tracked::Changed(t) => vec![HeadEvent::Head(t.leader())],
+            Tracked::Changed(t) => vec![HeadEvent::Head(t.head())],
             Tracked::Gap => vec![HeadEvent::Gap],
         })
         .await
@@ -653,7 +656,7 @@ impl Queue for EtcdClient {
 
 /// What [`EtcdClient::track`] passes on: the queue's entries after a change, or a gap.
 enum Tracked<'a> {
-    Changed(&'a LeaderTracker),
+    Changed(&'a HeadTracker),
     Gap,
 }
 
@@ -666,7 +669,7 @@ impl EtcdClient {
         F: FnMut(Tracked<'_>) -> Vec<T> + Send + 'static,
     {
         let dir = self.queue_dir(queue);
-        let mut tracker = LeaderTracker::default();
+        let mut tracker = HeadTracker::default();
         let (d, spec) = (dir.clone(), queue.clone());
         let is_contender = move |d: &str, key: &str| spec.class_of_key(d, key).is_some();
         watch::open(self.inner.clone(), format!("{dir}/"), move |raw| {

@@ -502,7 +502,7 @@ async fn late_landing_join_is_swept(ctx: Ctx) -> CaseResult {
         kazoo_marker: None,
     }];
     let (a, b) = (ctx.client().await?, ctx.client().await?);
-    let backend = coord_core::raw::backend(&a).clone();
+    let backend = a.backend().clone();
     let spec = QueueSpec::new("lock", "locks/late", CONTENDERS, Admission::Exclusive);
     let ticket = backend.ticket(&spec, 0)?;
     // The join's answer never came; the dropped contender removes what it may have made.

@@ -402,7 +402,7 @@ impl MemClient {
         };
         inner.session.set(SessionState::Connected, 1, &inner.stats);
         tokio::spawn(inner.clone().supervise(expired));
-        Ok(coord_core::raw::into_client(MemClient { inner }))
+        Ok(coord_core::Client::from_backend(MemClient { inner }))
     }
 
     /// Opens a client from a `mem://namespace?session_ttl=…` connection string on the

@@ -6,10 +6,10 @@
 use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
-    Ahead, Counter, EntriesEvent, HeadEvent, Joined, LeaderTracker, Queue, QueueEntry,
-    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
+    Ahead, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, Queue, QueueEntry, QueueSpec, ReleaseMark,
+    Slot, Surveyed, Ticket, release_mark_key,
 };
-use coord_core::{FencingToken, LeaderInfo, Result};
+use coord_core::{FencingToken, Head, Result};
 use futures::stream::BoxStream;
 
 use crate::MemClient;
@@ -223,14 +223,14 @@ impl Queue for MemClient {
             .await
     }
 
-    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>> {
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<Head>> {
         let dir = self.queue_dir(queue);
         self.inner
             .call(Counter::Read, |s| {
                 s.range(&dir)
                     .filter(|(k, _)| queue.class_of_key(&dir, k).is_some())
                     .min_by_key(|(_, d)| d.create_rev)
-                    .map(|(_, d)| LeaderInfo {
+                    .map(|(_, d)| Head {
                         token: FencingToken(d.create_rev),
                         value: d.value.clone(),
                     })
@@ -240,7 +240,7 @@ impl Queue for MemClient {
 
     async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
         self.track(queue, |raw| match raw {
-            Tracked::Changed(t) => vec![HeadEvent::Head(t.leader())],
+            Tracked::Changed(t) => vec![HeadEvent::Head(t.head())],
             Tracked::Gap => vec![HeadEvent::Gap],
         })
     }
@@ -282,7 +282,7 @@ impl Queue for MemClient {
 
 /// What [`MemClient::track`] passes on: the queue's entries after a change, or a gap.
 enum Tracked<'a> {
-    Changed(&'a LeaderTracker),
+    Changed(&'a HeadTracker),
     Gap,
 }
 
@@ -298,7 +298,7 @@ impl MemClient {
         let prefix = format!("{dir}/");
         let spec = queue.clone();
         let is_child = move |k: &str| spec.class_of_key(&dir, k).is_some();
-        let mut tracker = LeaderTracker::default();
+        let mut tracker = HeadTracker::default();
         watch::spawn(self.inner.clone(), prefix, move |raw| {
             match raw {
                 Raw::Snapshot(entries) => tracker.reset(

@@ -396,7 +396,7 @@ pub struct ProxyMap {
 }
 
 fn client_id(client: &coord_core::Client) -> usize {
-    Arc::as_ptr(coord_core::raw::backend(client)) as *const () as usize
+    Arc::as_ptr(client.backend()) as *const () as usize
 }
 
 impl ProxyMap {

@@ -288,7 +288,7 @@ impl ZkClient {
         };
         let inner = establish.instrument(span).await?;
         tokio::spawn(inner.clone().supervise());
-        Ok(coord_core::raw::into_client(ZkClient { inner }))
+        Ok(coord_core::Client::from_backend(ZkClient { inner }))
     }
 
     /// The options in force.

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Queue, QueueEntry,
-    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket,
+    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Queue, QueueEntry, QueueSpec,
+    ReleaseMark, Slot, Surveyed, Ticket,
 };
-use coord_core::{Error, ErrorKind, FencingToken, LeaderInfo, Result};
+use coord_core::{Error, ErrorKind, FencingToken, Head, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -169,7 +169,7 @@ async fn read_head(
     dir: &str,
     spec: &QueueSpec,
     watch: bool,
-) -> Result<(Option<LeaderInfo>, Vec<zk::OneshotWatcher>)> {
+) -> Result<(Option<Head>, Vec<zk::OneshotWatcher>)> {
     loop {
         let d = dir.to_owned();
         let listed = if watch {
@@ -231,7 +231,7 @@ async fn read_head(
         match read {
             Ok((value, stat, data_watch)) => {
                 watchers.extend(data_watch);
-                let info = LeaderInfo {
+                let info = Head {
                     token: FencingToken(stat.czxid as u64),
                     value,
                 };
@@ -553,7 +553,7 @@ impl Queue for ZkClient {
         }
     }
 
-    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>> {
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<Head>> {
         let dir = self.queue_dir(queue);
         Ok(read_head(&self.inner, &dir, queue, false).await?.0)
     }

@@ -67,7 +67,10 @@ pub async fn turnstile_admits_permits_in_order(ctx: Ctx) -> CaseResult {
     pc.leave().await?;
     let held = within(QUICK, "the attendant once every pass left", &mut attendant).await???;
     ensure!(held.token() > c_token, "the attendant's token is not above c's");
-    ensure!(pd.token() > held.token(), "d, queued behind the attendant, has a lower token");
+    ensure!(
+        pd.token() > held.token(),
+        "d, queued behind the attendant, has a lower token"
+    );
     pd.leave().await?;
     if a.kind() != "zk" {
         ensure!(

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::client::{Client, ClientCore};
+use crate::engine::client_core::{ClientCore, origin_of};
 use crate::engine::local_queue::{
     LocalQueue, SharedTurn, granted, lose_turn, release_turn, releasing, session_ended_turn, vanished_at,
 };
+use crate::engine::marked_holds::{Marked, NEXT_MARKED};
 use crate::engine::removal::{self, Detached, ended, over};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
@@ -23,52 +24,6 @@ use crate::raw::{
     Admission, Backend, Backoff, Joined, Position, QueueEntry, QueueSpec, ReleaseMark, Slot, Ticket,
 };
 use crate::session::{SessionState, SessionStatus};
-
-/// A client's grants held with a lock-delay, by id: what [`Client::close`] releases with
-/// their marks before it ends the session.
-pub(crate) type MarkedHolds = Arc<Mutex<std::collections::HashMap<u64, (Ticket, QueueEntry)>>>;
-
-/// Ids of [`MarkedHolds`] entries.
-static NEXT_MARKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Releases every grant in `holds` (one attempt each, at most `within` for all), with
-/// its release mark; a release that does not get through leaves the grant to its
-/// session's end.
-pub(crate) async fn release_marked(backend: &dyn Backend, holds: &MarkedHolds, within: Duration) {
-    let held: Vec<(Ticket, QueueEntry)> = holds
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(_, hold)| hold)
-        .collect();
-    if held.is_empty() {
-        return;
-    }
-    let releases = futures::future::join_all(held.iter().map(|(ticket, own)| backend.release(ticket, own)));
-    match tokio::time::timeout(within, releases).await {
-        Ok(results) => {
-            for e in results.into_iter().filter_map(Result::err) {
-                tracing::debug!(error = %e, "coord.close_release_failed: the grant goes with the session");
-            }
-        }
-        Err(_) => tracing::debug!("coord.close_releases_unfinished: the rest go with the session"),
-    }
-}
-
-/// A grant's place in its client's [`MarkedHolds`]; it leaves it when removed.
-struct Marked {
-    holds: MarkedHolds,
-    id: u64,
-}
-
-impl Drop for Marked {
-    fn drop(&mut self) {
-        self.holds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
-    }
-}
 
 /// A granted turn: the contender, its fence and its hold state.
 pub(crate) struct Grant {
@@ -440,7 +395,7 @@ async fn release_until_gone(backend: &dyn Backend, ticket: &Ticket, own: &QueueE
 /// Cancel-safe: a dropped future leaves no entry behind (removed in the background) and
 /// gives up its local turn.
 pub(crate) async fn acquire(
-    client: &Client,
+    core: &ClientCore,
     queue: QueueSpec,
     value: Vec<u8>,
     wait: bool,
@@ -453,7 +408,6 @@ pub(crate) async fn acquire(
             MAX_LOCK_DELAY.as_secs()
         )));
     }
-    let core = client.core();
     let started = Instant::now();
     let session_rx = core.backend.session();
     if !wait && session_rx.borrow().state == SessionState::Suspended {
@@ -550,7 +504,7 @@ pub(crate) async fn acquire(
         own.path.clone(),
         own.token,
         Some(hold.forfeit()),
-        crate::client::origin_of(&backend),
+        origin_of(&backend),
     );
     Ok(Some(Grant {
         contender,
@@ -692,7 +646,12 @@ async fn wait_until_first(
             Some(p) => p,
             None => {
                 let queue = &contender.ticket.queue;
-                let read = async { backend.ahead(&contender.ticket, own).await.map(|a| queue.admit(a)) };
+                let read = async {
+                    backend
+                        .ahead(&contender.ticket, own)
+                        .await
+                        .map(|a| queue.admit(a))
+                };
                 let read = if wait {
                     in_session(session, generation, read).await
                 } else {

@@ -11,10 +11,10 @@ use tracing::Instrument;
 use crate::engine::removal;
 use crate::error::{Error, Result};
 use crate::name::validate_name;
-use crate::primitives::registry::{Registration, RegistrationState, ServiceInstance};
 use crate::raw::InstanceStore;
 use crate::raw::registrations::{RegistrationEntry, Reregistered};
 use crate::session::{SessionState, SessionStatus};
+use crate::types::{RegistrationState, ServiceInstance};
 
 /// Deletes `path` through `store` until gone or session `generation` has ended.
 async fn delete_until_gone(store: &dyn InstanceStore, path: &str, generation: u64) -> Result<()> {
@@ -56,6 +56,12 @@ impl Drop for Pending {
     }
 }
 
+/// A registration made: the handle that updates and removes it, and its state.
+pub(crate) struct Registered {
+    pub(crate) handle: Box<dyn RegistrationHandle>,
+    pub(crate) state: tokio::sync::watch::Receiver<RegistrationState>,
+}
+
 /// `Registry::register`, for every backend: validates `service` and the instance,
 /// creates `<dir>/<id>` on the current session, and records it for re-registration.
 ///
@@ -71,9 +77,9 @@ impl Drop for Pending {
 pub(crate) async fn register(
     store: &Arc<dyn InstanceStore>,
     service: &str,
-    instance: ServiceInstance,
+    instance: &ServiceInstance,
     dir: &str,
-) -> Result<Registration> {
+) -> Result<Registered> {
     let op = "register";
     validate_name("service name", service).map_err(|e| e.with_operation(op))?;
     let data = instance.encode().map_err(|e| e.with_operation(op))?;
@@ -116,7 +122,10 @@ pub(crate) async fn register(
             id,
             path,
         };
-        Ok(Registration::new(service, instance, Box::new(handle), rx))
+        Ok(Registered {
+            handle: Box::new(handle),
+            state: rx,
+        })
     }
     .instrument(span)
     .await
@@ -303,7 +312,7 @@ mod tests {
             let err = register(
                 &dyn_store,
                 "api",
-                ServiceInstance::new("n1", "h:1"),
+                &ServiceInstance::new("n1", "h:1"),
                 "services/api",
             )
             .await
@@ -326,7 +335,7 @@ mod tests {
         let err = register(
             &dyn_store,
             "api",
-            ServiceInstance::new("n1", "h:1"),
+            &ServiceInstance::new("n1", "h:1"),
             "services/api",
         )
         .await;

@@ -9,7 +9,8 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::validate_name;
-use crate::primitives::config::{ConfigEvent, ConfigStore};
+use crate::primitives::config::ConfigStore;
+use crate::types::ConfigEvent;
 
 /// A barrier (Curator's `DistributedBarrier`): while the config key `key` exists, every
 /// [`Barrier::wait`] waits; once it is deleted, they all go on. Made by

@@ -16,8 +16,10 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::primitives::config::{ConfigEvent, ConfigStore, Entry};
-use crate::primitives::registry::{Registry, RegistryEvent, ServiceInstance};
+use crate::primitives::config::ConfigStore;
+use crate::primitives::registry::Registry;
+use crate::types::{ConfigEvent, Entry};
+use crate::types::{RegistryEvent, ServiceInstance};
 
 /// What a cache holds at one moment: its map and whether the map is known to match the
 /// server. Cheap to clone (the map is shared).

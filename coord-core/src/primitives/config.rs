@@ -4,47 +4,15 @@
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+use crate::client::Client;
+use crate::engine::client_core::origin_of;
 use crate::error::{Error, ErrorKind, Result};
+use crate::name::{validate_name, validate_prefix};
+use crate::raw::KvStore;
 use crate::txn::{OpResult, Txn};
+use crate::types::{ConfigEvent, Entry};
 use crate::version::{Version, Versioned};
-
-/// One key with its value and version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// The key, relative to the client's namespace.
-    pub key: String,
-    /// The value.
-    pub value: Vec<u8>,
-    /// The version to pass to compare-and-set.
-    pub version: Version,
-}
-
-impl Entry {
-    /// The value decoded from JSON, with its key and version.
-    ///
-    /// # Errors
-    ///
-    /// `Decode` when the value is not JSON of `T`.
-    #[cfg(feature = "serde")]
-    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<Versioned<T>> {
-        crate::version::from_json(&self.key, &self.value).map(|v| Versioned::new(v, self.version))
-    }
-}
-
-/// A change seen by [`ConfigStore::watch`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigEvent {
-    /// Every key under the watched prefix now, sorted by key. Always the first event,
-    /// and the event after every [`ConfigEvent::Resync`].
-    Snapshot(Vec<Entry>),
-    /// A key was created or changed.
-    Put(Entry),
-    /// A key was deleted.
-    Delete(String),
-    /// Changes may have been missed (history compacted, session lost); a fresh
-    /// `Snapshot` follows. Never a silent gap.
-    Resync,
-}
+use tracing::Instrument;
 
 /// Persistent, versioned keys.
 ///
@@ -269,5 +237,82 @@ fn single_put(results: Vec<OpResult>) -> Result<Version> {
     match results.first() {
         Some(OpResult::Put(v)) => Ok(*v),
         _ => Err(Error::new(ErrorKind::Unexpected, "put returned no version")),
+    }
+}
+
+// The user's config store: validates, opens the span and names the operation in
+// errors, once for every backend's raw key-value store.
+#[async_trait]
+impl ConfigStore for Client {
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>> {
+        validate_name("config key", key).map_err(|e| e.with_operation("get"))?;
+        let span = tracing::debug_span!("coord.get", backend = self.kind(), key);
+        KvStore::get(&**self.backend(), key)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("get"))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("list"))?;
+        let span = tracing::debug_span!("coord.list", backend = self.kind(), prefix);
+        KvStore::list(&**self.backend(), prefix)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("list"))
+    }
+
+    async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
+        txn.validate().map_err(|e| e.with_operation("commit"))?;
+        let span = tracing::debug_span!("coord.commit", backend = self.kind(), ops = txn.ops().len());
+        let fences = txn.fences();
+        let backend = self.backend().clone();
+        async move {
+            let result = KvStore::commit(&*backend, txn).await;
+            if let Err(e) = &result
+                && e.kind() == ErrorKind::Fenced
+            {
+                // Only this client's store proves its own grants' entries gone: a fence
+                // of another client may be of another cluster.
+                forfeit_refused(&*backend, &fences, origin_of(&backend)).await;
+            }
+            result
+        }
+        .instrument(span)
+        .await
+        .map_err(|e| e.with_operation("commit"))
+    }
+
+    async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
+        validate_prefix("config prefix", prefix).map_err(|e| e.with_operation("watch"))?;
+        let span = tracing::debug_span!("coord.config.watch", backend = self.kind(), prefix);
+        KvStore::watch(&**self.backend(), prefix)
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("watch"))
+    }
+}
+
+/// Tells the guards whose fence a commit was refused for that they are lost. With one
+/// fence the refusal names it; with several, each is checked on its own (a commit of
+/// its fence alone, which writes nothing), so that a guard still held is not declared
+/// lost. A check that cannot be made leaves its guard as it is: its entry watch and
+/// session still tell it. Only fences this client granted (`origin`) are told: another
+/// client's fence may be of another cluster, whose entries this store does not hold.
+async fn forfeit_refused(backend: &dyn crate::raw::Backend, fences: &[crate::Fence], origin: usize) {
+    let own: Vec<&crate::Fence> = fences.iter().filter(|f| f.granted_by(origin)).collect();
+    match (fences, own.as_slice()) {
+        (_, []) => {}
+        ([_], [only]) => only.refused(),
+        (_, several) => {
+            for &fence in several {
+                let alone = Txn::new().fenced_by(fence.clone());
+                if let Err(e) = KvStore::commit(backend, alone).await
+                    && e.kind() == ErrorKind::Fenced
+                {
+                    fence.refused();
+                }
+            }
+        }
     }
 }

@@ -13,9 +13,10 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::name::validate_name;
-use crate::primitives::config::{ConfigEvent, ConfigStore};
+use crate::primitives::config::ConfigStore;
 use crate::raw::Backoff;
 use crate::txn::Txn;
+use crate::types::ConfigEvent;
 use crate::version::Version;
 
 /// A shared 64-bit counter: the config key `key`, holding its value as ASCII decimal

@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::name::{validate_name, validate_segment_name};
 use crate::primitives::lock::no_grant;
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView};
 use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, EntriesEvent, EntryClass, Member, QueueSpec};
 
@@ -193,7 +194,7 @@ impl DoubleBarrier {
     async fn enter_inner(&self, id: &str, deadline: Duration) -> Result<Entered> {
         validate_segment_name("member id", id)?;
         let grant = acquire(
-            &self.client,
+            self.client.core(),
             self.queue(),
             format!("{ARRIVED}:{id}").into_bytes(),
             true,
@@ -359,5 +360,27 @@ impl Entered {
             )),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// How `coord inspect` reads double barriers: `barriers/<name>`, its members.
+pub(crate) struct DoubleBarrierLayout;
+
+/// [`DoubleBarrierLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: DoubleBarrierLayout = DoubleBarrierLayout;
+
+#[async_trait::async_trait]
+impl Layout for DoubleBarrierLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::DoubleBarrier
+    }
+
+    fn root(&self) -> &'static str {
+        "barriers"
+    }
+
+    /// Every member is a holder.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        view.holders = participants;
     }
 }

@@ -16,16 +16,11 @@ use crate::fencing::{Fence, FencingToken};
 use crate::hold::{HoldState, HoldWatch};
 use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, no_grant};
+use crate::primitives::view::{Layout, RecipeKind};
 use crate::raw::{Admission, EntryClass, HeadEvent, QueueSpec};
 
-/// The current leader of an election as others see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderInfo {
-    /// The leader's fencing token (strictly greater than every earlier leader's).
-    pub token: FencingToken,
-    /// The value the leader campaigned with or last proclaimed.
-    pub value: Vec<u8>,
-}
+/// The current leader of an election as others see it: the first entry of its queue.
+pub type LeaderInfo = crate::types::Head;
 
 /// What [`Election::observe`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,7 +331,7 @@ impl Client {
         validate_value("leader value", &value).map_err(|e| e.with_operation("campaign"))?;
         let span = tracing::debug_span!("coord.campaign", backend = self.kind(), name);
         let queue = queue(name).with_lock_delay(options.lock_delay);
-        let grant = acquire(self, queue, value.clone(), true)
+        let grant = acquire(self.core(), queue, value.clone(), true)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation("campaign"))?
@@ -414,6 +409,40 @@ impl LeaderView {
                 Some(Ok(LeaderEvent::Leader(head)))
             }
         }
+    }
+}
+
+impl Client {
+    /// Where election `name`'s candidates live: Curator's `LeaderLatch` path, the prefix
+    /// of Go's `concurrency.NewElection` and `etcdctl elect`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn election_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("election name", name)?;
+        Ok(self.backend().path(&queue(name).dir))
+    }
+}
+
+/// How `coord inspect` reads elections: `elections/<name>`, whose first candidate leads.
+pub(crate) struct ElectionLayout;
+
+/// [`ElectionLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: ElectionLayout = ElectionLayout;
+
+#[async_trait::async_trait]
+impl Layout for ElectionLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::Election
+    }
+
+    fn root(&self) -> &'static str {
+        "elections"
+    }
+
+    fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {
+        Some(queue(name))
     }
 }
 

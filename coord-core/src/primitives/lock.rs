@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::{Fence, FencingToken};
 use crate::hold::{HoldState, HoldWatch};
 use crate::name::{validate_name, validate_value};
+use crate::primitives::view::{Layout, RecipeKind};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 
 /// A fair (FIFO), herd-free distributed lock.
@@ -502,7 +503,7 @@ impl crate::Client {
         validate_value("lock holder", &options.holder).map_err(|e| e.with_operation(op))?;
         let span = tracing::debug_span!("coord.lock", backend = self.kind(), name, op);
         let queue = queue(name).with_lock_delay(options.lock_delay);
-        let grant = acquire(self, queue, options.holder, wait)
+        let grant = acquire(self.core(), queue, options.holder, wait)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation(op))?;
@@ -527,7 +528,7 @@ impl crate::Client {
         let span = tracing::debug_span!("coord.revoke_lock", backend = self.kind(), name);
         async {
             loop {
-                let view = self.inspect_one(crate::RecipeKind::Lock, name).await?;
+                let view = crate::primitives::view::read_one(self, &LAYOUT, name).await?;
                 let Some(holder) = view.holders.into_iter().next() else {
                     return Ok(None);
                 };
@@ -615,6 +616,41 @@ pub(crate) fn no_grant(op: &'static str) -> Error {
         "a waiting acquisition returned without a grant",
     )
     .with_operation(op)
+}
+
+impl Client {
+    /// Where lock `name`'s contenders live on the server, to point other clients at it:
+    /// Curator's `InterProcessMutex` and kazoo's `Lock` path on ZooKeeper, the prefix of
+    /// Go's `concurrency.NewMutex` and `etcdctl lock` on etcd.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn lock_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("lock name", name)?;
+        Ok(self.backend().path(&queue(name).dir))
+    }
+}
+
+/// How `coord inspect` reads locks: `locks/<name>`, whose first entry holds.
+pub(crate) struct LockLayout;
+
+/// [`LockLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: LockLayout = LockLayout;
+
+#[async_trait::async_trait]
+impl Layout for LockLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::Lock
+    }
+
+    fn root(&self) -> &'static str {
+        "locks"
+    }
+
+    fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {
+        Some(queue(name))
+    }
 }
 
 #[cfg(test)]

@@ -15,4 +15,5 @@ pub(crate) mod registry;
 pub(crate) mod rw_lock;
 pub(crate) mod semaphore;
 pub(crate) mod two_phase;
+pub(crate) mod view;
 pub(crate) mod work_queue;

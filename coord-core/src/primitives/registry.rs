@@ -1,95 +1,17 @@
 //! Service discovery: session-bound instance registrations and their watch.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::client::Client;
 use crate::engine::registration::RegistrationHandle;
 use crate::engine::removal;
 use crate::error::{Error, Result};
-use crate::name::{validate_segment_name, validate_value};
-
-/// One instance of a service: a unique id within the service, an address, and free-form
-/// metadata. Stored on the server as JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServiceInstance {
-    /// Unique within the service; one name segment (`[A-Za-z0-9._-]`).
-    pub id: String,
-    /// Where to reach it, e.g. `10.0.0.7:8080`. Not interpreted by coord.
-    pub address: String,
-    /// Free-form key/value metadata (version, zone, weight…).
-    #[serde(default)]
-    pub metadata: BTreeMap<String, String>,
-}
-
-impl ServiceInstance {
-    /// An instance with no metadata.
-    pub fn new(id: impl Into<String>, address: impl Into<String>) -> Self {
-        ServiceInstance {
-            id: id.into(),
-            address: address.into(),
-            metadata: BTreeMap::new(),
-        }
-    }
-
-    /// Adds a metadata entry.
-    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
-    }
-
-    /// Checks the id and the encoded size, and returns the JSON encoding.
-    ///
-    /// # Errors
-    ///
-    /// `InvalidArgument` for a bad id or an encoding over the value limit.
-    pub fn encode(&self) -> Result<Vec<u8>> {
-        validate_segment_name("instance id", &self.id)?;
-        let bytes = serde_json::to_vec(self).map_err(|e| {
-            Error::new(
-                crate::ErrorKind::Unexpected,
-                format!("cannot encode instance: {e}"),
-            )
-        })?;
-        validate_value("encoded instance", &bytes)?;
-        Ok(bytes)
-    }
-
-    /// Decodes an instance stored by [`ServiceInstance::encode`].
-    ///
-    /// # Errors
-    ///
-    /// `Unexpected` when the stored data is not an instance (written by another tool).
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        serde_json::from_slice(bytes).map_err(|e| {
-            Error::new(
-                crate::ErrorKind::Unexpected,
-                format!("stored service instance is not valid JSON of an instance: {e}"),
-            )
-        })
-    }
-}
-
-/// A change seen by [`Registry::watch`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RegistryEvent {
-    /// The full current set, sorted by id. Always the first event, and the event after
-    /// every [`RegistryEvent::Resync`].
-    Snapshot(Vec<ServiceInstance>),
-    /// An instance joined.
-    Joined(ServiceInstance),
-    /// An instance's data changed.
-    Updated(ServiceInstance),
-    /// The instance with this id left.
-    Left(String),
-    /// Changes may have been missed (session loss, history compacted); a fresh
-    /// `Snapshot` follows.
-    Resync,
-}
+use crate::name::validate_name;
+use crate::primitives::view::{Layout, Origin, Participant, RecipeKind, RecipeView};
+use crate::types::{RegistrationState, RegistryEvent, ServiceInstance};
 
 /// Service discovery.
 ///
@@ -143,38 +65,6 @@ pub trait Registry: Send + Sync {
     ///
     /// Dropping the stream stops watching.
     async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>>;
-}
-
-/// Whether a registration is on the server now.
-///
-/// After session loss the instance is gone until coord re-creates it on the new session:
-/// `Retrying` until then, `Registered` again after. Re-registration never gives up while
-/// the client lives, even while another client holds the same id (a crashed predecessor
-/// whose session has not expired yet); only an error that retrying cannot fix (a
-/// refusal by the server's access control, say) ends it as `Failed`.
-#[derive(Debug, Clone)]
-pub enum RegistrationState {
-    /// The instance is registered on the current session.
-    Registered,
-    /// The session was lost; coord is re-creating the instance (and retrying while that
-    /// fails).
-    Retrying,
-    /// Re-registration failed for good (or the client was closed); the instance is not
-    /// registered. Register it again once the cause is fixed.
-    Failed(Error),
-}
-
-impl PartialEq for RegistrationState {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (RegistrationState::Registered, RegistrationState::Registered)
-            | (RegistrationState::Retrying, RegistrationState::Retrying) => true,
-            (RegistrationState::Failed(a), RegistrationState::Failed(b)) => {
-                a.kind() == b.kind() && a.message() == b.message()
-            }
-            _ => false,
-        }
-    }
 }
 
 /// A live registration. Dropping it deregisters in the background; prefer
@@ -335,5 +225,81 @@ impl std::fmt::Debug for Registration {
             .field("instance", &self.instance)
             .field("state", &*self.state.borrow())
             .finish()
+    }
+}
+
+impl Client {
+    /// The backend directory of `service`'s instances.
+    fn service_dir(&self, service: &str) -> String {
+        self.backend().path(&format!("services/{service}"))
+    }
+}
+
+// The user's registry: validates, opens the span, names the operation in errors and
+// runs the registration lifecycle, once for every backend's raw instance store.
+#[async_trait]
+impl Registry for Client {
+    async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
+        validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
+        let store = self.backend().instance_store();
+        self.core()
+            .registrations_followed
+            .get_or_init(|| crate::engine::registration::follow_sessions(store.clone()));
+        let made =
+            crate::engine::registration::register(&store, service, &instance, &self.service_dir(service))
+                .await?;
+        Ok(Registration::new(service, instance, made.handle, made.state))
+    }
+
+    async fn instances(&self, service: &str) -> Result<Vec<ServiceInstance>> {
+        validate_name("service name", service).map_err(|e| e.with_operation("instances"))?;
+        let span = tracing::debug_span!("coord.instances", backend = self.kind(), service);
+        self.backend()
+            .instances(&self.service_dir(service))
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("instances"))
+    }
+
+    async fn watch(&self, service: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        validate_name("service name", service).map_err(|e| e.with_operation("watch"))?;
+        let span = tracing::debug_span!("coord.registry.watch", backend = self.kind(), service);
+        self.backend()
+            .watch_instances(&self.service_dir(service))
+            .instrument(span)
+            .await
+            .map_err(|e| e.with_operation("watch"))
+    }
+}
+
+/// How `coord inspect` reads services: `services/<name>`, its instances.
+pub(crate) struct ServiceLayout;
+
+/// [`ServiceLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: ServiceLayout = ServiceLayout;
+
+#[async_trait::async_trait]
+impl Layout for ServiceLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::Service
+    }
+
+    fn root(&self) -> &'static str {
+        "services"
+    }
+
+    /// An instance is named by its id, which tells nothing; coord's registry writes the
+    /// instance in its own encoding.
+    fn origin(&self, entry: &crate::raw::Surveyed) -> Origin {
+        if ServiceInstance::decode(&entry.value).is_ok() {
+            Origin::Coord
+        } else {
+            Origin::of(&entry.name)
+        }
+    }
+
+    /// Every instance is a holder.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        view.holders = participants;
     }
 }

@@ -12,6 +12,7 @@ use crate::engine::contender::acquire;
 use crate::error::Result;
 use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, split_role};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 
 /// A fair (FIFO), herd-free distributed read/write lock: many readers or one writer.
@@ -249,10 +250,71 @@ impl RwLock {
     async fn acquire(&self, write: bool, wait: bool, op: &'static str) -> Result<Option<LockGuard>> {
         let span = tracing::debug_span!("coord.rw_lock", backend = self.client.kind(), name = %self.name, op);
         let queue = queue(&self.name, write).with_lock_delay(self.lock_delay);
-        let grant = acquire(&self.client, queue, self.holder.clone(), wait)
+        let grant = acquire(self.client.core(), queue, self.holder.clone(), wait)
             .instrument(span)
             .await
             .map_err(|e| e.with_operation(op))?;
         Ok(grant.map(|g| LockGuard::new(self.name.clone(), g)))
+    }
+}
+
+impl Client {
+    /// Where read/write lock `name`'s contenders live: Curator's
+    /// `InterProcessReadWriteLock` and kazoo's `ReadLock`/`Lock` path, the prefix of Go's
+    /// `recipes.NewRWMutex` (readers under `read/`, writers under `write/`).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn rw_lock_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("read/write lock name", name)?;
+        Ok(self.backend().path(&queue(name, false).dir))
+    }
+}
+
+/// How `coord inspect` reads read/write locks: `rwlocks/<name>`, readers and writers.
+pub(crate) struct RwLockLayout;
+
+/// [`RwLockLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: RwLockLayout = RwLockLayout;
+
+#[async_trait::async_trait]
+impl Layout for RwLockLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::RwLock
+    }
+
+    fn root(&self) -> &'static str {
+        "rwlocks"
+    }
+
+    fn name_and_role(&self, rel: &str, name: &str) -> Option<(String, &'static str)> {
+        // Sequence-named layouts mark the class in the name; lease-named ones in the
+        // directory (Go's `read/`, `write/`).
+        if ["__READ__", "__rlock__"].iter().any(|m| name.contains(m)) {
+            Some((rel.to_owned(), "read"))
+        } else if ["__WRIT__", "__lock__"].iter().any(|m| name.contains(m)) {
+            Some((rel.to_owned(), "write"))
+        } else {
+            split_role(rel, &[("read", "read"), ("write", "write")])
+        }
+    }
+
+    /// Readers ahead of the first writer hold together; a writer first holds alone.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        let mut it = participants.into_iter().peekable();
+        match it.peek() {
+            Some(p) if p.role == "write" => view.holders.extend(it.next()),
+            _ => {
+                while let Some(p) = it.next_if(|p| p.role == "read") {
+                    view.holders.push(p);
+                }
+            }
+        }
+        view.waiters.extend(it);
+    }
+
+    fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {
+        Some(queue(name, true))
     }
 }

@@ -12,6 +12,7 @@ use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspende
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, split_role};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 use crate::session::SessionState;
 
@@ -281,7 +282,7 @@ impl Semaphore {
         if !wait {
             return self.try_take(leases).await;
         }
-        let Some(gate) = acquire(&self.client, gate_queue(&self.name), Vec::new(), true).await? else {
+        let Some(gate) = acquire(self.client.core(), gate_queue(&self.name), Vec::new(), true).await? else {
             return Ok(None);
         };
         let gate = LockGuard::new(self.name.clone(), gate);
@@ -291,7 +292,7 @@ impl Semaphore {
             release_gate(gate).await;
             return Err(e);
         }
-        let lease = acquire(&self.client, leases.clone(), self.lease_value(), true).await;
+        let lease = acquire(self.client.core(), leases.clone(), self.lease_value(), true).await;
         release_gate(gate).await;
         let Some(lease) = lease?.map(|g| Lease::from(LockGuard::new(self.name.clone(), g))) else {
             return Ok(None);
@@ -315,7 +316,8 @@ impl Semaphore {
     /// makes more than `permits` hold, and one that finds them all held is removed.
     async fn try_take(&self, leases: QueueSpec) -> Result<Option<Lease>> {
         self.check_count_unless_suspended(&leases).await?;
-        let Some(grant) = acquire(&self.client, leases.clone(), self.lease_value(), false).await? else {
+        let Some(grant) = acquire(self.client.core(), leases.clone(), self.lease_value(), false).await?
+        else {
             return Ok(None);
         };
         let lease = Lease::from(LockGuard::new(self.name.clone(), grant));
@@ -371,5 +373,72 @@ impl Semaphore {
 async fn release_gate(gate: LockGuard) {
     if let Err(e) = gate.release().await {
         tracing::warn!(error = %e, "coord.semaphore_gate_release_refused");
+    }
+}
+
+impl Client {
+    /// Where semaphore `name` lives: Curator's `InterProcessSemaphoreV2` path (its
+    /// internal lock under `locks`, its leases under `leases`).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a bad name.
+    pub fn semaphore_path(&self, name: &str) -> Result<String> {
+        crate::name::validate_name("semaphore name", name)?;
+        Ok(self.backend().path(&dir(name)))
+    }
+}
+
+/// How `coord inspect` reads semaphores: `semaphores/<name>`, its leases and acquirers.
+pub(crate) struct SemaphoreLayout;
+
+/// [`SemaphoreLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: SemaphoreLayout = SemaphoreLayout;
+
+#[async_trait::async_trait]
+impl Layout for SemaphoreLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::Semaphore
+    }
+
+    fn root(&self) -> &'static str {
+        "semaphores"
+    }
+
+    fn name_and_role(&self, rel: &str, _name: &str) -> Option<(String, &'static str)> {
+        split_role(rel, &[("leases", "lease"), ("locks", "acquirer")])
+    }
+
+    /// The first `permits` leases hold (every lease, when no lease of coord's says how
+    /// many); a waiting acquirer is shown once, by its lease beyond the permits.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        let (leases, acquirers): (Vec<_>, Vec<_>) = participants.into_iter().partition(|p| p.role == "lease");
+        view.permits = leases
+            .first()
+            .and_then(|p| parse_lease(&p.value))
+            .map(|(count, _)| count);
+        // A lease of coord's shows its holder as its value (the count is in `permits`).
+        let leases: Vec<Participant> = leases
+            .into_iter()
+            .map(|mut p| {
+                if let Some((_, holder)) = parse_lease(&p.value) {
+                    p.value = holder.to_vec();
+                }
+                p
+            })
+            .collect();
+        let held = view.permits.map_or(leases.len(), |n| n as usize);
+        let mut it = leases.into_iter();
+        view.holders.extend(it.by_ref().take(held));
+        view.waiters.extend(it);
+        // A waiting acquirer holds the acquirers' lock and a lease beyond the permits at
+        // once: one waiter, shown once (by its lease).
+        let waiting: std::collections::HashSet<u64> = view.waiters.iter().map(|p| p.session).collect();
+        view.waiters
+            .extend(acquirers.into_iter().filter(|p| !waiting.contains(&p.session)));
+    }
+
+    fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {
+        Some(lease_queue(name, 1))
     }
 }

@@ -15,11 +15,13 @@ use crate::engine::contender::{acquire, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::name::{validate_name, validate_segment_name};
-use crate::primitives::config::{ConfigEvent, ConfigStore};
+use crate::primitives::config::ConfigStore;
 use crate::primitives::lock::{LockGuard, no_grant};
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, matching, split_role};
 use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, Backoff, EntriesEvent, EntryClass, QueueSpec};
 use crate::txn::Txn;
+use crate::types::ConfigEvent;
 
 /// The most participants a transaction may name.
 pub const MAX_PARTICIPANTS: usize = 1000;
@@ -283,7 +285,7 @@ impl TwoPhaseCommit {
             return Ok(decided);
         }
         let lock = coordinator_queue(&self.name);
-        let gate = acquire(&self.client, lock, Vec::new(), false)
+        let gate = acquire(self.client.core(), lock, Vec::new(), false)
             .await?
             .map(|g| LockGuard::new(self.name.clone(), g))
             .ok_or_else(|| {
@@ -430,7 +432,7 @@ impl TwoPhaseCommit {
         let vote = if commit { Decision::Commit } else { Decision::Abort };
         let queue = votes_queue(&self.name);
         let ballot = acquire(
-            &self.client,
+            self.client.core(),
             queue,
             format!("{}:{id}", vote.as_str()).into_bytes(),
             true,
@@ -462,5 +464,50 @@ impl TwoPhaseCommit {
             }
         }
         Err(Error::closed())
+    }
+}
+
+/// How `coord inspect` reads two-phase commits: `transactions/<name>`, its coordinator and votes, and its plan and decision from the config store.
+pub(crate) struct TwoPhaseLayout;
+
+/// [`TwoPhaseLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: TwoPhaseLayout = TwoPhaseLayout;
+
+#[async_trait::async_trait]
+impl Layout for TwoPhaseLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::TwoPhaseCommit
+    }
+
+    fn root(&self) -> &'static str {
+        "transactions"
+    }
+
+    fn name_and_role(&self, rel: &str, _name: &str) -> Option<(String, &'static str)> {
+        split_role(rel, &[("coordinator", "coordinator"), ("votes", "vote")])
+    }
+
+    /// The coordinator and every vote are holders.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        view.holders = participants;
+    }
+
+    /// The two-phase commits with a plan or a decision in the config store.
+    async fn config_names(&self, client: &Client, prefix: &str, exact: bool) -> Result<Vec<String>> {
+        let names = client.list(prefix).await?.into_iter().filter_map(|e| {
+            let (name, last) = e.key.rsplit_once('/')?;
+            (last == "plan" || last == "decision").then(|| name.to_owned())
+        });
+        Ok(matching(names, prefix, exact))
+    }
+
+    /// Its plan and decision, as stored.
+    async fn fill(&self, client: &Client, view: &mut RecipeView) -> Result<()> {
+        view.plan = client.get(&format!("{}/plan", view.name)).await?.map(|v| v.value);
+        view.decision = client
+            .get(&format!("{}/decision", view.name))
+            .await?
+            .map(|v| v.value);
+        Ok(())
     }
 }

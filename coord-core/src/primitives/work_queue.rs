@@ -14,12 +14,14 @@ use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspende
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
-use crate::primitives::config::{ConfigEvent, ConfigStore, Entry};
+use crate::primitives::config::ConfigStore;
 use crate::primitives::lock::{LockGuard, no_grant};
+use crate::primitives::view::{Layout, RecipeKind, RecipeView, matching, split_role};
 use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, Backoff, EntryClass, QueueSpec};
 use crate::session::SessionState;
 use crate::txn::Txn;
+use crate::types::{ConfigEvent, Entry};
 
 /// The most items a queue may be configured to hold: every take lists the items.
 pub const MAX_QUEUE_ITEMS: u32 = 10_000;
@@ -300,7 +302,7 @@ impl DistributedQueue {
                 );
             }
             let takers = takers_queue(&self.name);
-            let Some(grant) = acquire(&self.client, takers, Vec::new(), wait).await? else {
+            let Some(grant) = acquire(self.client.core(), takers, Vec::new(), wait).await? else {
                 return Ok(None);
             };
             let gate = LockGuard::new(self.name.clone(), grant);
@@ -422,7 +424,8 @@ impl DistributedQueue {
     fn settling(&self) -> std::sync::Arc<tokio::sync::Mutex<()>> {
         self.client
             .core()
-            .settling
+            .state::<Settling>()
+            .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(self.name.clone())
@@ -696,4 +699,62 @@ fn parse_seq(key: &str, value: &[u8]) -> Result<u64> {
                 format!("key {key:?} is a queue's tail but does not hold a sequence number"),
             )
         })
+}
+
+/// Per queue name, held by this client's take of that queue while it settles (receipt
+/// deleted, taker lock released): a `try_take` right after a `take` waits for it instead
+/// of finding the taker lock busy with this client's own settle. One per client.
+#[derive(Default)]
+struct Settling(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>);
+
+/// How `coord inspect` reads distributed queues: the consumers waiting in `queues/<name>/takers`, and its depth from the config store.
+pub(crate) struct QueueLayout;
+
+/// [`QueueLayout`], for `inspect.rs`'s list.
+pub(crate) const LAYOUT: QueueLayout = QueueLayout;
+
+#[async_trait::async_trait]
+impl Layout for QueueLayout {
+    fn kind(&self) -> RecipeKind {
+        RecipeKind::Queue
+    }
+
+    fn root(&self) -> &'static str {
+        "queues"
+    }
+
+    fn name_and_role(&self, rel: &str, _name: &str) -> Option<(String, &'static str)> {
+        split_role(rel, &[("takers", "")])
+    }
+
+    /// The queues with items or a tail in the config store.
+    async fn config_names(&self, client: &Client, prefix: &str, exact: bool) -> Result<Vec<String>> {
+        let names = client
+            .list(prefix)
+            .await?
+            .into_iter()
+            .filter_map(|e| match e.key.rsplit_once('/') {
+                Some((name, "tail")) => Some(name.to_owned()),
+                _ => {
+                    let (rest, _) = e.key.rsplit_once('/')?;
+                    let name = rest.strip_suffix("/items")?;
+                    is_item_key(name, &e.key).then(|| name.to_owned())
+                }
+            });
+        Ok(matching(names, prefix, exact))
+    }
+
+    /// Its depth: the items now.
+    async fn fill(&self, client: &Client, view: &mut RecipeView) -> Result<()> {
+        let items = client.list(&format!("{}/items", view.name)).await?;
+        view.depth = Some(items.iter().filter(|e| is_item_key(&view.name, &e.key)).count());
+        Ok(())
+    }
+}
+
+/// Whether `key` is an item of queue `name`: `<name>/items/<20 digits>`.
+fn is_item_key(name: &str, key: &str) -> bool {
+    key.strip_prefix(name)
+        .and_then(|r| r.strip_prefix("/items/"))
+        .is_some_and(|seq| seq.len() == 20 && seq.bytes().all(|b| b.is_ascii_digit()))
 }

@@ -4,13 +4,11 @@
 //! over the queue in `coord-core`.
 
 use std::any::Any;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::capabilities::Capabilities;
-use crate::client::Client;
 use crate::error::Result;
 use crate::raw::instances::RegistryStore;
 use crate::raw::kv::KvStore;
@@ -21,7 +19,7 @@ use crate::stats::Stats;
 /// A backend: one participant with one session (and its successors after loss).
 ///
 /// Implemented by `coord-mem`, `coord-zk` and `coord-etcd`; users hold a [`Client`],
-/// made with [`into_client`].
+/// made with `Client::from_backend`.
 #[async_trait]
 pub trait Backend: Queue + KvStore + RegistryStore + Send + Sync + 'static {
     /// The backend's scheme name: `mem`, `zk`, `etcd`.
@@ -73,7 +71,7 @@ pub trait Backend: Queue + KvStore + RegistryStore + Send + Sync + 'static {
     }
 
     /// Ends the session, releasing everything bound to it, and stops background tasks.
-    /// Idempotent. Also called, in the background, when the last [`Client`] handle is
+    /// Idempotent. Also called, in the background, when the last `Client` handle is
     /// dropped.
     ///
     /// # Errors
@@ -89,15 +87,4 @@ pub trait Backend: Queue + KvStore + RegistryStore + Send + Sync + 'static {
 
     /// The concrete backend, for its own extra API (e.g. mem fault hooks).
     fn as_any(&self) -> &dyn Any;
-}
-
-/// Wraps a backend in the user's [`Client`]. The session ends when the last handle of
-/// that client is dropped (or on [`Client::close`]).
-pub fn into_client(backend: impl Backend) -> Client {
-    Client::from_backend(Arc::new(backend))
-}
-
-/// The backend behind `client`.
-pub fn backend(client: &Client) -> &Arc<dyn Backend> {
-    client.backend()
 }

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::Result;
-use crate::primitives::registry::{RegistryEvent, ServiceInstance};
 use crate::raw::client_state::ClientState;
+use crate::types::{RegistryEvent, ServiceInstance};
 
 /// How a backend keeps one instance's session-bound node or key, always on its current
 /// session. Each backend implements it once; everything else about registrations —

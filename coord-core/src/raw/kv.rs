@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::primitives::config::{ConfigEvent, Entry};
 use crate::txn::{OpResult, Txn};
+use crate::types::{ConfigEvent, Entry};
 use crate::version::{Version, Versioned};
 
 /// A config version made of two numbers: ZooKeeper's `czxid` and data version; etcd's

@@ -47,13 +47,13 @@ pub use crate::raw::client_state::ClientState;
 pub use crate::raw::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
 pub use crate::raw::registrations::{RegistrationBook, RegistrationEntry, Reregistered};
 pub use crate::raw::session_signal::SessionSignal;
-pub use crate::raw::trackers::{InstanceTracker, LeaderTracker};
+pub use crate::raw::trackers::{HeadTracker, InstanceTracker};
 pub use crate::stats::{Counter, StatsRecorder};
-pub use backend::{Backend, backend, into_client};
+pub use backend::Backend;
 pub use backoff::Backoff;
 pub use instances::{InstanceStore, RegistryStore};
 pub use kv::{KvStore, batched, version, version_mismatch, version_parts};
 pub use queue::{
-    Admission, AdmissionRule, Ahead, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue, QueueEntry, QueueSpec,
-    ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
+    Admission, AdmissionRule, Ahead, EntriesEvent, EntryClass, HeadEvent, Joined, Member, Position, Queue,
+    QueueEntry, QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };

@@ -28,7 +28,7 @@ use futures::stream::BoxStream;
 
 use crate::error::Result;
 use crate::fencing::FencingToken;
-use crate::primitives::election::LeaderInfo;
+use crate::types::Head;
 
 /// One class of entries in a queue, as the backends' native layouts mark it. Most queues
 /// have one class; a read/write lock has two (readers and writers), so that a reader can
@@ -555,7 +555,7 @@ pub struct Surveyed {
 pub enum HeadEvent {
     /// The first entry and its value now (`None`: the queue is empty). Backends may
     /// repeat an unchanged head; the recipe filters duplicates.
-    Head(Option<LeaderInfo>),
+    Head(Option<Head>),
     /// Changes may have been missed (history compacted, session lost); a `Head` follows.
     Gap,
 }
@@ -709,7 +709,7 @@ pub trait Queue: Send + Sync {
     /// # Cancel safety
     ///
     /// Cancel-safe (a read).
-    async fn head(&self, queue: &QueueSpec) -> Result<Option<LeaderInfo>>;
+    async fn head(&self, queue: &QueueSpec) -> Result<Option<Head>>;
 
     /// The first entry of `queue` now, then whenever it may have changed; a
     /// [`HeadEvent::Gap`] where changes may have been missed. The stream ends after an

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::primitives::registry::RegistrationState;
 use crate::raw::Backoff;
+use crate::types::RegistrationState;
 
 /// One registration: the backend path of its node or key and its latest data.
 #[derive(Debug, Clone, PartialEq, Eq)]

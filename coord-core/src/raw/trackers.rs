@@ -1,20 +1,19 @@
-//! Watcher-side state shared by backends: the candidates of an observed election, and
+//! Watcher-side state shared by backends: the entries of an observed queue, and
 //! the instances of a watched service, turned into the events the API promises.
 
 use std::collections::BTreeMap;
 
 use crate::fencing::FencingToken;
-use crate::primitives::election::LeaderInfo;
-use crate::primitives::registry::{RegistryEvent, ServiceInstance};
+use crate::types::{Head, RegistryEvent, ServiceInstance};
 
-/// An observer's view of an election's candidates (by key): the leader is the one with
-/// the lowest token.
+/// An observer's view of a queue's entries (by key): the head is the one with the lowest
+/// token (an election's leader).
 #[derive(Debug, Default)]
-pub struct LeaderTracker {
+pub struct HeadTracker {
     candidates: BTreeMap<String, (FencingToken, Vec<u8>)>,
 }
 
-impl LeaderTracker {
+impl HeadTracker {
     /// Replaces every candidate (after a snapshot).
     pub fn reset(&mut self, candidates: impl IntoIterator<Item = (String, FencingToken, Vec<u8>)>) {
         self.candidates = candidates.into_iter().map(|(k, t, v)| (k, (t, v))).collect();
@@ -45,12 +44,12 @@ impl LeaderTracker {
         all
     }
 
-    /// The current leader: the candidate with the lowest token.
-    pub fn leader(&self) -> Option<LeaderInfo> {
+    /// The head now: the entry with the lowest token.
+    pub fn head(&self) -> Option<Head> {
         self.candidates
             .values()
             .min_by_key(|(t, _)| *t)
-            .map(|(t, v)| LeaderInfo {
+            .map(|(t, v)| Head {
                 token: *t,
                 value: v.clone(),
             })
@@ -116,16 +115,16 @@ mod tests {
 
     #[test]
     fn lowest_token_leads() {
-        let mut t = LeaderTracker::default();
-        assert_eq!(t.leader(), None);
+        let mut t = HeadTracker::default();
+        assert_eq!(t.head(), None);
         t.put("b".into(), FencingToken(5), b"b".to_vec());
         t.put("a".into(), FencingToken(3), b"a".to_vec());
-        assert_eq!(t.leader().map(|l| l.token), Some(FencingToken(3)));
+        assert_eq!(t.head().map(|l| l.token), Some(FencingToken(3)));
         t.put("b".into(), FencingToken(5), b"b2".to_vec());
         t.remove("a");
-        assert_eq!(t.leader().map(|l| l.value), Some(b"b2".to_vec()));
+        assert_eq!(t.head().map(|l| l.value), Some(b"b2".to_vec()));
         t.reset([]);
-        assert_eq!(t.leader(), None);
+        assert_eq!(t.head(), None);
     }
 
     #[test]
