@@ -33,6 +33,7 @@ async fn until_seen(
                 live.remove(&id);
             }
             RegistryEvent::Resync => {}
+            other => anyhow::bail!("an event the benchmark does not know: {other:?}"),
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 /// which cases a backend must pass; a case needing a missing capability is reported
 /// as ignored, never as passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Config and registry watches deliver every change, not just the latest state
     /// (etcd and mem: yes; ZooKeeper coalesces changes between a watch firing and its
@@ -11,6 +12,12 @@ pub struct Capabilities {
     pub every_watch_event: bool,
     /// `observe` reports every leader, even one that came and went quickly.
     pub every_leader_change: bool,
+    /// The backend lists every session-bound entry under a directory
+    /// ([`Queue::survey`](crate::raw::Queue::survey)): `inspect` works.
+    pub survey: bool,
+    /// The backend writes another client's entry's value
+    /// ([`Queue::mark`](crate::raw::Queue::mark)): revocation works.
+    pub mark: bool,
 }
 
 impl Capabilities {
@@ -18,5 +25,31 @@ impl Capabilities {
     pub const ALL: Capabilities = Capabilities {
         every_watch_event: true,
         every_leader_change: true,
+        survey: true,
+        mark: true,
     };
+
+    /// The same, with [`Capabilities::every_watch_event`] set to `on`.
+    pub const fn with_every_watch_event(mut self, on: bool) -> Capabilities {
+        self.every_watch_event = on;
+        self
+    }
+
+    /// The same, with [`Capabilities::every_leader_change`] set to `on`.
+    pub const fn with_every_leader_change(mut self, on: bool) -> Capabilities {
+        self.every_leader_change = on;
+        self
+    }
+
+    /// The same, with [`Capabilities::survey`] set to `on`.
+    pub const fn with_survey(mut self, on: bool) -> Capabilities {
+        self.survey = on;
+        self
+    }
+
+    /// The same, with [`Capabilities::mark`] set to `on`.
+    pub const fn with_mark(mut self, on: bool) -> Capabilities {
+        self.mark = on;
+        self
+    }
 }

@@ -19,7 +19,7 @@ pub const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 /// One coordination participant: a cheap `Clone` handle over a backend and its session.
 ///
 /// Every method comes from the [`Lock`](crate::Lock), [`Election`](crate::Election),
-/// [`Registry`] and [`ConfigStore`] traits (import them, or `coord::prelude::*`), so
+/// [`Registry`](crate::Registry) and [`ConfigStore`](crate::ConfigStore) traits (import them, or `coord::prelude::*`), so
 /// generic code can take `impl Lock` as well as a `Client`.
 ///
 /// # Session lifetime
@@ -214,7 +214,7 @@ impl Client {
     /// The concrete backend, for its own extra API, e.g. the in-memory backend's fault
     /// hooks: `client.backend_as::<coord_mem::MemClient>()`. `None` for another backend.
     pub fn backend_as<T: 'static>(&self) -> Option<&T> {
-        self.core.backend.as_any().downcast_ref::<T>()
+        crate::raw::AsAny::as_any(&*self.core.backend).downcast_ref::<T>()
     }
 
     /// Ends the session (releasing every lock, leadership and registration) and stops

@@ -99,13 +99,11 @@ mod registry;
 mod session;
 mod watch;
 
-use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::Backend;
-use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
-use tokio::sync::watch as tokio_watch;
+use coord_core::raw::{Backend, ClientState, Stateful};
+use coord_core::{Client, Result};
 
 pub use options::{DEFAULT_PORT, EtcdOptions, KNOWN_OPTIONS};
 
@@ -205,42 +203,18 @@ pub async fn connect(url: &str) -> Result<Client> {
 
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
+impl Stateful for EtcdClient {
+    fn state(&self) -> &ClientState {
+        &self.inner
+    }
+}
+
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Backend for EtcdClient {
-    fn kind(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn namespace(&self) -> &str {
-        &self.inner.options.namespace
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.inner.key(rel)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
-    }
-
-    fn session(&self) -> tokio_watch::Receiver<SessionStatus> {
-        self.inner.session.subscribe()
-    }
-
     fn session_id(&self) -> u64 {
         self.inner.lease_id() as u64
-    }
-
-    fn stats(&self) -> Stats {
-        self.inner.stats.snapshot()
-    }
-
-    fn session_timeout(&self) -> std::time::Duration {
-        self.inner.options.lease_ttl
-    }
-
-    fn loss_margin(&self) -> std::time::Duration {
-        session::loss_margin(self.inner.options.lease_ttl)
     }
 
     async fn server_version(&self) -> Result<Option<String>> {
@@ -258,9 +232,5 @@ impl Backend for EtcdClient {
 
     async fn close(&self) -> Result<()> {
         self.inner.close().await
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -3,10 +3,9 @@
 //! watch from R+1.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, RegistryStore};
+use coord_core::raw::{Counter, InstanceStore, InstanceTracker, RegistryStore};
 use coord_core::{Error, ErrorKind, RegistryEvent, Result, ServiceInstance};
 use etcd_client as etcd;
 use futures::stream::BoxStream;
@@ -88,46 +87,43 @@ async fn delete_own(inner: &Inner, key: &str) -> Result<()> {
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
-impl InstanceStore for Inner {
-    fn client_state(&self) -> &ClientState {
-        self
-    }
-
+impl InstanceStore for EtcdClient {
     async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()> {
-        create_instance(self, path, data).await
+        create_instance(&self.inner, path, data).await
     }
 
     async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
-        let Ok(lease) = self.lease() else {
+        let Ok(lease) = self.inner.lease() else {
             return Ok(());
         };
         let (k, value) = (path.to_owned(), data.to_vec());
-        self.call(
-            Counter::Txn,
-            "update registration",
-            true,
-            move |mut c: etcd::KvClient| {
-                let (k, value) = (k.clone(), value.clone());
-                async move {
-                    c.txn(
-                        etcd::Txn::new()
-                            .when([etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease.id)])
-                            .and_then([etcd::TxnOp::put(
-                                k,
-                                value,
-                                Some(etcd::PutOptions::new().with_lease(lease.id)),
-                            )]),
-                    )
-                    .await
-                }
-            },
-        )
-        .await
-        .map(|_| ())
+        self.inner
+            .call(
+                Counter::Txn,
+                "update registration",
+                true,
+                move |mut c: etcd::KvClient| {
+                    let (k, value) = (k.clone(), value.clone());
+                    async move {
+                        c.txn(
+                            etcd::Txn::new()
+                                .when([etcd::Compare::lease(k.clone(), etcd::CompareOp::Equal, lease.id)])
+                                .and_then([etcd::TxnOp::put(
+                                    k,
+                                    value,
+                                    Some(etcd::PutOptions::new().with_lease(lease.id)),
+                                )]),
+                        )
+                        .await
+                    }
+                },
+            )
+            .await
+            .map(|_| ())
     }
 
     async fn delete_instance(&self, path: &str) -> Result<()> {
-        delete_own(self, path).await
+        delete_own(&self.inner, path).await
     }
 }
 
@@ -155,10 +151,6 @@ fn decode(dir: &str, kvs: impl IntoIterator<Item = Kv>) -> BTreeMap<String, Serv
 #[doc(hidden)]
 #[async_trait]
 impl RegistryStore for EtcdClient {
-    fn instance_store(&self) -> Arc<dyn InstanceStore> {
-        self.inner.clone()
-    }
-
     async fn instances(&self, dir: &str) -> Result<Vec<ServiceInstance>> {
         let dir = dir.to_owned();
         let (_, kvs) = watch::range(&self.inner, &format!("{dir}/")).await?;

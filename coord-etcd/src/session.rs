@@ -279,7 +279,9 @@ impl Inner {
             "etcd",
             options.namespace.clone(),
             SessionStatus::new(SessionState::Lost, 0),
-        );
+        )
+        .with_path_prefix(prefix.clone())
+        .with_session_timeout(options.lease_ttl);
         Arc::new(Inner {
             options,
             prefix,

@@ -51,13 +51,12 @@
 //! # Ok(()) }
 //! ```
 
-use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_core::raw::{Backend, ClientState, Counter};
-use coord_core::{Capabilities, Client, Error, Result, SessionState, SessionStatus, Stats};
+use coord_core::raw::{Backend, ClientState, Counter, Stateful};
+use coord_core::{Client, Error, Result, SessionState, SessionStatus};
 use tokio::time::Instant;
 
 use crate::session::{Link, SessionSlot};
@@ -374,11 +373,17 @@ impl MemClient {
     /// `ConfigInvalid` for invalid options.
     pub fn connect(cluster: &MemCluster, options: MemOptions) -> Result<Client> {
         options.validate()?;
+        let prefix = match options.namespace.as_str() {
+            "" => String::new(),
+            ns => format!("{ns}/"),
+        };
         let state = ClientState::new(
             "mem",
             options.namespace.clone(),
             SessionStatus::new(SessionState::Connected, 0),
-        );
+        )
+        .with_path_prefix(prefix)
+        .with_session_timeout(options.session_ttl);
         let inner = Arc::new(Inner {
             cluster: cluster.clone(),
             options,
@@ -503,40 +508,20 @@ impl MemClient {
 
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
+impl Stateful for MemClient {
+    fn state(&self) -> &ClientState {
+        self.inner.state()
+    }
+}
+
+#[doc(hidden)]
 #[async_trait]
 impl Backend for MemClient {
-    fn kind(&self) -> &'static str {
-        "mem"
-    }
-
-    fn namespace(&self) -> &str {
-        &self.inner.options.namespace
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.inner.key(rel)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
-    }
-
-    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
-        self.inner.session.subscribe()
-    }
-
     fn session_id(&self) -> u64 {
         self.inner.slot().id
     }
 
-    fn stats(&self) -> Stats {
-        self.inner.stats.snapshot()
-    }
-
-    fn session_timeout(&self) -> std::time::Duration {
-        self.inner.options.session_ttl
-    }
-
+    /// Lost a tenth of the TTL before the cluster may expire the session.
     fn loss_margin(&self) -> std::time::Duration {
         self.inner.options.session_ttl / 10
     }
@@ -557,9 +542,5 @@ impl Backend for MemClient {
         }
         tracing::info!(namespace = %self.inner.options.namespace, "coord.mem.closed");
         Ok(())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

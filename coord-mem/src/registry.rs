@@ -3,59 +3,53 @@
 
 use std::collections::BTreeMap;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use coord_core::raw::{
-    ClientState, Counter, InstanceStore, InstanceTracker, RegistrationEntry, RegistryStore,
-};
+use coord_core::raw::{Counter, InstanceStore, InstanceTracker, RegistrationEntry, RegistryStore};
 use coord_core::{RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
 
+use crate::MemClient;
 use crate::watch::{self, Raw};
-use crate::{Inner, MemClient};
 
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
-impl InstanceStore for Inner {
-    fn client_state(&self) -> &ClientState {
-        self.state()
-    }
-
+impl InstanceStore for MemClient {
     async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()> {
-        let (session, _) = self.live_session()?;
+        let (session, _) = self.inner.live_session()?;
         let entry = RegistrationEntry {
             path: path.to_owned(),
             data: data.to_vec(),
         };
-        let created = crate::session::create_instance(self, session, &entry);
+        let created = crate::session::create_instance(&self.inner, session, &entry);
         if created.is_ok() {
-            self.reply(true).await?;
+            self.inner.reply(true).await?;
         }
         created
     }
 
     async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
-        let session = self.slot().id;
+        let session = self.inner.slot().id;
         let (key, value) = (path.to_owned(), data.to_vec());
-        self.call_write(Counter::Write, move |s| {
-            if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
-                s.put(&key, value, None);
-            }
-        })
-        .await
+        self.inner
+            .call_write(Counter::Write, move |s| {
+                if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
+                    s.put(&key, value, None);
+                }
+            })
+            .await
     }
 
     async fn delete_instance(&self, path: &str) -> Result<()> {
-        let session = self.slot().id;
+        let session = self.inner.slot().id;
         let key = path.to_owned();
-        self.call_write(Counter::Txn, move |s| {
-            if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
-                s.delete(&key);
-            }
-        })
-        .await
+        self.inner
+            .call_write(Counter::Txn, move |s| {
+                if s.get(&key).is_some_and(|d| d.owner == Some(session)) {
+                    s.delete(&key);
+                }
+            })
+            .await
     }
 }
 
@@ -80,10 +74,6 @@ fn decode_children(
 #[doc(hidden)]
 #[async_trait]
 impl RegistryStore for MemClient {
-    fn instance_store(&self) -> Arc<dyn InstanceStore> {
-        self.inner.clone()
-    }
-
     async fn instances(&self, dir: &str) -> Result<Vec<ServiceInstance>> {
         let dir = dir.to_owned();
         let prefix = format!("{dir}/");

@@ -69,6 +69,7 @@ fn follow(client: Client, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<
                     },
                     ConfigEvent::Delete(key) => WatchEvent::Delete { key, revision: 0 },
                     ConfigEvent::Resync => WatchEvent::Resync,
+                    other => panic!("an event this history does not know: {other:?}"),
                 }),
                 // A stream that ends or fails says so: record a resync and watch anew.
                 Ok(Some(Err(_)) | None) => {

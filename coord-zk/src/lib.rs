@@ -157,13 +157,12 @@ mod registry;
 mod session;
 mod watch;
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use coord_core::raw::{Backend, Backoff};
-use coord_core::{Capabilities, Client, Result, SessionStatus, Stats};
+use coord_core::raw::{Backend, Backoff, ClientState, Stateful};
+use coord_core::{Client, Result};
 use tracing::Instrument;
 
 pub use options::ZkAcl;
@@ -327,47 +326,29 @@ pub async fn connect(url: &str) -> Result<Client> {
 
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
+impl Stateful for ZkClient {
+    fn state(&self) -> &ClientState {
+        &self.inner
+    }
+}
+
+// The backend contract: plumbing, kept out of users' docs.
+#[doc(hidden)]
 #[async_trait]
 impl Backend for ZkClient {
-    fn kind(&self) -> &'static str {
-        "zk"
-    }
-
-    fn namespace(&self) -> &str {
-        &self.inner.options.namespace
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.inner.path(rel)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            every_watch_event: false,
-            every_leader_change: false,
-        }
-    }
-
-    fn session(&self) -> tokio::sync::watch::Receiver<SessionStatus> {
-        self.inner.session.subscribe()
-    }
-
     fn session_id(&self) -> u64 {
         self.inner.session_id() as u64
     }
 
-    fn stats(&self) -> Stats {
-        self.inner.stats.snapshot()
-    }
-
+    /// As negotiated with the server for the current session.
     fn session_timeout(&self) -> std::time::Duration {
         self.inner
             .current()
             .map_or(self.inner.options.session_timeout, |c| c.zk.session_timeout())
     }
 
+    /// Lost at 7/10 of the negotiated timeout (the session loop's rule).
     fn loss_margin(&self) -> std::time::Duration {
-        // Lost at 7/10 of the negotiated timeout (the session loop's rule).
         self.session_timeout() * 3 / 10
     }
 
@@ -377,9 +358,5 @@ impl Backend for ZkClient {
 
     async fn close(&self) -> Result<()> {
         self.inner.close().await
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -2,10 +2,9 @@
 //! JSON; re-created after session loss; watched with a persistent recursive watch.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use coord_core::raw::{ClientState, Counter, InstanceStore, InstanceTracker, RegistryStore};
+use coord_core::raw::{Counter, InstanceStore, InstanceTracker, RegistryStore};
 use coord_core::{Error, ErrorKind, RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
@@ -113,30 +112,28 @@ async fn delete_own(inner: &Inner, path: &str) -> Result<()> {
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
-impl InstanceStore for Inner {
-    fn client_state(&self) -> &ClientState {
-        self
-    }
-
+impl InstanceStore for ZkClient {
     async fn create_instance(&self, path: &str, data: &[u8]) -> Result<()> {
-        create_instance(self, path, data).await
+        create_instance(&self.inner, path, data).await
     }
 
     async fn update_instance(&self, path: &str, data: &[u8]) -> Result<()> {
         let p = path.to_owned();
         let stat = self
+            .inner
             .call_mapped(Counter::Read, "update registration", false, |zk| async move {
                 zk.check_stat(&p).await
             })
             .await?;
         match stat {
-            Some(stat) if stat.ephemeral_owner == self.session_id() => {
+            Some(stat) if stat.ephemeral_owner == self.inner.session_id() => {
                 let (p, d) = (path.to_owned(), data.to_vec());
-                self.call_mapped(Counter::Write, "update registration", true, |zk| async move {
-                    zk.set_data(&p, &d, Some(stat.version)).await
-                })
-                .await
-                .map(|_| ())
+                self.inner
+                    .call_mapped(Counter::Write, "update registration", true, |zk| async move {
+                        zk.set_data(&p, &d, Some(stat.version)).await
+                    })
+                    .await
+                    .map(|_| ())
             }
             // Not (yet) re-registered: the new data is used when it is.
             _ => Ok(()),
@@ -144,7 +141,7 @@ impl InstanceStore for Inner {
     }
 
     async fn delete_instance(&self, path: &str) -> Result<()> {
-        delete_own(self, path).await
+        delete_own(&self.inner, path).await
     }
 }
 
@@ -171,10 +168,6 @@ async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, Ser
 #[doc(hidden)]
 #[async_trait]
 impl RegistryStore for ZkClient {
-    fn instance_store(&self) -> Arc<dyn InstanceStore> {
-        self.inner.clone()
-    }
-
     async fn instances(&self, dir: &str) -> Result<Vec<ServiceInstance>> {
         Ok(read_instances(&self.inner, dir).await?.into_values().collect())
     }

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use coord_core::Capabilities;
 use coord_core::raw::{Backoff, ClientState, Counter};
 use coord_core::{Error, ErrorKind, Result, SessionState, SessionStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -224,6 +225,13 @@ impl Inner {
             "zk",
             options.namespace.clone(),
             SessionStatus::new(SessionState::Connected, 1),
+        )
+        .with_path_prefix(format!("{root}/"))
+        .with_session_timeout(options.session_timeout)
+        .with_capabilities(
+            Capabilities::ALL
+                .with_every_watch_event(false)
+                .with_every_leader_change(false),
         );
         Arc::new(Inner {
             options,

@@ -49,7 +49,9 @@ fn follow(client: Client) -> Arc<Mutex<Vec<Seen>>> {
                     None => continue,
                 },
                 ConfigEvent::Put(_) | ConfigEvent::Delete(_) => continue,
-                ConfigEvent::Resync => Seen::Resync,
+                // A kind of event the campaign does not know: what it showed is
+                // unknown, as after a gap.
+                _ => Seen::Resync,
             };
             s.lock().unwrap_or_else(|p| p.into_inner()).push(item);
         }

@@ -46,7 +46,8 @@ fn follow(client: Client) -> Arc<View> {
                 RegistryEvent::Left(id) => {
                     ids.remove(&id);
                 }
-                RegistryEvent::Resync => {}
+                // A resync (or an event the campaign does not know): a snapshot follows.
+                _ => {}
             }
         }
     });

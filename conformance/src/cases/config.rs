@@ -305,6 +305,7 @@ pub async fn watch_delivers_final_value(ctx: Ctx) -> CaseResult {
                 continue;
             }
             ConfigEvent::Delete(k) => bail!("unexpected delete of {k}"),
+            other => bail!("unexpected event {other:?}"),
         };
         if let Some(prev) = last {
             ensure!(value > prev, "value {value} delivered after {prev}: out of order");
@@ -457,6 +458,7 @@ pub async fn watch_follows_changes_after_a_reconnect(ctx: Ctx) -> CaseResult {
             },
             ConfigEvent::Resync => continue,
             ConfigEvent::Delete(k) => bail!("unexpected delete of {k}"),
+            other => bail!("unexpected event {other:?}"),
         };
         if entry.value == b"5" {
             return Ok(());

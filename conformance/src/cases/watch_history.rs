@@ -261,6 +261,7 @@ fn seen_of(event: ConfigEvent) -> Seen {
         ConfigEvent::Put(e) => Seen::Put(e.key, text(&e.value), e.version),
         ConfigEvent::Delete(key) => Seen::Delete(key),
         ConfigEvent::Resync => Seen::Resync,
+        other => panic!("an event this check does not know: {other:?}"),
     }
 }
 

@@ -104,6 +104,7 @@ pub async fn watch(client: &Client, prefix: &str, stop: &mut Stop, out: Out) -> 
             "resync: changes may have been missed; a fresh snapshot follows",
             json!({"event": "resync"}),
         ),
+        other => out.result(format!("{other:?}"), json!({"event": format!("{other:?}")})),
     })
     .await
 }

@@ -152,6 +152,10 @@ pub async fn observe(client: &Client, name: &str, stop: &mut Stop, out: Out) -> 
             "resync: leader changes may have been missed; the current leader follows",
             json!({"election": name, "event": "resync"}),
         ),
+        other => out.result(
+            format!("{other:?}"),
+            json!({"election": name, "event": format!("{other:?}")}),
+        ),
     })
     .await
 }

@@ -46,6 +46,7 @@ pub async fn run(
                     "resync: changes may have been missed; a fresh snapshot follows",
                     json!({"event": "resync"}),
                 ),
+                other => out.result(format!("{other:?}"), json!({"event": format!("{other:?}")})),
             })
             .await
         }

@@ -18,7 +18,7 @@ use crate::types::{RegistrationState, ServiceInstance};
 
 /// Deletes `path` through `store` until gone or session `generation` has ended.
 async fn delete_until_gone(store: &dyn InstanceStore, path: &str, generation: u64) -> Result<()> {
-    let session = store.client_state().session.subscribe();
+    let session = store.state().session.subscribe();
     removal::until_gone(session, generation, path, || store.delete_instance(path)).await
 }
 
@@ -40,12 +40,7 @@ impl Drop for Pending {
         // may be a newer one than the session current when `register` began: remove the
         // node on the session current now (a node of a session in between went with it).
         let (store, path) = (self.store.clone(), std::mem::take(&mut self.path));
-        let generation = store
-            .client_state()
-            .session
-            .current()
-            .generation
-            .max(self.generation);
+        let generation = store.state().session.current().generation.max(self.generation);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = delete_until_gone(&*store, &path, generation).await {
@@ -83,7 +78,7 @@ pub(crate) async fn register(
     let op = "register";
     validate_name("service name", service).map_err(|e| e.with_operation(op))?;
     let data = instance.encode().map_err(|e| e.with_operation(op))?;
-    let state = store.client_state();
+    let state = store.state();
     let span =
         tracing::debug_span!("coord.register", backend = state.session.backend(), service, id = %instance.id);
     let path = format!("{dir}/{}", instance.id);
@@ -150,7 +145,7 @@ fn definitely_not_made(e: &Error) -> bool {
 /// expire), with [`RegistrationBook::reregister`](crate::raw::RegistrationBook::reregister)'s
 /// retries. A task stops when that session ends; the next session starts its own.
 pub(crate) fn reregister_all(store: &Arc<dyn InstanceStore>, generation: u64) {
-    for (id, _) in store.client_state().registrations.all() {
+    for (id, _) in store.state().registrations.all() {
         reregister(store.clone(), id, generation);
     }
 }
@@ -158,7 +153,7 @@ pub(crate) fn reregister_all(store: &Arc<dyn InstanceStore>, generation: u64) {
 /// Re-creates `store`'s registrations on every new session from now on, until the
 /// client is closed: the registration lifecycle, run once per client for every backend.
 pub(crate) fn follow_sessions(store: Arc<dyn InstanceStore>) {
-    let mut session = store.client_state().session.subscribe();
+    let mut session = store.state().session.subscribe();
     let mut seen = session.borrow().generation;
     tokio::spawn(async move {
         while session.changed().await.is_ok() {
@@ -177,7 +172,7 @@ pub(crate) fn follow_sessions(store: Arc<dyn InstanceStore>) {
 
 fn reregister(store: Arc<dyn InstanceStore>, id: u64, generation: u64) {
     tokio::spawn(async move {
-        let state = store.client_state();
+        let state = store.state();
         let still_current = || !removal::over(state.session.current(), generation);
         let mut path = String::new();
         let create = |entry: RegistrationEntry| {
@@ -219,15 +214,12 @@ struct StoreRegistration {
 #[async_trait]
 impl RegistrationHandle for StoreRegistration {
     async fn update(&self, value: Vec<u8>) -> Result<()> {
-        self.store
-            .client_state()
-            .registrations
-            .update(self.id, value.clone());
+        self.store.state().registrations.update(self.id, value.clone());
         self.store.update_instance(&self.path, &value).await
     }
 
     fn forget(&self) {
-        self.store.client_state().registrations.remove(self.id);
+        self.store.state().registrations.remove(self.id);
     }
 
     async fn delete(&self) -> Result<()> {
@@ -235,7 +227,7 @@ impl RegistrationHandle for StoreRegistration {
     }
 
     fn session(&self) -> watch::Receiver<SessionStatus> {
-        self.store.client_state().session.subscribe()
+        self.store.state().session.subscribe()
     }
 }
 
@@ -257,12 +249,14 @@ mod tests {
         fail_with: ErrorKind,
     }
 
-    #[async_trait]
-    impl InstanceStore for Ghostly {
-        fn client_state(&self) -> &ClientState {
+    impl crate::raw::Stateful for Ghostly {
+        fn state(&self) -> &ClientState {
             &self.state
         }
+    }
 
+    #[async_trait]
+    impl InstanceStore for Ghostly {
         async fn create_instance(&self, path: &str, _data: &[u8]) -> Result<()> {
             self.nodes
                 .lock()

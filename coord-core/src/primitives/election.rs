@@ -24,6 +24,7 @@ pub type LeaderInfo = crate::types::Head;
 
 /// What [`Election::observe`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaderEvent {
     /// The current leader, or `None` when there is none. The first event, every change
     /// after it, and the event after every [`LeaderEvent::Resync`].

@@ -241,7 +241,9 @@ impl Client {
 impl Registry for Client {
     async fn register(&self, service: &str, instance: ServiceInstance) -> Result<Registration> {
         validate_name("service name", service).map_err(|e| e.with_operation("register"))?;
-        let store = self.backend().instance_store();
+        // The backend as the store registrations are written through (shared with the
+        // session follower, which outlives any one call).
+        let store: std::sync::Arc<dyn crate::raw::InstanceStore> = self.backend().clone();
         self.core()
             .registrations_followed
             .get_or_init(|| crate::engine::registration::follow_sessions(store.clone()));

@@ -7,8 +7,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::time::Duration;
 
+use crate::capabilities::Capabilities;
 use crate::raw::{Backoff, RegistrationBook, SessionSignal, StatsRecorder};
 use crate::{Result, SessionState, SessionStatus};
+
+/// The one accessor every backend provides for the state it keeps beside its
+/// connection: the session signal, counters, registrations, capabilities, where paths
+/// live and the session timeout. Every forward of
+/// [`Backend`](crate::raw::Backend) is provided from it.
+pub trait Stateful: Send + Sync {
+    /// The backend's [`ClientState`].
+    fn state(&self) -> &ClientState;
+}
 
 /// What a backend client keeps besides its connection. Backends embed it and usually
 /// `Deref` to it.
@@ -24,6 +34,12 @@ pub struct ClientState {
     /// nodes they left behind are ours and go when the server expires them.
     past_sessions: Mutex<Vec<i64>>,
     closed: AtomicBool,
+    /// What the backend promises beyond the common contract.
+    capabilities: Capabilities,
+    /// What a path relative to the namespace is prefixed with on the server.
+    path_prefix: String,
+    /// The session timeout / lease TTL of the current session.
+    session_timeout: Mutex<Duration>,
 }
 
 impl ClientState {
@@ -35,7 +51,53 @@ impl ClientState {
             registrations: RegistrationBook::default(),
             past_sessions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            capabilities: Capabilities::ALL,
+            path_prefix: String::new(),
+            session_timeout: Mutex::new(Duration::ZERO),
         }
+    }
+
+    /// The same state for a backend promising `capabilities` (by default
+    /// [`Capabilities::ALL`]).
+    pub fn with_capabilities(mut self, capabilities: Capabilities) -> ClientState {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// The same state for a backend whose paths relative to the namespace live at
+    /// `prefix` + path on the server (`/<namespace>/` on ZooKeeper, `<namespace>/` on
+    /// etcd): what [`Backend::path`](crate::raw::Backend::path) returns.
+    pub fn with_path_prefix(mut self, prefix: impl Into<String>) -> ClientState {
+        self.path_prefix = prefix.into();
+        self
+    }
+
+    /// The same state with session timeout (or lease TTL) `timeout`, until
+    /// [`ClientState::set_session_timeout`] says otherwise.
+    pub fn with_session_timeout(self, timeout: Duration) -> ClientState {
+        self.set_session_timeout(timeout);
+        self
+    }
+
+    /// What the backend promises beyond the common contract.
+    pub fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    /// Where `rel`, a path relative to the namespace, lives on the server.
+    pub fn path(&self, rel: &str) -> String {
+        format!("{}{rel}", self.path_prefix)
+    }
+
+    /// The session timeout (or lease TTL) of the current session.
+    pub fn session_timeout(&self) -> Duration {
+        *self.session_timeout.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the session timeout the server granted a new session (ZooKeeper
+    /// negotiates it).
+    pub fn set_session_timeout(&self, timeout: Duration) {
+        *self.session_timeout.lock().unwrap_or_else(|p| p.into_inner()) = timeout;
     }
 
     /// Whether [`ClientState::mark_closed`] was called.

@@ -5,13 +5,11 @@
 //! runs the registration lifecycle (the record of what to re-create, re-creating it on
 //! every new session, guaranteed removal) once, for every backend.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::Result;
-use crate::raw::client_state::ClientState;
+use crate::raw::client_state::Stateful;
 use crate::types::{RegistryEvent, ServiceInstance};
 
 /// How a backend keeps one instance's session-bound node or key, always on its current
@@ -19,10 +17,7 @@ use crate::types::{RegistryEvent, ServiceInstance};
 /// validation, the record of what to re-create, re-creating it on every new session,
 /// guaranteed removal — is written once in `coord-core`.
 #[async_trait]
-pub trait InstanceStore: Send + Sync + 'static {
-    /// The state every backend keeps (its registration book and session signal).
-    fn client_state(&self) -> &ClientState;
-
+pub trait InstanceStore: Stateful + Send + Sync + 'static {
     /// Creates the node at `path` holding `data`, bound to the current session.
     ///
     /// # Errors
@@ -69,10 +64,6 @@ pub trait InstanceStore: Send + Sync + 'static {
 /// entries' last segments, values the instances' JSON.
 #[async_trait]
 pub trait RegistryStore: Send + Sync {
-    /// The store registrations are written through (shared with the session
-    /// supervisor, which outlives any one call).
-    fn instance_store(&self) -> Arc<dyn InstanceStore>;
-
     /// The instances registered at `dir` now.
     ///
     /// # Errors

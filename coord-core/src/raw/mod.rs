@@ -43,13 +43,13 @@ pub mod tls_probe;
 pub(crate) mod trackers;
 
 pub use crate::name::{key_matches_prefix, validate_prefix, validate_segment_name, validate_value};
-pub use crate::raw::client_state::ClientState;
+pub use crate::raw::client_state::{ClientState, Stateful};
 pub use crate::raw::connstr::{ConnectionString, HostPort, Options, TLS_OPTIONS, TlsFiles};
 pub use crate::raw::registrations::{RegistrationBook, RegistrationEntry, Reregistered};
 pub use crate::raw::session_signal::SessionSignal;
 pub use crate::raw::trackers::{HeadTracker, InstanceTracker};
 pub use crate::stats::{Counter, StatsRecorder};
-pub use backend::Backend;
+pub use backend::{AsAny, Backend};
 pub use backoff::Backoff;
 pub use instances::{InstanceStore, RegistryStore};
 pub use kv::{KvStore, batched, version, version_mismatch, version_parts};

@@ -522,6 +522,7 @@ pub struct Member {
 
 /// What [`Queue::watch_entries`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EntriesEvent {
     /// Every entry of the queue now, in queue order. Backends may repeat an unchanged
     /// list.
@@ -552,6 +553,7 @@ pub struct Surveyed {
 
 /// A change of the first entry of a queue, for leader observation.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HeadEvent {
     /// The first entry and its value now (`None`: the queue is empty). Backends may
     /// repeat an unchanged head; the recipe filters duplicates.
@@ -689,16 +691,24 @@ pub trait Queue: Send + Sync {
     /// Replaces the value of `entry` — anyone's, not only this client's — if that
     /// incarnation of it (its token) still exists, keeping it bound to its own session
     /// (etcd: `ignore_lease`). `false` when it is gone. A revocation request is written
-    /// this way (Curator's `Revoker`).
+    /// this way (Curator's `Revoker`). Optional: by default `Unsupported`, and
+    /// [`Capabilities::mark`](crate::Capabilities::mark) says whether a backend has it.
     ///
     /// # Errors
     ///
-    /// `PermissionDenied`; `Unavailable`, `Timeout` (outcome unknown).
+    /// `Unsupported` where the backend has no such write; `PermissionDenied`;
+    /// `Unavailable`, `Timeout` (outcome unknown).
     ///
     /// # Cancel safety
     ///
     /// If dropped, the value may or may not have been written.
-    async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool>;
+    async fn mark(&self, entry: &QueueEntry, value: Vec<u8>) -> Result<bool> {
+        let _ = (entry, value);
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            "this backend cannot write another client's entry (no revocation); see Capabilities::mark",
+        ))
+    }
 
     /// The first entry of `queue` and its value.
     ///
@@ -715,6 +725,9 @@ pub trait Queue: Send + Sync {
     /// [`HeadEvent::Gap`] where changes may have been missed. The stream ends after an
     /// error item (`Closed` when the client is closed).
     ///
+    /// By default, the first of [`Queue::watch_entries`]'s entries each time; a backend
+    /// overrides it where it can watch the head alone (all three do).
+    ///
     /// # Errors
     ///
     /// As [`Queue::head`], for the first read.
@@ -722,7 +735,19 @@ pub trait Queue: Send + Sync {
     /// # Cancel safety
     ///
     /// Dropping the stream stops watching.
-    async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>>;
+    async fn watch_head(&self, queue: &QueueSpec) -> Result<BoxStream<'static, Result<HeadEvent>>> {
+        use futures::StreamExt as _;
+        let entries = self.watch_entries(queue).await?;
+        Ok(Box::pin(entries.map(|event| {
+            event.map(|e| match e {
+                EntriesEvent::Entries(members) => HeadEvent::Head(members.into_iter().next().map(|m| Head {
+                    token: m.token,
+                    value: m.value,
+                })),
+                EntriesEvent::Gap => HeadEvent::Gap,
+            })
+        })))
+    }
 
     /// Every entry of `queue` with its value now, then again whenever the entries may
     /// have changed (an entry joined, left, or changed its value); an
@@ -742,16 +767,25 @@ pub trait Queue: Send + Sync {
     /// namespace), in any queue and any layout, sorted by directory and then token. One
     /// consistent read where the server has one (etcd, mem); on ZooKeeper a walk of the
     /// tree, level by level, so an entry that comes or goes meanwhile may be missed or
-    /// seen. For inspection, not for decisions: the recipes never call it.
+    /// seen. For inspection, not for decisions: the recipes never call it. Optional: by
+    /// default `Unsupported`, and [`Capabilities::survey`](crate::Capabilities::survey)
+    /// says whether a backend has it.
     ///
     /// # Errors
     ///
-    /// `Unavailable`, `Timeout`, `Closed`, `PermissionDenied`.
+    /// `Unsupported` where the backend cannot list them; `Unavailable`, `Timeout`,
+    /// `Closed`, `PermissionDenied`.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe (reads).
-    async fn survey(&self, root: &str) -> Result<Vec<Surveyed>>;
+    async fn survey(&self, root: &str) -> Result<Vec<Surveyed>> {
+        let _ = root;
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            "this backend cannot list session-bound entries (no inspection); see Capabilities::survey",
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,11 @@ impl SessionSignal {
         }
     }
 
+    /// The namespace the client works under.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The backend's scheme name, for spans and logs.
     pub fn backend(&self) -> &'static str {
         self.backend

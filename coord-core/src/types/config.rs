@@ -30,8 +30,9 @@ impl Entry {
     }
 }
 
-/// A change seen by [`ConfigStore::watch`].
+/// A change seen by [`ConfigStore::watch`](crate::ConfigStore::watch).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigEvent {
     /// Every key under the watched prefix now, sorted by key. Always the first event,
     /// and the event after every [`ConfigEvent::Resync`].

@@ -69,8 +69,9 @@ impl ServiceInstance {
     }
 }
 
-/// A change seen by [`Registry::watch`].
+/// A change seen by [`Registry::watch`](crate::Registry::watch).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegistryEvent {
     /// The full current set, sorted by id. Always the first event, and the event after
     /// every [`RegistryEvent::Resync`].

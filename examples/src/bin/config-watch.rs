@@ -60,6 +60,7 @@ async fn watch(client: &coord::Client, prefix: &str, seconds: u64) -> anyhow::Re
                 }
                 Some(Ok(ConfigEvent::Delete(key))) => println!("delete {key}"),
                 Some(Ok(ConfigEvent::Resync)) => println!("resync: changes were missed; a fresh snapshot follows"),
+                Some(Ok(other)) => println!("{other:?}"),
                 Some(Err(e)) => return Err(e.into()),
                 None => return Ok(()),
             },

@@ -94,6 +94,7 @@ async fn watch_leaders(client: coord::Client) -> anyhow::Result<()> {
             ),
             LeaderEvent::Leader(None) => println!("observer: no leader"),
             LeaderEvent::Resync => println!("observer: changes may have been missed"),
+            other => println!("observer: {other:?}"),
         }
     }
     Ok(())
@@ -149,7 +150,7 @@ async fn demo() -> anyhow::Result<()> {
             match item? {
                 LeaderEvent::Leader(Some(info)) if info.token > first.token => return Ok(info),
                 LeaderEvent::Leader(None) => println!("observer: no leader"),
-                LeaderEvent::Leader(Some(_)) | LeaderEvent::Resync => {}
+                _ => {}
             }
         }
         anyhow::bail!("observe ended")
