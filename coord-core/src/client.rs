@@ -150,6 +150,7 @@ impl Client {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> coord_core::Result<()> {
+    /// use coord_core::Granted as _;
     /// use coord_core::Lock as _;
     /// let client = coord_mem::connect("mem://is-current-doc")?;
     /// let guard = client.lock("reports").await?;

@@ -41,8 +41,8 @@ impl fmt::Display for FencingToken {
 }
 
 /// What a guarded write checks: the backend path of a guard's own contender node or key
-/// and its token. Obtain it from [`LockGuard::fence`](crate::LockGuard::fence) or
-/// [`Leadership::fence`](crate::Leadership::fence); pass it to
+/// and its token. Obtain it from [`LockGuard::fence`](crate::Granted::fence) or
+/// [`Leadership::fence`](crate::Granted::fence); pass it to
 /// [`Txn::fenced_by`](crate::Txn::fenced_by).
 ///
 /// A fence is plain data: it stays valid to *check* after its guard is dropped, and such
@@ -54,7 +54,7 @@ impl fmt::Display for FencingToken {
 /// ```
 ///
 /// A write refused because of this fence tells its guard: the store has proven the
-/// grant's entry gone, so the guard's [`state`](crate::LockGuard::state) is
+/// grant's entry gone, so the guard's [`state`](crate::Granted::state) is
 /// [`Lost`](crate::HoldState::Lost) from then on, in every process-local clone.
 ///
 /// Two fences are equal when they name the same entry and token.

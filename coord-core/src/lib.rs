@@ -81,6 +81,7 @@ mod counter;
 mod engine;
 mod error;
 mod fencing;
+mod granted;
 mod hold;
 pub mod metrics;
 mod name;
@@ -97,10 +98,11 @@ pub use client::{CLOSE_FLUSH, Client};
 pub use engine::contender::MAX_LOCK_DELAY;
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fence, FencingToken};
+pub use granted::Granted;
 pub use hold::{HoldState, HoldWatch};
 pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
 pub use primitives::barrier::Barrier;
-pub use primitives::cache::{CacheView, ConfigCache, ServiceCache};
+pub use primitives::cache::{CacheView, ConfigCache, LiveCache, ServiceCache};
 pub use primitives::config::ConfigStore;
 pub use primitives::counter::SharedCounter;
 pub use primitives::double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};
@@ -121,5 +123,5 @@ pub use version::{Version, Versioned};
 
 /// The traits, for `use coord_core::prelude::*`.
 pub mod prelude {
-    pub use crate::{ConfigStore, Election, Lock, Registry};
+    pub use crate::{ConfigStore, Election, Granted, Lock, Registry};
 }

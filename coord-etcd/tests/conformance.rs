@@ -15,6 +15,7 @@ use coord_conformance::{
 mod interop;
 #[path = "conformance/security.rs"]
 mod security;
+use coord_core::Granted as _;
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_etcd::{EtcdClient, EtcdOptions};
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::put;
+use coord_core::Granted as _;
 use coord_core::{FencingToken, Lock as _};
 use coord_fence::http::{FenceHeader, FenceLayer, FenceRequest as _, SEEN_HEADER, SeenStore, SqlSeen};
 use coord_fence::sql::SqlGate;

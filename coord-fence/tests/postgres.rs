@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use coord_core::Granted as _;
 use coord_core::{FencingToken, Lock as _};
 use coord_fence::Error;
 use coord_fence::sql::SqlGate;

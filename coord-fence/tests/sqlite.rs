@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use coord_core::Granted as _;
 use coord_core::{FencingToken, HoldState, Lock as _};
 use coord_fence::Error;
 use coord_fence::sql::SqlGate;

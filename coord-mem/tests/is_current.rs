@@ -2,6 +2,7 @@
 //! cluster's (same namespace, same path and token) never marks the granting guard lost,
 //! neither through `is_current` nor through a refused fenced commit.
 
+use coord_core::Granted as _;
 use coord_core::{ErrorKind, HoldState, Lock as _};
 
 #[tokio::test]

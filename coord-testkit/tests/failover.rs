@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use coord::Granted as _;
 use coord::Lock as _;
 use coord_testkit::{Cluster, ClusterOptions, Kind};
 

@@ -17,6 +17,7 @@ mod interop;
 mod minority;
 #[path = "conformance/security.rs"]
 mod security;
+use coord_core::Granted as _;
 use coord_core::{Client, Error, ErrorKind, Result};
 use coord_zk::{ZkClient, ZkOptions};
 

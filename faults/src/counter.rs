@@ -14,6 +14,7 @@ use coord_testkit::{Cluster, ProxyMap};
 use rand::{Rng as _, SeedableRng as _};
 
 use crate::{Env, Report, SESSION, Scenario, linked, retry};
+use coord::Granted as _;
 
 /// One write attempt.
 #[derive(Debug, Clone)]

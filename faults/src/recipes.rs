@@ -26,6 +26,7 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
 use crate::{Env, Report, SESSION, linked, retry};
+use coord::Granted as _;
 
 /// Clients of a run.
 const CLIENTS: usize = 4;

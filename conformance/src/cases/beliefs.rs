@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::within;
+use coord_core::Granted as _;
 
 /// The grants a run needs before it is judged: it goes on (at most [`LONGEST`]) until
 /// it has them.

@@ -22,6 +22,7 @@ use coord_core::{Client, ConfigStore, HoldState, Lock, SessionState};
 use crate::harness::{CaseResult, Ctx};
 use crate::real_server::blocking;
 use crate::util::{eventually, retrying, still_waiting, within};
+use coord_core::Granted as _;
 
 /// How long an operation may take after a member went down or a link was cut.
 fn bound(ctx: &Ctx) -> Duration {

@@ -9,6 +9,7 @@ use coord_core::{ConfigStore, ErrorKind, Lock};
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{next_event, retrying, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

@@ -8,6 +8,7 @@ use futures::StreamExt;
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{eventually, next_event, retrying, settle, stays_pending, still_waiting, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 
@@ -132,10 +133,10 @@ where
     S: futures::Stream<Item = coord_core::Result<LeaderEvent>> + Unpin,
 {
     let got = next_event(obs, QUICK, "leader change").await?;
-    let Some(leader) = got.leader() else {
+    if got.is_resync() {
         anyhow::bail!("observed {got:?}, expected {want:?}");
-    };
-    let got_view = leader.map(|l| (l.token.get(), l.value.as_slice()));
+    }
+    let got_view = got.leader().map(|l| (l.token.get(), l.value.as_slice()));
     ensure!(got_view == want, "observed {got_view:?}, expected {want:?}");
     Ok(())
 }

@@ -7,6 +7,7 @@ use coord_core::{ConfigStore, Election, ErrorKind, Lock, Txn};
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{expect_fenced_write, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

@@ -8,6 +8,7 @@ use coord_core::{Election as _, Lock as _, Origin, RecipeKind, RecipeView, Regis
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{settle, still_waiting, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

@@ -10,6 +10,7 @@ use tokio::sync::Mutex;
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{eventually, retrying, settle, stays_pending, still_waiting, through_short_outage, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

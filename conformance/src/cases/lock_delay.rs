@@ -10,6 +10,7 @@ use coord_core::{CampaignOptions, Client, HoldState, LockOptions, RecipeKind};
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{eventually, settle, still_waiting, within};
+use coord_core::Granted as _;
 
 /// Long enough that a hand-over that waited it cannot pass for one that did not, on a
 /// loaded machine.

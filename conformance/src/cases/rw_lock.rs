@@ -10,6 +10,7 @@ use coord_core::{ConfigStore, HoldState, Txn};
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{settle, stays_pending, still_waiting, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

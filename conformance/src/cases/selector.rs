@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{eventually, settle, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

@@ -14,6 +14,7 @@ use coord_core::{
 use crate::factory::Faults;
 use crate::harness::{Case, CaseResult, Ctx, Needs};
 use crate::util::{eventually, expect_fenced_write, retrying, within};
+use coord_core::Granted as _;
 
 /// The server-fault cases, for backends whose factory can inject them.
 pub fn all() -> Vec<Case> {

@@ -9,6 +9,7 @@ use coord_core::{
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{eventually, retrying, settle, still_waiting, within};
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

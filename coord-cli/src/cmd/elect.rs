@@ -11,6 +11,7 @@ use crate::child::{self, Held, Stop};
 use crate::cmd::wait::{self, Holder, Waiting};
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
+use coord::Granted as _;
 
 /// The arguments of `coord elect`.
 pub struct Campaign<'a> {

@@ -12,6 +12,7 @@ use crate::child::{self, Held, Stop};
 use crate::cmd::wait::{self, Holder, Waiting};
 use crate::exit::{self, Failure};
 use crate::output::Out;
+use coord::Granted as _;
 
 /// Which grant the command runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

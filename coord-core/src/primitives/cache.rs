@@ -218,17 +218,30 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// The fold engine behind both caches.
-struct Cache<V> {
+/// A live copy of what a watch follows, kept up to date by a background task: a
+/// [`ConfigCache`] (config keys under a prefix) or a [`ServiceCache`] (a service's
+/// instances); one type for both.
+///
+/// When the watch reports a gap, the cache is out of sync and keeps its last map until
+/// the fresh snapshot replaces it wholesale.
+///
+/// Cheap to clone; every clone has its own [`LiveCache::changed`] position. The task
+/// stops when the last clone is dropped. The cache does not keep its client's session
+/// alive: when the client is closed (or its last handle dropped), the cache ends, out of
+/// sync, and [`LiveCache::changed`] fails with `Closed`.
+pub struct LiveCache<V> {
+    /// What it follows: the config prefix, or the service.
+    followed: String,
     view: watch::Receiver<CacheView<V>>,
     /// Why the watch ended, once it has.
     ended: Arc<OnceLock<Error>>,
     _task: Arc<StopOnDrop>,
 }
 
-impl<V> Clone for Cache<V> {
+impl<V> Clone for LiveCache<V> {
     fn clone(&self) -> Self {
-        Cache {
+        LiveCache {
+            followed: self.followed.clone(),
             view: self.view.clone(),
             ended: self.ended.clone(),
             _task: self._task.clone(),
@@ -236,9 +249,9 @@ impl<V> Clone for Cache<V> {
     }
 }
 
-impl<V: Clone + PartialEq + Send + Sync + 'static> Cache<V> {
+impl<V: Clone + PartialEq + Send + Sync + 'static> LiveCache<V> {
     /// Folds `changes` until the first snapshot, then hands them to a task of their own.
-    async fn start(mut changes: Changes<V>, span: tracing::Span) -> Result<Cache<V>> {
+    async fn start(followed: &str, mut changes: Changes<V>, span: tracing::Span) -> Result<LiveCache<V>> {
         let mut view = CacheView::empty();
         while !view.in_sync {
             match changes.next().await {
@@ -252,36 +265,57 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Cache<V> {
         let (tx, rx) = watch::channel(view);
         let ended = Arc::new(OnceLock::new());
         let task = tokio::spawn(follow(changes, tx, ended.clone()).instrument(span));
-        Ok(Cache {
+        Ok(LiveCache {
+            followed: followed.to_owned(),
             view: rx,
             ended,
             _task: Arc::new(StopOnDrop(task.abort_handle())),
         })
     }
 
-    fn view(&self) -> CacheView<V> {
+    /// The latest view: the whole map, and whether it is in sync.
+    pub fn view(&self) -> CacheView<V> {
         self.view.borrow().clone()
     }
 
-    fn get(&self, key: &str) -> Option<V> {
+    /// The value of `key` (a config key, an instance id) in the latest view.
+    pub fn get(&self, key: &str) -> Option<V> {
         self.view.borrow().get(key).cloned()
     }
 
-    fn in_sync(&self) -> bool {
+    /// Whether the latest view is in sync (see [`CacheView::in_sync`]).
+    pub fn in_sync(&self) -> bool {
         self.view.borrow().in_sync
     }
 
-    fn subscribe(&self) -> watch::Receiver<CacheView<V>> {
+    /// A channel that always holds the latest view, as if seen already. It closes when
+    /// the cache ends or the last clone of the cache is dropped.
+    pub fn subscribe(&self) -> watch::Receiver<CacheView<V>> {
         let mut rx = self.view.clone();
         rx.borrow_and_update();
         rx
     }
 
-    fn ended(&self) -> Option<Error> {
+    /// Why the cache ended, once it has (the client was closed): it then stays out of
+    /// sync for good; open a new cache on a new client.
+    pub fn ended(&self) -> Option<Error> {
         self.ended.get().cloned()
     }
 
-    async fn changed(&mut self) -> Result<CacheView<V>> {
+    /// Waits for the next change of the view — a key or instance created, changed or
+    /// removed, or the cache going out of or back into sync — and returns the new view.
+    /// Changes made in quick succession may be seen as one.
+    ///
+    /// # Errors
+    ///
+    /// The error that ended the watch: `Closed` once the client is closed (at once if it
+    /// already was). A change folded just before the end is not returned by `changed`;
+    /// [`view`](Self::view) still shows it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a change made while no future is pending is seen by the next call.
+    pub async fn changed(&mut self) -> Result<CacheView<V>> {
         if let Some(e) = self.ended() {
             self.view.borrow_and_update();
             return Err(e);
@@ -295,7 +329,16 @@ impl<V: Clone + PartialEq + Send + Sync + 'static> Cache<V> {
         }
     }
 
-    async fn synced(&mut self) -> Result<CacheView<V>> {
+    /// Waits until the view is in sync (at once if it is) and returns it.
+    ///
+    /// # Errors
+    ///
+    /// As [`LiveCache::changed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub async fn synced(&mut self) -> Result<CacheView<V>> {
         let result = self.view.wait_for(|v| v.in_sync).await.map(|v| v.clone());
         match (result, self.ended()) {
             (_, Some(e)) => Err(e),
@@ -363,10 +406,7 @@ fn ended_silently() -> Error {
 /// [`Entry`]. When the watch reports a gap ([`ConfigEvent::Resync`]), the cache is out of
 /// sync and keeps its last map until the fresh snapshot replaces it wholesale.
 ///
-/// Cheap to clone; every clone has its own [`ConfigCache::changed`] position. The task
-/// stops when the last clone is dropped. The cache does not keep its client's session
-/// alive: when the client is closed (or its last handle dropped), the cache ends, out of
-/// sync, and [`ConfigCache::changed`] fails with `Closed`.
+/// As every [`LiveCache`]: cheap to clone, ends with its client.
 ///
 /// # Examples
 ///
@@ -385,84 +425,12 @@ fn ended_silently() -> Error {
 /// assert_eq!(view.get("flags/beta").map(|e| e.value.as_slice()), Some(&b"off"[..]));
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct ConfigCache {
-    prefix: String,
-    cache: Cache<Entry>,
-}
+pub type ConfigCache = LiveCache<Entry>;
 
-impl ConfigCache {
-    /// The prefix this cache follows.
+impl LiveCache<Entry> {
+    /// The prefix this config cache follows.
     pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The latest view: every key under the prefix and whether it is in sync.
-    pub fn view(&self) -> CacheView<Entry> {
-        self.cache.view()
-    }
-
-    /// The entry of `key` in the latest view.
-    pub fn get(&self, key: &str) -> Option<Entry> {
-        self.cache.get(key)
-    }
-
-    /// Whether the latest view is in sync (see [`CacheView::in_sync`]).
-    pub fn in_sync(&self) -> bool {
-        self.cache.in_sync()
-    }
-
-    /// A channel that always holds the latest view, as if seen already. It closes when
-    /// the cache ends or the last clone of the cache is dropped.
-    pub fn subscribe(&self) -> watch::Receiver<CacheView<Entry>> {
-        self.cache.subscribe()
-    }
-
-    /// Why the cache ended, once it has (the client was closed): it then stays out of
-    /// sync for good; open a new cache on a new client.
-    pub fn ended(&self) -> Option<Error> {
-        self.cache.ended()
-    }
-
-    /// Waits for the next change of the view — a key created, changed or deleted, or the
-    /// cache going out of or back into sync — and returns the new view. Changes made in
-    /// quick succession may be seen as one.
-    ///
-    /// # Errors
-    ///
-    /// The error that ended the watch: `Closed` once the client is closed (at once if it
-    /// already was). A change folded just before the end is not returned by `changed`;
-    /// [`view`](Self::view) still shows it.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a change made while no future is pending is seen by the next call.
-    pub async fn changed(&mut self) -> Result<CacheView<Entry>> {
-        self.cache.changed().await
-    }
-
-    /// Waits until the view is in sync (at once if it is) and returns it.
-    ///
-    /// # Errors
-    ///
-    /// As [`ConfigCache::changed`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub async fn synced(&mut self) -> Result<CacheView<Entry>> {
-        self.cache.synced().await
-    }
-}
-
-impl std::fmt::Debug for ConfigCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let view = self.view();
-        f.debug_struct("ConfigCache")
-            .field("prefix", &self.prefix)
-            .field("len", &view.len())
-            .field("in_sync", &view.in_sync())
-            .finish()
+        &self.followed
     }
 }
 
@@ -473,10 +441,7 @@ impl std::fmt::Debug for ConfigCache {
 /// ([`RegistryEvent::Resync`]), the cache is out of sync and keeps its last map until
 /// the fresh snapshot replaces it wholesale.
 ///
-/// Cheap to clone; every clone has its own [`ServiceCache::changed`] position. The task
-/// stops when the last clone is dropped. The cache does not keep its client's session
-/// alive: when the client is closed (or its last handle dropped), the cache ends, out of
-/// sync, and [`ServiceCache::changed`] fails with `Closed`.
+/// As every [`LiveCache`]: cheap to clone, ends with its client.
 ///
 /// # Examples
 ///
@@ -495,81 +460,20 @@ impl std::fmt::Debug for ConfigCache {
 /// assert!(api.changed().await?.is_empty());
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct ServiceCache {
-    service: String,
-    cache: Cache<ServiceInstance>,
-}
+pub type ServiceCache = LiveCache<ServiceInstance>;
 
-impl ServiceCache {
+impl LiveCache<ServiceInstance> {
     /// The service this cache follows.
     pub fn service(&self) -> &str {
-        &self.service
-    }
-
-    /// The latest view: every instance by id and whether it is in sync.
-    pub fn view(&self) -> CacheView<ServiceInstance> {
-        self.cache.view()
-    }
-
-    /// The instance with this id in the latest view.
-    pub fn get(&self, id: &str) -> Option<ServiceInstance> {
-        self.cache.get(id)
-    }
-
-    /// Whether the latest view is in sync (see [`CacheView::in_sync`]).
-    pub fn in_sync(&self) -> bool {
-        self.cache.in_sync()
-    }
-
-    /// A channel that always holds the latest view, as if seen already. It closes when
-    /// the cache ends or the last clone of the cache is dropped.
-    pub fn subscribe(&self) -> watch::Receiver<CacheView<ServiceInstance>> {
-        self.cache.subscribe()
-    }
-
-    /// Why the cache ended, once it has (the client was closed): it then stays out of
-    /// sync for good; open a new cache on a new client.
-    pub fn ended(&self) -> Option<Error> {
-        self.cache.ended()
-    }
-
-    /// Waits for the next change of the view — an instance joined, updated or left, or
-    /// the cache going out of or back into sync — and returns the new view. Changes made
-    /// in quick succession may be seen as one.
-    ///
-    /// # Errors
-    ///
-    /// The error that ended the watch: `Closed` once the client is closed (at once if it
-    /// already was). A change folded just before the end is not returned by `changed`;
-    /// [`view`](Self::view) still shows it.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a change made while no future is pending is seen by the next call.
-    pub async fn changed(&mut self) -> Result<CacheView<ServiceInstance>> {
-        self.cache.changed().await
-    }
-
-    /// Waits until the view is in sync (at once if it is) and returns it.
-    ///
-    /// # Errors
-    ///
-    /// As [`ServiceCache::changed`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub async fn synced(&mut self) -> Result<CacheView<ServiceInstance>> {
-        self.cache.synced().await
+        &self.followed
     }
 }
 
-impl std::fmt::Debug for ServiceCache {
+impl<V> std::fmt::Debug for LiveCache<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let view = self.view();
-        f.debug_struct("ServiceCache")
-            .field("service", &self.service)
+        let view = self.view.borrow();
+        f.debug_struct("LiveCache")
+            .field("followed", &self.followed)
             .field("len", &view.len())
             .field("in_sync", &view.in_sync())
             .finish()
@@ -596,11 +500,7 @@ impl Client {
                 .await?
                 .map(|item| item.map(Change::from))
                 .boxed();
-            let cache = Cache::start(changes, tracing::Span::current()).await?;
-            Ok(ConfigCache {
-                prefix: prefix.to_owned(),
-                cache,
-            })
+            LiveCache::start(prefix, changes, tracing::Span::current()).await
         }
         .instrument(span)
         .await
@@ -625,11 +525,7 @@ impl Client {
                 .await?
                 .map(|item| item.map(Change::from))
                 .boxed();
-            let cache = Cache::start(changes, tracing::Span::current()).await?;
-            Ok(ServiceCache {
-                service: service.to_owned(),
-                cache,
-            })
+            LiveCache::start(service, changes, tracing::Span::current()).await
         }
         .instrument(span)
         .await
@@ -767,13 +663,13 @@ mod tests {
 
     type Feed = mpsc::UnboundedSender<Result<Change<Entry>>>;
 
-    async fn fed_cache() -> (Feed, Cache<Entry>) {
+    async fn fed_cache() -> (Feed, LiveCache<Entry>) {
         let (tx, rx) = mpsc::unbounded();
         tx.unbounded_send(Ok(Change::from(ConfigEvent::Snapshot(vec![entry(
             "c/a", "1", 1,
         )]))))
         .expect("feed");
-        let cache = Cache::start(rx.boxed(), tracing::Span::none())
+        let cache = LiveCache::start("test", rx.boxed(), tracing::Span::none())
             .await
             .expect("start");
         (tx, cache)
@@ -842,10 +738,9 @@ mod tests {
     async fn start_fails_with_the_watch_error() {
         let (tx, rx) = mpsc::unbounded::<Result<Change<Entry>>>();
         tx.unbounded_send(Err(Error::closed())).expect("feed");
-        let err = Cache::start(rx.boxed(), tracing::Span::none())
+        let err = LiveCache::start("test", rx.boxed(), tracing::Span::none())
             .await
-            .err()
-            .expect("error");
+            .expect_err("error");
         assert_eq!(err.kind(), ErrorKind::Closed);
     }
 

@@ -39,6 +39,7 @@ use crate::version::Version;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> coord_core::Result<()> {
+/// use coord_core::Granted as _;
 /// use coord_core::Lock;
 /// let client = coord_mem::connect("mem://counter-doc")?;
 /// let visits = client.counter("stats/visits")?;

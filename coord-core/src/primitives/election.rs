@@ -12,8 +12,9 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::engine::contender::{Grant, acquire};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fencing::{Fence, FencingToken};
-use crate::hold::{HoldState, HoldWatch};
+use crate::fencing::FencingToken;
+use crate::granted::Granted as _;
+use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, no_grant};
 use crate::primitives::view::{Layout, RecipeKind};
@@ -36,12 +37,19 @@ pub enum LeaderEvent {
 }
 
 impl LeaderEvent {
-    /// The leader this event reports (`Some(None)`: no leader), or `None` for `Resync`.
-    pub fn leader(&self) -> Option<Option<&LeaderInfo>> {
+    /// The leader this event reports: `Some` for [`LeaderEvent::Leader`] with a leader,
+    /// `None` for no leader and for [`LeaderEvent::Resync`] (tell them apart with
+    /// [`LeaderEvent::is_resync`]).
+    pub fn leader(&self) -> Option<&LeaderInfo> {
         match self {
-            LeaderEvent::Leader(l) => Some(l.as_ref()),
+            LeaderEvent::Leader(l) => l.as_ref(),
             LeaderEvent::Resync => None,
         }
+    }
+
+    /// Whether this event says changes may have been missed.
+    pub fn is_resync(&self) -> bool {
+        matches!(self, LeaderEvent::Resync)
     }
 }
 
@@ -61,6 +69,7 @@ impl LeaderEvent {
 ///
 /// ```
 /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+/// use coord_core::Granted as _;
 /// use coord_core::Election;
 /// let leadership = client.campaign("scheduler", b"node-1".to_vec()).await?;
 /// assert_eq!(client.leader("scheduler").await?.unwrap().token, leadership.token());
@@ -140,45 +149,9 @@ impl Leadership {
         }
     }
 
-    /// The election's name.
-    pub fn name(&self) -> &str {
-        self.guard.name()
-    }
-
-    /// The fencing token of this term.
-    pub fn token(&self) -> FencingToken {
-        self.guard.token()
-    }
-
-    /// What a guarded write checks; see [`Txn::fenced_by`](crate::Txn::fenced_by).
-    pub fn fence(&self) -> Fence {
-        self.guard.fence()
-    }
-
     /// The value last campaigned with or proclaimed.
     pub fn value(&self) -> &[u8] {
         &self.value
-    }
-
-    /// The hold-state signal.
-    pub fn hold(&self) -> &HoldWatch {
-        self.guard.hold()
-    }
-
-    /// The current hold state.
-    pub fn state(&self) -> HoldState {
-        self.guard.state()
-    }
-
-    /// Resolves when leadership is lost: the session ended, or the candidate's node or
-    /// key was deleted by someone else (watched from the first call on; see
-    /// [`HoldWatch`]).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub async fn lost(&self) {
-        self.guard.lost().await
     }
 
     /// Publishes a new value without giving up leadership; observers see the same token
@@ -232,6 +205,14 @@ impl Leadership {
     pub async fn resign(self) -> Result<()> {
         let span = tracing::debug_span!("coord.election.resign", name = %self.name(), token = %self.token());
         self.guard.release().instrument(span).await
+    }
+}
+
+impl crate::granted::Sealed for Leadership {}
+
+impl crate::granted::Granted for Leadership {
+    fn parts(&self) -> &crate::granted::GrantParts {
+        self.guard.parts()
     }
 }
 

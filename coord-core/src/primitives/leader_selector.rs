@@ -14,8 +14,9 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::fencing::{Fence, FencingToken};
-use crate::hold::{HoldState, HoldWatch};
+use crate::fencing::FencingToken;
+use crate::granted::Granted as _;
+use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
 use crate::primitives::election::CampaignOptions;
 use crate::raw::Backoff;
@@ -24,50 +25,22 @@ use crate::raw::Backoff;
 /// the hold-state signal. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Leading {
-    name: String,
+    parts: crate::granted::GrantParts,
     value: Vec<u8>,
-    fence: Fence,
-    hold: HoldWatch,
 }
 
 impl Leading {
-    /// The election's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The value campaigned with.
     pub fn value(&self) -> &[u8] {
         &self.value
     }
+}
 
-    /// The fencing token of this term.
-    pub fn token(&self) -> FencingToken {
-        self.fence.token()
-    }
+impl crate::granted::Sealed for Leading {}
 
-    /// What a guarded write checks; see [`Txn::fenced_by`](crate::Txn::fenced_by).
-    pub fn fence(&self) -> Fence {
-        self.fence.clone()
-    }
-
-    /// The current hold state.
-    pub fn state(&self) -> HoldState {
-        self.hold.state()
-    }
-
-    /// The hold-state signal (`Suspended` is a hint to pause work that needs exclusion).
-    pub fn hold(&self) -> &HoldWatch {
-        &self.hold
-    }
-
-    /// Resolves when this term is lost.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub async fn lost(&self) {
-        self.hold.lost().await
+impl crate::granted::Granted for Leading {
+    fn parts(&self) -> &crate::granted::GrantParts {
+        &self.parts
     }
 }
 
@@ -170,6 +143,7 @@ impl Client {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> coord_core::Result<()> {
+    /// use coord_core::Granted as _;
     /// use coord_core::{ConfigStore, Txn};
     /// let client = coord_mem::connect("mem://selector-doc")?;
     /// let worker = client.clone();
@@ -336,10 +310,12 @@ where
             }
         }
         let leading = Leading {
-            name: name.clone(),
+            parts: crate::granted::GrantParts {
+                name: name.clone(),
+                fence: leadership.fence(),
+                hold: leadership.hold().clone(),
+            },
             value: value.clone(),
-            fence: leadership.fence(),
-            hold: leadership.hold().clone(),
         };
         state.send_replace(SelectorState::Leading(leadership.token()));
         terms.send_modify(|n| *n += 1);

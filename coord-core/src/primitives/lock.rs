@@ -9,8 +9,8 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::engine::contender::{Contender, Grant, acquire};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fencing::{Fence, FencingToken};
-use crate::hold::{HoldState, HoldWatch};
+use crate::fencing::FencingToken;
+use crate::granted::{GrantParts, Granted, Sealed};
 use crate::name::{validate_name, validate_value};
 use crate::primitives::view::{Layout, RecipeKind};
 use crate::raw::{Admission, EntryClass, QueueSpec};
@@ -33,6 +33,7 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 ///
 /// ```
 /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+/// use coord_core::Granted as _;
 /// use coord_core::Lock;
 /// let guard = client.lock("jobs/nightly").await?;
 /// println!("holding with token {}", guard.token());
@@ -177,7 +178,7 @@ impl LockOptions {
 ///
 /// A guard does not keep its client's session open: when the last
 /// [`Client`](crate::Client) handle is dropped or closed, the guard reports
-/// [`HoldState::Lost`].
+/// [`HoldState::Lost`](crate::HoldState::Lost).
 ///
 /// # Fencing
 ///
@@ -185,9 +186,7 @@ impl LockOptions {
 /// [`LockGuard::fence`] for guarded config writes.
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    name: String,
-    fence: Fence,
-    hold: HoldWatch,
+    parts: GrantParts,
     contender: Option<Contender>,
 }
 
@@ -195,54 +194,19 @@ impl LockGuard {
     /// The guard of a granted turn at lock `name`.
     pub(crate) fn new(name: impl Into<String>, grant: Grant) -> Self {
         LockGuard {
-            name: name.into(),
-            fence: grant.fence,
-            hold: grant.hold,
+            parts: GrantParts {
+                name: name.into(),
+                fence: grant.fence,
+                hold: grant.hold,
+            },
             contender: Some(grant.contender),
         }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// The contender behind the grant (an election's `proclaim` updates its value);
     /// `None` once it is being removed.
     pub(crate) fn contender(&self) -> Option<&Contender> {
         self.contender.as_ref()
-    }
-
-    /// The grant's fencing token.
-    pub fn token(&self) -> FencingToken {
-        self.fence.token()
-    }
-
-    /// What a guarded write checks; see [`Txn::fenced_by`](crate::Txn::fenced_by).
-    pub fn fence(&self) -> Fence {
-        self.fence.clone()
-    }
-
-    /// The hold-state signal: `Held`, `Suspended` or `Lost`, with a future on loss.
-    pub fn hold(&self) -> &HoldWatch {
-        &self.hold
-    }
-
-    /// The current hold state (no request: it follows the session; a deletion by
-    /// someone else shows once something waits on [`LockGuard::lost`] or
-    /// [`HoldWatch::changed`]).
-    pub fn state(&self) -> HoldState {
-        self.hold.state()
-    }
-
-    /// Resolves when the lock is lost: the session ended, or the node or key was deleted
-    /// by someone else (watched from the first call on; see [`HoldWatch`]).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe.
-    pub async fn lost(&self) {
-        self.hold.lost().await
     }
 
     /// Resolves once someone asked this holder to let the lock go
@@ -293,11 +257,19 @@ impl LockGuard {
     ///
     /// If the future is dropped, the removal goes on in the background, as on drop.
     pub async fn release(mut self) -> Result<()> {
-        let span = tracing::debug_span!("coord.lock.release", name = %self.name, token = %self.token());
+        let span = tracing::debug_span!("coord.lock.release", name = %self.name(), token = %self.token());
         match self.contender.take() {
             Some(contender) => contender.leave().instrument(span).await,
             None => Err(Error::closed()),
         }
+    }
+}
+
+impl Sealed for LockGuard {}
+
+impl Granted for LockGuard {
+    fn parts(&self) -> &GrantParts {
+        &self.parts
     }
 }
 
@@ -311,9 +283,9 @@ impl Drop for LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.name)
+            .field("name", &self.parts.name)
             .field("token", &self.token())
-            .field("state", &self.hold.peek())
+            .field("state", &self.parts.hold.peek())
             .finish()
     }
 }
@@ -329,40 +301,6 @@ macro_rules! guard_type {
         pub struct $name($crate::primitives::lock::LockGuard);
 
         impl $name {
-            #[doc = concat!("The ", $what, "'s name.")]
-            pub fn name(&self) -> &str {
-                self.0.name()
-            }
-
-            /// The grant's fencing token.
-            pub fn token(&self) -> $crate::FencingToken {
-                self.0.token()
-            }
-
-            /// What a guarded write checks; see [`Txn::fenced_by`]($crate::Txn::fenced_by).
-            pub fn fence(&self) -> $crate::Fence {
-                self.0.fence()
-            }
-
-            /// The hold-state signal: `Held`, `Suspended` or `Lost`, with a future on loss.
-            pub fn hold(&self) -> &$crate::HoldWatch {
-                self.0.hold()
-            }
-
-            /// The current hold state (as [`LockGuard::state`]($crate::LockGuard::state)).
-            pub fn state(&self) -> $crate::HoldState {
-                self.0.state()
-            }
-
-            #[doc = concat!("Resolves when the ", $what, " is lost: the session ended, or the entry was deleted by someone else.")]
-            ///
-            /// # Cancel safety
-            ///
-            /// Cancel-safe.
-            pub async fn lost(&self) {
-                self.0.lost().await
-            }
-
             #[doc = concat!("Resolves once someone asked this holder to let the ", $what, " go (as [`LockGuard::revocation_requested`]($crate::LockGuard::revocation_requested)).")]
             ///
             /// # Cancel safety
@@ -386,6 +324,14 @@ macro_rules! guard_type {
             }
         }
 
+        impl $crate::granted::Sealed for $name {}
+
+        impl $crate::Granted for $name {
+            fn parts(&self) -> &$crate::granted::GrantParts {
+                $crate::Granted::parts(&self.0)
+            }
+        }
+
         impl From<$crate::primitives::lock::LockGuard> for $name {
             fn from(guard: $crate::primitives::lock::LockGuard) -> Self {
                 $name(guard)
@@ -395,9 +341,9 @@ macro_rules! guard_type {
         impl std::fmt::Debug for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct(stringify!($name))
-                    .field("name", &self.name())
-                    .field("token", &self.token())
-                    .field("state", &self.hold().peek())
+                    .field("name", &$crate::Granted::name(self))
+                    .field("token", &$crate::Granted::token(self))
+                    .field("state", &$crate::Granted::hold(self).peek())
                     .finish()
             }
         }

@@ -42,7 +42,7 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 /// above every earlier grant's (read or write) on the name. Readers hold together, so
 /// their tokens overlap by design: a resource guarded for writes should accept a write
 /// only with a token at or above the highest it has seen. A read guard's
-/// [`fence`](ReadGuard::fence) still makes a config write conditional on that read
+/// [`fence`](crate::Granted::fence) still makes a config write conditional on that read
 /// being held (its entry existing), and a write guard's on the write being held.
 ///
 /// # Examples
@@ -50,6 +50,7 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> coord_core::Result<()> {
+/// use coord_core::Granted as _;
 /// let client = coord_mem::connect("mem://rw-doc")?;
 /// let rw = client.rw_lock("catalog")?;
 /// let r1 = rw.read().await?;

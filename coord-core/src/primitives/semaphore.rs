@@ -52,7 +52,7 @@ pub const MAX_PERMITS: u32 = 1000;
 ///
 /// Every lease has a [`FencingToken`](crate::FencingToken) above every earlier lease's on
 /// the semaphore; up to `permits` holders hold at once, so their tokens overlap by
-/// design. A lease's [`fence`](Lease::fence) makes a config write conditional
+/// design. A lease's [`fence`](crate::Granted::fence) makes a config write conditional
 /// on that lease still being held.
 ///
 /// # Examples
@@ -60,6 +60,7 @@ pub const MAX_PERMITS: u32 = 1000;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> coord_core::Result<()> {
+/// use coord_core::Granted as _;
 /// let client = coord_mem::connect("mem://semaphore-doc")?;
 /// let slots = client.semaphore("gpu", 2)?;
 /// let a = slots.acquire().await?;

@@ -14,6 +14,7 @@ use crate::client::Client;
 use crate::engine::contender::{acquire, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
+use crate::granted::Granted as _;
 use crate::name::{validate_name, validate_segment_name};
 use crate::primitives::config::ConfigStore;
 use crate::primitives::lock::{LockGuard, no_grant};

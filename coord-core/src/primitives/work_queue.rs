@@ -12,6 +12,7 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspended};
 use crate::error::{Error, ErrorKind, Result};
+use crate::granted::Granted as _;
 use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
 use crate::primitives::config::ConfigStore;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use coord_conformance::{CaseResult, Ctx};
+use coord_core::Granted as _;
 use etcd_client as etcd;
 
 const QUICK: Duration = Duration::from_secs(10);

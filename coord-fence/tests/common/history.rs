@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use coord_check::sections::{Admission, LogEntry, Mode};
+use coord_core::Granted as _;
 
 /// Writes after a session ended that a run needs before it is judged.
 pub const PAUSES: usize = 4;

@@ -11,6 +11,7 @@ use coord_zk::{ZkClient, ZkOptions};
 use zookeeper_client as zkc;
 
 use super::SESSION_TIMEOUT;
+use coord_core::Granted as _;
 
 const QUICK: Duration = Duration::from_secs(10);
 

@@ -14,6 +14,7 @@ use anyhow::{Context as _, bail, ensure};
 use coord_conformance::real_server::blocking;
 use coord_conformance::util::{retrying, within};
 use coord_conformance::{CaseResult, Cluster, Ctx, FaultProxy};
+use coord_core::Granted as _;
 use coord_core::{HoldState, Lock};
 
 /// Puts the follower's configuration back and restarts it before it lets the fault lock
