@@ -13,10 +13,10 @@ pub struct Capabilities {
     /// `observe` reports every leader, even one that came and went quickly.
     pub every_leader_change: bool,
     /// The backend lists every session-bound entry under a directory
-    /// ([`Queue::survey`](crate::raw::Queue::survey)): `inspect` works.
+    /// ([`ContenderQueue::survey`](crate::raw::ContenderQueue::survey)): `inspect` works.
     pub survey: bool,
     /// The backend writes another client's entry's value
-    /// ([`Queue::mark`](crate::raw::Queue::mark)): revocation works.
+    /// ([`ContenderQueue::mark`](crate::raw::ContenderQueue::mark)): revocation works.
     pub mark: bool,
 }
 

@@ -14,7 +14,7 @@ const CONTRACT: &[&str] = &[
     "Stateful",
     "Backend",
     "KvStore",
-    "Queue",
+    "ContenderQueue",
     "InstanceStore",
     "RegistryStore",
 ];
@@ -94,7 +94,7 @@ fn the_contract_has_at_most_twenty_required_methods() {
     );
     // The reader reads: the queue's join is required.
     assert!(
-        all.iter().any(|m| m == "Queue::join"),
-        "the reader missed Queue::join"
+        all.iter().any(|m| m == "ContenderQueue::join"),
+        "the reader missed ContenderQueue::join"
     );
 }

@@ -9,7 +9,7 @@
 //! so after any failed removal, the client's later contenders use
 //! `<dir>/<lease id hex>-<n>` with a new `n`, which no earlier delete names. (Keys are
 //! not made unique per contender: etcd keeps every deleted key in its index until a
-//! compaction, and a queue's reads walk them.) Queue order and token are the key's
+//! compaction, and a queue's reads walk them.) ContenderQueue order and token are the key's
 //! `create_revision`. A contender reads only the key right ahead of it (the newest key
 //! with a smaller create revision: one range read with a limit, never the whole queue)
 //! and watches it from the server's current revision, so the watch is in etcd's "synced"
@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, Queue, QueueEntry, QueueSpec,
-    ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
+    Ahead, Backoff, ContenderQueue, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, QueueEntry,
+    QueueSpec, ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
 use coord_core::{Error, ErrorKind, FencingToken, Head, Result};
 use etcd_client as etcd;
@@ -196,7 +196,7 @@ impl EtcdClient {
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
-impl Queue for EtcdClient {
+impl ContenderQueue for EtcdClient {
     fn ticket(&self, queue: &QueueSpec, slot: Slot) -> Result<Ticket> {
         let lease = self.inner.lease()?;
         let dir = queue.class_dir(&self.queue_dir(queue), queue.class);

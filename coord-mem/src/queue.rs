@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use coord_core::raw::mutants::{self, Mutant};
 use coord_core::raw::{
-    Ahead, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, Queue, QueueEntry, QueueSpec, ReleaseMark,
-    Slot, Surveyed, Ticket, release_mark_key,
+    Ahead, ContenderQueue, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, QueueEntry, QueueSpec,
+    ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,
 };
 use coord_core::{FencingToken, Head, Result};
 use futures::stream::BoxStream;
@@ -24,7 +24,7 @@ impl MemClient {
     }
 }
 
-/// Queue `dir`'s release mark, where `spec` has a lock-delay.
+/// ContenderQueue `dir`'s release mark, where `spec` has a lock-delay.
 fn mark_in(state: &State, dir: &str, spec: &QueueSpec) -> Option<ReleaseMark> {
     spec.lock_delay?;
     ReleaseMark::decode(&state.get(&release_mark_key(dir))?.value)
@@ -58,7 +58,7 @@ fn ahead_in(state: &State, dir: &str, spec: &QueueSpec, own_rev: u64) -> Ahead {
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
-impl Queue for MemClient {
+impl ContenderQueue for MemClient {
     fn ticket(&self, queue: &QueueSpec, slot: Slot) -> Result<Ticket> {
         let (session, generation) = self.inner.live_session()?;
         let dir = queue.class_dir(&self.queue_dir(queue), queue.class);

@@ -2,7 +2,7 @@
 //! sequential znode `<dir>/_c_<guid>-<marker><seq>` ("protected": a create retried after
 //! connection loss finds its own node by the guid instead of making a second one), or,
 //! with `lock_layout=kazoo`, kazoo's `<dir>/<guid><marker><seq>`. Contenders of both
-//! layouts are recognised. Queue order is the sequence; the token is the node's `czxid`,
+//! layouts are recognised. ContenderQueue order is the sequence; the token is the node's `czxid`,
 //! from the create's `Stat`. A read/write lock's readers (`__READ__`, `__rlock__`) wait
 //! for the nearest writer ahead (`__WRIT__`, `__lock__`), everything else for the
 //! contender right ahead. The directory is a container node, deleted by the server once
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{
-    Ahead, Backoff, Counter, EntriesEvent, HeadEvent, Joined, Member, Queue, QueueEntry, QueueSpec,
+    Ahead, Backoff, ContenderQueue, Counter, EntriesEvent, HeadEvent, Joined, Member, QueueEntry, QueueSpec,
     ReleaseMark, Slot, Surveyed, Ticket,
 };
 use coord_core::{Error, ErrorKind, FencingToken, Head, Result};
@@ -247,7 +247,7 @@ async fn read_head(
 // The backend contract: plumbing, kept out of users' docs.
 #[doc(hidden)]
 #[async_trait]
-impl Queue for ZkClient {
+impl ContenderQueue for ZkClient {
     fn ticket(&self, queue: &QueueSpec, _slot: Slot) -> Result<Ticket> {
         // Every entry has a name of its own (its guid): slots need nothing more.
         let current = self.inner.current()?;

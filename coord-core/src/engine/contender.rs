@@ -63,7 +63,7 @@ pub(crate) struct Contender {
     turn: Turn,
     settled: bool,
     /// Whether the entry was granted: its removal is then a release
-    /// ([`Queue::release`](crate::raw::Queue::release)), which marks it as one where
+    /// ([`ContenderQueue::release`](crate::raw::ContenderQueue::release)), which marks it as one where
     /// the queue has a lock-delay.
     granted: bool,
     /// With a lock-delay, its place among the grants [`Client::close`] releases.
@@ -342,7 +342,7 @@ fn transient(e: &Error) -> bool {
     e.is_retryable() && e.kind() != ErrorKind::SessionLost
 }
 
-/// Removes the ticket's entry: [`Queue::leave`](crate::raw::Queue::leave) until the
+/// Removes the ticket's entry: [`ContenderQueue::leave`](crate::raw::ContenderQueue::leave) until the
 /// server confirms it is gone or the ticket's session has ended.
 ///
 /// # Errors
@@ -364,7 +364,7 @@ pub(crate) async fn remove_until_gone(
 }
 
 /// Removes a granted entry `own` as a release
-/// ([`Queue::release`](crate::raw::Queue::release)), as [`remove_until_gone`] does.
+/// ([`ContenderQueue::release`](crate::raw::ContenderQueue::release)), as [`remove_until_gone`] does.
 ///
 /// # Errors
 ///

@@ -1,7 +1,7 @@
 //! Distributed locks with fencing tokens.
 //!
 //! The lock: a queue of contenders; the first holds. Implemented for [`Client`] over the
-//! backend's [`Queue`](crate::raw::Queue).
+//! backend's [`ContenderQueue`](crate::raw::ContenderQueue).
 
 use async_trait::async_trait;
 use tracing::Instrument;

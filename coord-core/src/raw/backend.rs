@@ -1,7 +1,7 @@
 //! What a backend implements: its session ([`Backend`], with the state every backend
 //! keeps in a [`ClientState`] behind [`Stateful::state`]), key-value operations with
 //! guarded transactions and prefix watches ([`KvStore`]), session-bound instances and
-//! reading them ([`InstanceStore`], [`RegistryStore`]), and the contender [`Queue`].
+//! reading them ([`InstanceStore`], [`RegistryStore`]), and the contender [`ContenderQueue`].
 //! Every recipe is written once over these in `coord-core`.
 
 use std::any::Any;
@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::raw::client_state::Stateful;
 use crate::raw::instances::{InstanceStore, RegistryStore};
 use crate::raw::kv::KvStore;
-use crate::raw::queue::Queue;
+use crate::raw::queue::ContenderQueue;
 use crate::session::SessionStatus;
 use crate::stats::Stats;
 
@@ -40,7 +40,7 @@ impl<T: Any> AsAny for T {
 /// session timeout and its loss margin).
 #[async_trait]
 pub trait Backend:
-    Stateful + Queue + KvStore + InstanceStore + RegistryStore + AsAny + Send + Sync + 'static
+    Stateful + ContenderQueue + KvStore + InstanceStore + RegistryStore + AsAny + Send + Sync + 'static
 {
     /// The server's id of the current session (ZooKeeper session id, etcd lease id, mem
     /// session number), for logs and fault injection; 0 while there is none.

@@ -13,15 +13,15 @@
 //!
 //! | backend (this trait) | recipes (`coord-core`) |
 //! |---|---|
-//! | pick an entry's identity before any request ([`Queue::ticket`]) | local FIFO per client and name |
-//! | create it idempotently, recovering an ambiguous create ([`Queue::join`]) | the wait loop: position, wait, grant |
-//! | read the entries ahead ([`Queue::ahead`]) | where an entry stands ([`QueueSpec::admit`]), and retries while the session lives |
-//! | wait until one entry is gone ([`Queue::wait_gone`]) | the hold state of a grant, and its loss |
-//! | one removal attempt ([`Queue::leave`]) | removal retried until confirmed or the session ended, on drop too |
-//! | the first entry and its changes ([`Queue::head`], [`Queue::watch_head`]) | leader observation: no duplicates, tokens never going back |
-//! | every entry and its changes ([`Queue::watch_entries`]) | a double barrier's members |
-//! | another's entry's value ([`Queue::mark`]) | revocation requests and who watches for them |
-//! | every session-bound entry under a directory ([`Queue::survey`]) | what each recipe's entries mean (`coord inspect`) |
+//! | pick an entry's identity before any request ([`ContenderQueue::ticket`]) | local FIFO per client and name |
+//! | create it idempotently, recovering an ambiguous create ([`ContenderQueue::join`]) | the wait loop: position, wait, grant |
+//! | read the entries ahead ([`ContenderQueue::ahead`]) | where an entry stands ([`QueueSpec::admit`]), and retries while the session lives |
+//! | wait until one entry is gone ([`ContenderQueue::wait_gone`]) | the hold state of a grant, and its loss |
+//! | one removal attempt ([`ContenderQueue::leave`]) | removal retried until confirmed or the session ended, on drop too |
+//! | the first entry and its changes ([`ContenderQueue::head`], [`ContenderQueue::watch_head`]) | leader observation: no duplicates, tokens never going back |
+//! | every entry and its changes ([`ContenderQueue::watch_entries`]) | a double barrier's members |
+//! | another's entry's value ([`ContenderQueue::mark`]) | revocation requests and who watches for them |
+//! | every session-bound entry under a directory ([`ContenderQueue::survey`]) | what each recipe's entries mean (`coord inspect`) |
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -73,7 +73,7 @@ pub enum Admission {
     /// them to go ([`Position::Among`]) (a semaphore's leases).
     Permits(u32),
     /// At once, whatever is ahead (a barrier's members, a transaction's votes): its
-    /// recipe watches the entries ([`Queue::watch_entries`]) instead.
+    /// recipe watches the entries ([`ContenderQueue::watch_entries`]) instead.
     Immediate,
     /// A rule of the recipe's own, written outside `coord-core` as well as in it. Two
     /// are the same rule when they are the same object.
@@ -174,7 +174,7 @@ pub struct QueueSpec {
     /// without a release (its session ended, or someone else deleted it). `None` (the
     /// default): no delay, and the backends neither write nor read a [`ReleaseMark`].
     /// With a delay, a holder's removal writes [`ReleaseMark::Released`] in the same
-    /// request ([`Queue::release`]), and the read that finds a contender first returns
+    /// request ([`ContenderQueue::release`]), and the read that finds a contender first returns
     /// the queue's mark with it ([`Position::First`]).
     pub lock_delay: Option<std::time::Duration>,
 }
@@ -499,7 +499,7 @@ pub fn release_mark_key(dir: &str) -> String {
     format!("{dir}~lock-delay")
 }
 
-/// What [`Queue::join`] returns.
+/// What [`ContenderQueue::join`] returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Joined {
     /// This contender's entry.
@@ -520,7 +520,7 @@ pub struct Member {
     pub value: Vec<u8>,
 }
 
-/// What [`Queue::watch_entries`] yields.
+/// What [`ContenderQueue::watch_entries`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EntriesEvent {
@@ -531,7 +531,7 @@ pub enum EntriesEvent {
     Gap,
 }
 
-/// A session-bound entry found by [`Queue::survey`], in whatever layout made it (coord's,
+/// A session-bound entry found by [`ContenderQueue::survey`], in whatever layout made it (coord's,
 /// Curator's, kazoo's, Go's `concurrency`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Surveyed {
@@ -567,7 +567,7 @@ pub enum HeadEvent {
 ///
 /// Requests are counted in the backend's stats like any other.
 #[async_trait]
-pub trait Queue: Send + Sync {
+pub trait ContenderQueue: Send + Sync {
     /// A ticket for a new entry in `queue`, in this client's place `slot`, bound to the
     /// current session. No request.
     ///
@@ -583,12 +583,12 @@ pub trait Queue: Send + Sync {
     /// # Errors
     ///
     /// `SessionLost` if the ticket's session is gone; `PermissionDenied`; `Unavailable`,
-    /// `Timeout` (the entry may exist: [`Queue::leave`] with the ticket finds it).
+    /// `Timeout` (the entry may exist: [`ContenderQueue::leave`] with the ticket finds it).
     ///
     /// # Cancel safety
     ///
     /// Not cancel-safe by itself: a dropped join may leave an entry, which the recipe
-    /// removes with [`Queue::leave`].
+    /// removes with [`ContenderQueue::leave`].
     async fn join(&self, ticket: &Ticket, value: Vec<u8>) -> Result<Joined>;
 
     /// The entries ahead of `own` now that its spec counts, as [`Ahead`] says; where it
@@ -642,18 +642,18 @@ pub trait Queue: Send + Sync {
     /// If dropped, the removal may or may not have happened.
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()>;
 
-    /// One attempt to remove a holder's entry `own`, as [`Queue::leave`]; with
+    /// One attempt to remove a holder's entry `own`, as [`ContenderQueue::leave`]; with
     /// [`QueueSpec::lock_delay`], the same request also writes
     /// [`ReleaseMark::Released`] naming `own` (lock-delay: a waiter that finds it holds
-    /// no delay). Without a lock-delay, or by default, it is [`Queue::leave`].
+    /// no delay). Without a lock-delay, or by default, it is [`ContenderQueue::leave`].
     ///
     /// # Errors
     ///
-    /// As [`Queue::leave`].
+    /// As [`ContenderQueue::leave`].
     ///
     /// # Cancel safety
     ///
-    /// As [`Queue::leave`].
+    /// As [`ContenderQueue::leave`].
     async fn release(&self, ticket: &Ticket, own: &QueueEntry) -> Result<()> {
         self.leave(ticket, Some(own)).await
     }
@@ -725,12 +725,12 @@ pub trait Queue: Send + Sync {
     /// [`HeadEvent::Gap`] where changes may have been missed. The stream ends after an
     /// error item (`Closed` when the client is closed).
     ///
-    /// By default, the first of [`Queue::watch_entries`]'s entries each time; a backend
+    /// By default, the first of [`ContenderQueue::watch_entries`]'s entries each time; a backend
     /// overrides it where it can watch the head alone (all three do).
     ///
     /// # Errors
     ///
-    /// As [`Queue::head`], for the first read.
+    /// As [`ContenderQueue::head`], for the first read.
     ///
     /// # Cancel safety
     ///
