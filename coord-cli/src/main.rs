@@ -206,8 +206,12 @@ Examples:
     Barrier(BarrierCommand),
 
     /// Two-phase commits: read a transaction's decision.
-    #[command(subcommand, after_help = "Examples:\n  coord txn decision orders/4711")]
-    Txn(TxnCommand),
+    #[command(
+        subcommand,
+        alias = "txn",
+        after_help = "Examples:\n  coord two-phase decision orders/4711"
+    )]
+    TwoPhase(TwoPhaseCommand),
 
     /// Show who holds what and who waits: locks, read/write locks, semaphores,
     /// elections, services, queues, double barriers and two-phase commits.
@@ -559,11 +563,11 @@ pub(crate) enum BarrierCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub(crate) enum TxnCommand {
+pub(crate) enum TwoPhaseCommand {
     /// Print a two-phase commit's persisted decision, commit or abort (exit 3 when it
     /// has none yet).
     #[command(
-        after_help = "Examples:\n  coord txn decision orders/4711\n  coord txn decision --json orders/4711"
+        after_help = "Examples:\n  coord two-phase decision orders/4711\n  coord two-phase decision --json orders/4711"
     )]
     Decision {
         /// The transaction's name.
@@ -837,7 +841,7 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
         Command::Queue(c) => cmd::recipes::queue(&client, c, &mut stop, out).await,
         Command::Counter(c) => one_shot(&mut stop, cmd::recipes::counter(&client, c, out)).await,
         Command::Barrier(c) => cmd::recipes::barrier(&client, c, &mut stop, out).await,
-        Command::Txn(c) => one_shot(&mut stop, cmd::recipes::txn(&client, c, out)).await,
+        Command::TwoPhase(c) => one_shot(&mut stop, cmd::recipes::two_phase(&client, c, out)).await,
         Command::Inspect { prefix, watch } => {
             cmd::inspect::run(&client, &prefix, watch, &mut stop, out).await
         }

@@ -247,7 +247,7 @@ fn help_reads_well() -> Result {
         &["barrier", "remove"],
         &["barrier", "wait"],
         &["barrier", "status"],
-        &["txn", "decision"],
+        &["two-phase", "decision"],
         &["inspect"],
         &["config", "get"],
         &["config", "put"],

@@ -27,7 +27,7 @@
 //! | `semaphore` | a [`Semaphore`](crate::Semaphore) lease (waits for a free permit) |
 //! | `semaphore_lock` | a semaphore's internal lock, held while acquiring a lease |
 //! | `queue_taker` | a [`DistributedQueue`](crate::DistributedQueue) consumer's turn to take |
-//! | `transaction_coordinator` | a [`TwoPhaseCommit`](crate::TwoPhaseCommit)'s coordinator lock |
+//! | `two_phase_coordinator` | a [`TwoPhaseCommit`](crate::TwoPhaseCommit)'s coordinator lock |
 //!
 //! The name and label constants below are the ones recorded, for filters and histogram
 //! buckets, e.g. with `metrics-exporter-prometheus`:

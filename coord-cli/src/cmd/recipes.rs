@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::child::{self, Stop};
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
-use crate::{BarrierCommand, CounterCommand, QueueCommand, TxnCommand};
+use crate::{BarrierCommand, CounterCommand, QueueCommand, TwoPhaseCommand};
 
 /// `coord queue push|take|len`.
 pub async fn queue(
@@ -133,22 +133,22 @@ pub async fn barrier(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `coord txn decision`.
-pub async fn txn(client: &Client, command: TxnCommand, out: Out) -> Result<ExitCode, Failure> {
+/// `coord two-phase decision`.
+pub async fn two_phase(client: &Client, command: TwoPhaseCommand, out: Out) -> Result<ExitCode, Failure> {
     match command {
-        TxnCommand::Decision { name } => match client.two_phase_commit(&name)?.decision().await? {
+        TwoPhaseCommand::Decision { name } => match client.two_phase_commit(&name)?.decision().await? {
             Some(decision) => {
                 let text = match decision {
                     coord::Decision::Commit => "commit",
                     coord::Decision::Abort => "abort",
                 };
-                let _ = out.result(text, json!({"transaction": name, "decision": text}));
+                let _ = out.result(text, json!({"two_phase": name, "decision": text}));
                 Ok(ExitCode::SUCCESS)
             }
             None => Err(Failure::new(
                 exit::NOT_FOUND,
                 "not found",
-                format!("transaction {name:?} has no decision (yet)"),
+                format!("two-phase commit {name:?} has no decision (yet)"),
             )),
         },
     }

@@ -227,14 +227,19 @@ pub fn recipes_one_shot(b: &Backend) -> Result {
         "barrier wait released by remove",
     )?;
 
+    run(&["two-phase", "decision", "orders/1"], 3)?;
+    // The old name still works.
     run(&["txn", "decision", "orders/1"], 3)?;
     decide(&url, "orders/1")?;
-    ensure!(run(&["txn", "decision", "orders/1"], 0)? == "commit", "decision");
+    ensure!(
+        run(&["two-phase", "decision", "orders/1"], 0)? == "commit",
+        "decision"
+    );
     let views = inspect(&url, "orders")?;
     ensure!(
         views
             .iter()
-            .any(|v| v["kind"] == "transaction"
+            .any(|v| v["kind"] == "two_phase"
                 && v["decision"].as_str().is_some_and(|d| d.starts_with("commit"))),
         "inspect shows no decision: {views:?}"
     );

@@ -40,16 +40,16 @@ pub struct Barrier {
 }
 
 impl Client {
-    /// The barrier at config key `key` (no request).
+    /// The barrier named `name`, kept at the config key `name` (no request).
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` for a bad key.
-    pub fn barrier(&self, key: &str) -> Result<Barrier> {
-        validate_name("barrier key", key).map_err(|e| e.with_operation("barrier"))?;
+    /// `InvalidArgument` for a bad name.
+    pub fn barrier(&self, name: &str) -> Result<Barrier> {
+        validate_name("barrier name", name).map_err(|e| e.with_operation("barrier"))?;
         Ok(Barrier {
             client: self.clone(),
-            key: key.to_owned(),
+            key: name.to_owned(),
         })
     }
 }

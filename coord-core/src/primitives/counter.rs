@@ -57,16 +57,16 @@ pub struct SharedCounter {
 }
 
 impl Client {
-    /// The shared counter at config key `key` (no request).
+    /// The shared counter named `name`, kept at the config key `name` (no request).
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` for a bad key.
-    pub fn counter(&self, key: &str) -> Result<SharedCounter> {
-        validate_name("counter key", key).map_err(|e| e.with_operation("counter"))?;
+    /// `InvalidArgument` for a bad name.
+    pub fn counter(&self, name: &str) -> Result<SharedCounter> {
+        validate_name("counter name", name).map_err(|e| e.with_operation("counter"))?;
         Ok(SharedCounter {
             client: self.clone(),
-            key: key.to_owned(),
+            key: name.to_owned(),
             fence: None,
         })
     }

@@ -117,7 +117,7 @@ impl Client {
     ///
     /// `InvalidArgument` for a bad name.
     pub fn two_phase_commit(&self, name: &str) -> Result<TwoPhaseCommit> {
-        validate_name("transaction name", name).map_err(|e| e.with_operation("transaction"))?;
+        validate_name("two-phase commit name", name).map_err(|e| e.with_operation("two_phase_commit"))?;
         Ok(TwoPhaseCommit {
             client: self.clone(),
             name: name.to_owned(),
@@ -177,7 +177,7 @@ const VOTES: &[EntryClass] = &[EntryClass {
 /// The coordinator lock of transaction `name`: `transactions/<name>/coordinator`.
 fn coordinator_queue(name: &str) -> QueueSpec {
     QueueSpec::new(
-        "transaction_coordinator",
+        "two_phase_coordinator",
         format!("transactions/{name}/coordinator"),
         COORDINATORS,
         Admission::Exclusive,
@@ -188,7 +188,7 @@ fn coordinator_queue(name: &str) -> QueueSpec {
 /// coordinator watches them all.
 fn votes_queue(name: &str) -> QueueSpec {
     QueueSpec::new(
-        "transaction_vote",
+        "two_phase_vote",
         format!("transactions/{name}/votes"),
         VOTES,
         Admission::Immediate,
@@ -219,7 +219,7 @@ impl TwoPhaseCommit {
         self.read_decision()
             .instrument(span)
             .await
-            .map_err(|e| e.with_operation("transaction decision"))
+            .map_err(|e| e.with_operation("two_phase decision"))
     }
 
     async fn read_decision(&self) -> Result<Option<Decision>> {
@@ -266,7 +266,7 @@ impl TwoPhaseCommit {
         self.coordinate_inner(participants, deadline)
             .instrument(span)
             .await
-            .map_err(|e| e.with_operation("transaction coordinate"))
+            .map_err(|e| e.with_operation("two_phase coordinate"))
     }
 
     async fn coordinate_inner(&self, participants: &[&str], deadline: Duration) -> Result<Decision> {
@@ -311,7 +311,7 @@ impl TwoPhaseCommit {
         }
         .await;
         if let Err(e) = gate.release().await {
-            tracing::warn!(error = %e, "coord.transaction_coordinator_release_refused");
+            tracing::warn!(error = %e, "coord.two_phase_coordinator_release_refused");
         }
         decided
     }
@@ -422,7 +422,7 @@ impl TwoPhaseCommit {
         self.vote_inner(id, commit, deadline)
             .instrument(span)
             .await
-            .map_err(|e| e.with_operation("transaction vote"))
+            .map_err(|e| e.with_operation("two_phase vote"))
     }
 
     async fn vote_inner(&self, id: &str, commit: bool, deadline: Duration) -> Result<Decision> {
@@ -445,7 +445,7 @@ impl TwoPhaseCommit {
             Err(_) => self.decide(Decision::Abort, None).await,
         };
         if let Err(e) = ballot.contender.leave().await {
-            tracing::warn!(error = %e, "coord.transaction_vote_removal_refused");
+            tracing::warn!(error = %e, "coord.two_phase_vote_removal_refused");
         }
         decided
     }

@@ -63,7 +63,7 @@ impl RecipeKind {
             RecipeKind::Service => "service",
             RecipeKind::Queue => "queue",
             RecipeKind::DoubleBarrier => "double_barrier",
-            RecipeKind::TwoPhaseCommit => "transaction",
+            RecipeKind::TwoPhaseCommit => "two_phase",
         }
     }
 }
