@@ -217,7 +217,7 @@ impl KvStore for EtcdClient {
         let root = self.config_root();
         let scan = format!("{root}{prefix}");
         let prefix = prefix.to_owned();
-        watch::open(self.inner.clone(), scan, move |raw| match raw {
+        watch::follow(self.inner.clone(), scan, move |raw| match raw {
             Raw::Snapshot(kvs) => vec![ConfigEvent::Snapshot(
                 kvs.into_iter()
                     .filter_map(|kv| entry(&root, &prefix, kv))

@@ -92,6 +92,7 @@
 //! ```
 
 mod config;
+mod connection;
 mod error;
 mod options;
 mod queue;
@@ -138,7 +139,7 @@ impl EtcdClient {
         options.validate()?;
         let span = tracing::info_span!("coord.etcd.connect", endpoints = ?options.urls(), namespace = %options.namespace);
         let establish = async {
-            let members = session::open_members(&options)?;
+            let members = connection::open_members(&options)?;
             // Once the settings are known good: every endpoint refused or unresolved is
             // said now, per endpoint.
             Box::pin(coord_core::raw::reach::before_connect(
@@ -152,18 +153,18 @@ impl EtcdClient {
                 inner.first_grant(),
             )
             .await
-            .map_err(|_| session::connect_timeout(&options))?
-            .map_err(|e| session::connect_error(e, &options))?;
+            .map_err(|_| connection::connect_timeout(&options))?
+            .map_err(|e| connection::connect_error(e, &options))?;
             Ok((inner, granted))
         };
         // Connect and explanation together keep to connect_timeout.
         let (inner, granted) = tokio::time::timeout(
             options.connect_timeout,
-            session::explain_failures(&options, establish),
+            connection::explain_failures(&options, establish),
         )
         .instrument(span)
         .await
-        .map_err(|_| session::connect_timeout(&options))??;
+        .map_err(|_| connection::connect_timeout(&options))??;
         inner.install(&granted, 1);
         tokio::spawn(inner.clone().supervise(granted));
         Ok(coord_core::Client::from_backend(EtcdClient { inner }))

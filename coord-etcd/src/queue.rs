@@ -672,7 +672,7 @@ impl EtcdClient {
         let mut tracker = HeadTracker::default();
         let (d, spec) = (dir.clone(), queue.clone());
         let is_contender = move |d: &str, key: &str| spec.class_of_key(d, key).is_some();
-        watch::open(self.inner.clone(), format!("{dir}/"), move |raw| {
+        watch::follow(self.inner.clone(), format!("{dir}/"), move |raw| {
             match raw {
                 Raw::Snapshot(kvs) => tracker.reset(
                     kvs.into_iter()

@@ -161,7 +161,7 @@ impl RegistryStore for EtcdClient {
         let dir = dir.to_owned();
         let mut known = InstanceTracker::default();
         let d = dir.clone();
-        watch::open(self.inner.clone(), format!("{dir}/"), move |raw| match raw {
+        watch::follow(self.inner.clone(), format!("{dir}/"), move |raw| match raw {
             Raw::Snapshot(kvs) => vec![known.snapshot(decode(&d, kvs))],
             Raw::Resync => vec![RegistryEvent::Resync],
             Raw::Put(kv) => {

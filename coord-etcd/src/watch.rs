@@ -64,7 +64,7 @@ pub(crate) async fn range(inner: &Inner, prefix: &str) -> Result<(i64, Vec<Kv>)>
 /// Reads the snapshot now (so it reflects the state when the caller's `watch` returns,
 /// and errors surface to the caller), then spawns the watch loop over keys starting with
 /// `prefix`.
-pub(crate) async fn open<T, F>(
+pub(crate) async fn follow<T, F>(
     inner: Arc<Inner>,
     prefix: String,
     mut map: F,

@@ -112,7 +112,7 @@ impl KvStore for MemClient {
         let root = self.config_root();
         let scan = format!("{root}/{prefix}");
         let prefix = prefix.to_owned();
-        watch::spawn(self.inner.clone(), scan, move |raw| match raw {
+        watch::follow(self.inner.clone(), scan, move |raw| match raw {
             Raw::Snapshot(entries) => vec![ConfigEvent::Snapshot(
                 entries
                     .into_iter()

@@ -299,7 +299,7 @@ impl MemClient {
         let spec = queue.clone();
         let is_child = move |k: &str| spec.class_of_key(&dir, k).is_some();
         let mut tracker = HeadTracker::default();
-        watch::spawn(self.inner.clone(), prefix, move |raw| {
+        watch::follow(self.inner.clone(), prefix, move |raw| {
             match raw {
                 Raw::Snapshot(entries) => tracker.reset(
                     entries

@@ -21,7 +21,7 @@ impl InstanceStore for MemClient {
             path: path.to_owned(),
             data: data.to_vec(),
         };
-        let created = crate::session::create_instance(&self.inner, session, &entry);
+        let created = crate::registry::create_instance(&self.inner, session, &entry);
         if created.is_ok() {
             self.inner.reply(true).await?;
         }
@@ -93,7 +93,7 @@ impl RegistryStore for MemClient {
         let dir = dir.to_owned();
         let prefix = format!("{dir}/");
         let mut known = InstanceTracker::default();
-        watch::spawn(self.inner.clone(), prefix, move |raw| match raw {
+        watch::follow(self.inner.clone(), prefix, move |raw| match raw {
             Raw::Snapshot(entries) => {
                 vec![known.snapshot(decode_children(
                     &dir,
@@ -116,5 +116,30 @@ impl RegistryStore for MemClient {
             }
         })
         .map_err(|e| e.with_operation("watch"))
+    }
+}
+
+/// Creates a registration's key under session `id`: replaces a key of a session that is
+/// gone; `AlreadyExists` while another live session holds it.
+pub(crate) fn create_instance(
+    inner: &crate::session::Inner,
+    id: u64,
+    entry: &RegistrationEntry,
+) -> Result<()> {
+    let key = entry.path.clone();
+    let data = entry.data.clone();
+    let created = inner.request(Counter::Txn, |s| match s.get(&key) {
+        Some(existing) if existing.owner == Some(id) => true,
+        Some(existing) if existing.owner.is_some_and(|o| s.session_alive(o)) => false,
+        _ => {
+            s.delete(&key);
+            s.put(&key, data, Some(id));
+            true
+        }
+    })?;
+    if created {
+        Ok(())
+    } else {
+        Err(crate::error::instance_taken(&entry.path))
     }
 }

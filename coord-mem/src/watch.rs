@@ -11,7 +11,7 @@ use coord_core::{Error, ErrorKind, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use crate::Inner;
+use crate::session::Inner;
 use coord_mem_cluster::{Event, KeyData};
 
 /// What the watch loop hands to a primitive's mapper.
@@ -27,7 +27,7 @@ pub(crate) enum Raw {
 /// Reads the snapshot now (so it reflects the state when the caller's `watch` returns),
 /// then spawns the watch loop over keys starting with `prefix`; `map` turns raw events
 /// into the primitive's events (zero or more each).
-pub(crate) fn spawn<T, F>(
+pub(crate) fn follow<T, F>(
     inner: Arc<Inner>,
     prefix: String,
     mut map: F,

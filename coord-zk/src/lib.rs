@@ -150,6 +150,7 @@
 //! ```
 
 mod config;
+mod connection;
 mod error;
 mod options;
 mod queue;
@@ -265,7 +266,7 @@ impl ZkClient {
         let span = tracing::info_span!("coord.zk.connect", hosts = %options.connect_string(), namespace = %options.namespace);
         let establish = async {
             let started = tokio::time::Instant::now();
-            let first = session::open_session(&options, options.connect_timeout).await?;
+            let first = connection::open_session(&options, options.connect_timeout).await?;
             let inner = Inner::new(options.clone(), first);
             inner.stats.incr(coord_core::raw::Counter::SessionRequest);
             if !inner.root.is_empty() {
@@ -353,7 +354,7 @@ impl Backend for ZkClient {
     }
 
     async fn server_version(&self) -> Result<Option<String>> {
-        session::server_version(&self.inner.options).await
+        connection::server_version(&self.inner.options).await
     }
 
     async fn close(&self) -> Result<()> {
