@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+mod etcd;
+mod postgres;
+mod zk;
+
+use etcd::*;
+use postgres::*;
+use zk::*;
+
 /// Which server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -173,8 +181,6 @@ fn free_port() -> Result<u16> {
         .map(|a| a.port())
         .map_err(|e| err(format!("cannot find a free loopback port: {e}")))
 }
-
-const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 fn need(binary: &str, package: &str) -> Result<()> {
     let found = if binary.starts_with('/') {
@@ -532,32 +538,6 @@ impl Cluster {
         }
     }
 
-    fn etcdctl(&self, i: usize, args: &[&str]) -> Result<String> {
-        let mut cmd = Command::new("etcdctl");
-        cmd.env("ETCDCTL_API", "3")
-            .arg("--endpoints")
-            .arg(self.addr(i).to_string())
-            .args(["--dial-timeout", "1s", "--command-timeout", "2s"]);
-        if let Some(certs) = &self.state.tls {
-            cmd.arg("--cacert")
-                .arg(certs.join("ca.pem"))
-                .arg("--cert")
-                .arg(certs.join("client.pem"))
-                .arg("--key")
-                .arg(certs.join("client.key"));
-        }
-        let out = cmd
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| err(format!("cannot run etcdctl: {e}")))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(err(String::from_utf8_lossy(&out.stderr).trim().to_owned()))
-        }
-    }
-
     /// The member that is the cluster's leader now, if one is (a standalone server is
     /// its own leader).
     pub fn leader(&self) -> Option<usize> {
@@ -569,55 +549,10 @@ impl Cluster {
             return false;
         }
         match self.kind() {
-            Kind::Zk => matches!(
-                zk_mode(self.state.members[i].probe_port).as_deref(),
-                Some("leader" | "standalone")
-            ),
-            Kind::Etcd => {
-                let Ok(out) = self.etcdctl(i, &["endpoint", "status", "-w", "json"]) else {
-                    return false;
-                };
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
-                    return false;
-                };
-                let status = &v[0]["Status"];
-                let (leader, me) = (&status["leader"], &status["header"]["member_id"]);
-                leader.as_u64().is_some_and(|l| Some(l) == me.as_u64())
-            }
+            Kind::Zk => self.zk_is_leader(i),
+            Kind::Etcd => self.etcd_is_leader(i),
             Kind::Postgres => true,
         }
-    }
-
-    /// Compacts an etcd cluster's history up to its current revision and returns that
-    /// revision: a watch that resumes from an older revision then finds its history
-    /// gone (it must report a gap, not skip it). ZooKeeper keeps no such history.
-    ///
-    /// # Errors
-    ///
-    /// On ZooKeeper; when no member answers or `etcdctl` fails.
-    pub fn compact(&self) -> Result<u64> {
-        if self.kind() != Kind::Etcd {
-            return Err(err("only etcd keeps a history to compact"));
-        }
-        let mut last = err("no member is up");
-        for i in (0..self.len()).filter(|&i| self.pid(i).is_some()) {
-            let revision = self
-                .etcdctl(i, &["endpoint", "status", "-w", "json"])
-                .and_then(|out| {
-                    serde_json::from_str::<serde_json::Value>(&out)
-                        .map_err(|e| err(format!("etcdctl endpoint status: {e}")))
-                })
-                .and_then(|v| {
-                    v[0]["Status"]["header"]["revision"]
-                        .as_u64()
-                        .ok_or_else(|| err("etcdctl endpoint status gave no revision"))
-                });
-            match revision.and_then(|r| self.etcdctl(i, &["compaction", &r.to_string()]).map(|_| r)) {
-                Ok(r) => return Ok(r),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
     }
 
     /// A member that is up and not the leader, if any.
@@ -788,112 +723,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// ZooKeeper: member `i`'s quorum (peer) and leader-election addresses, which the
-    /// other members connect to.
-    ///
-    /// # Errors
-    ///
-    /// No such member.
-    pub fn quorum_addrs(&self, i: usize) -> Result<(SocketAddr, SocketAddr)> {
-        self.check(i)?;
-        let m = &self.state.members[i];
-        Ok((
-            SocketAddr::from(([127, 0, 0, 1], m.peer_port)),
-            SocketAddr::from(([127, 0, 0, 1], m.election_port)),
-        ))
-    }
-
-    /// ZooKeeper: rewrites member `i`'s `zoo.cfg` so that it reaches each listed member
-    /// `j` at the given (peer, election) addresses — fault proxies, say, to cut member
-    /// `i` off from the rest while its clients still reach it — and sets the `key=value`
-    /// lines in `settings` (replacing the same keys). Takes effect when the member
-    /// starts again ([`Cluster::restart`]); [`Cluster::restore_config`] undoes it.
-    ///
-    /// A member reaches another through its own configuration when it connects: as a
-    /// follower to the leader's peer port, and in elections to every member with a
-    /// lower id (ZooKeeper keeps one connection per pair, the one from the higher id).
-    ///
-    /// # Errors
-    ///
-    /// Not ZooKeeper, no such member, or the file cannot be read or written.
-    pub fn route_quorum(
-        &self,
-        i: usize,
-        routes: &[(usize, SocketAddr, SocketAddr)],
-        settings: &[String],
-    ) -> Result<()> {
-        self.check(i)?;
-        if self.kind() != Kind::Zk {
-            return Err(err("route_quorum is for ZooKeeper ensembles"));
-        }
-        let cfg = self.dir.join(format!("m{i}")).join("zoo.cfg");
-        let original = cfg.with_extension("cfg.orig");
-        if !original.exists() {
-            std::fs::copy(&cfg, &original).map_err(|e| err(format!("cannot keep {}: {e}", cfg.display())))?;
-        }
-        let text = std::fs::read_to_string(&original)
-            .map_err(|e| err(format!("cannot read {}: {e}", original.display())))?;
-        let key = |line: &str| line.split_once('=').map(|(k, _)| k.trim().to_owned());
-        let replaced: Vec<Option<String>> = settings.iter().map(|s| key(s)).collect();
-        let mut lines: Vec<String> = Vec::new();
-        for line in text.lines() {
-            let k = key(line);
-            if k.is_some() && replaced.contains(&k) {
-                continue;
-            }
-            let routed = routes
-                .iter()
-                .find(|(j, _, _)| k.as_deref() == Some(&format!("server.{}", j + 1)));
-            match routed {
-                Some((j, peer, election)) => lines.push(format!(
-                    "server.{}={}:{}:{}",
-                    j + 1,
-                    peer.ip(),
-                    peer.port(),
-                    election.port()
-                )),
-                None => lines.push(line.to_owned()),
-            }
-        }
-        // ZooKeeper takes one host for both ports of a member.
-        if let Some((_, peer, election)) = routes.iter().find(|(_, p, e)| p.ip() != e.ip()) {
-            return Err(err(format!(
-                "the peer ({peer}) and election ({election}) addresses of a member must share a host"
-            )));
-        }
-        lines.extend(settings.iter().cloned());
-        std::fs::write(&cfg, lines.join("\n") + "\n")
-            .map_err(|e| err(format!("cannot write {}: {e}", cfg.display())))
-    }
-
-    /// ZooKeeper: the value of `key` in member `i`'s `zoo.cfg` (`tickTime`, say), if set.
-    pub fn zk_setting(&self, i: usize, key: &str) -> Option<String> {
-        self.check(i).ok()?;
-        let cfg = self.dir.join(format!("m{i}")).join("zoo.cfg");
-        let text = std::fs::read_to_string(cfg).ok()?;
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .find(|(k, _)| k.trim() == key)
-            .map(|(_, v)| v.trim().to_owned())
-    }
-
-    /// ZooKeeper: puts back the `zoo.cfg` [`Cluster::route_quorum`] rewrote (nothing if
-    /// it did not); takes effect when the member starts again.
-    ///
-    /// # Errors
-    ///
-    /// No such member, or the file cannot be written.
-    pub fn restore_config(&self, i: usize) -> Result<()> {
-        self.check(i)?;
-        let cfg = self.dir.join(format!("m{i}")).join("zoo.cfg");
-        let original = cfg.with_extension("cfg.orig");
-        if original.exists() {
-            std::fs::rename(&original, &cfg)
-                .map_err(|e| err(format!("cannot put back {}: {e}", cfg.display())))?;
-        }
-        Ok(())
-    }
-
     /// Takes the cluster's fault lock (the file `faults.lock` in its directory), waiting
     /// for it: whoever takes members down holds it until they are back, so two fault
     /// injectors (a test and `scripts/member-chaos`, say) never take down a majority
@@ -980,287 +809,4 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
-}
-
-/// ZooKeeper's `srvr` answer's mode (`leader`, `follower`, `standalone`), if it answers.
-fn zk_mode(port: u16) -> Option<String> {
-    use std::io::{Read as _, Write as _};
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"srvr").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.lines()
-        .find_map(|l| l.strip_prefix("Mode: "))
-        .map(|m| m.trim().to_owned())
-}
-
-fn zk_argv(dir: &Path, i: usize, members: &[MemberSpec], options: &ClusterOptions) -> Result<Vec<String>> {
-    let me = &members[i];
-    let data = dir.join("data");
-    let mut cfg = vec![
-        // 100 ms ticks: session timeouts of 200 ms .. 2 s are allowed; ZooKeeper's own
-        // (Debian's, Docker's) 2 s ticks allow 4 s .. 40 s.
-        if options.server_defaults {
-            "tickTime=2000"
-        } else {
-            "tickTime=100"
-        }
-        .to_owned(),
-        if options.server_defaults {
-            "initLimit=10"
-        } else {
-            "initLimit=20"
-        }
-        .to_owned(),
-        if options.server_defaults {
-            "syncLimit=5"
-        } else {
-            "syncLimit=10"
-        }
-        .to_owned(),
-        format!("dataDir={}", data.display()),
-        "clientPortAddress=127.0.0.1".to_owned(),
-        "maxClientCnxns=0".to_owned(),
-        "admin.enableServer=false".to_owned(),
-        "4lw.commands.whitelist=ruok,srvr,stat,cons,wchs".to_owned(),
-        "forceSync=no".to_owned(),
-    ];
-    match &options.tls {
-        None => {
-            cfg.push(format!("clientPort={}", me.client_port));
-        }
-        Some(certs) => {
-            cfg.push(format!("clientPort={}", me.probe_port));
-            cfg.push(format!("secureClientPort={}", me.client_port));
-            cfg.push("serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory".to_owned());
-            cfg.push(format!(
-                "ssl.keyStore.location={}",
-                certs.join("server-keystore.pem").display()
-            ));
-            cfg.push("ssl.keyStore.type=PEM".to_owned());
-            cfg.push(format!(
-                "ssl.trustStore.location={}",
-                certs.join("ca.pem").display()
-            ));
-            cfg.push("ssl.trustStore.type=PEM".to_owned());
-            cfg.push("ssl.clientAuth=need".to_owned());
-        }
-    }
-    if members.len() > 1 {
-        for (n, m) in members.iter().enumerate() {
-            cfg.push(format!(
-                "server.{}=127.0.0.1:{}:{}",
-                n + 1,
-                m.peer_port,
-                m.election_port
-            ));
-        }
-        std::fs::write(data.join("myid"), format!("{}\n", i + 1))
-            .map_err(|e| err(format!("cannot write myid: {e}")))?;
-    }
-    cfg.extend(options.extra.iter().cloned());
-    let cfg_path = dir.join("zoo.cfg");
-    std::fs::write(&cfg_path, cfg.join("\n") + "\n")
-        .map_err(|e| err(format!("cannot write {}: {e}", cfg_path.display())))?;
-    Ok(zk_command(
-        &cfg_path,
-        (!options.server_defaults).then_some(options.container_sweep),
-    ))
-}
-
-/// The server's command line; `container_sweep` `None` keeps ZooKeeper's own (a minute).
-fn zk_command(cfg: &Path, container_sweep: Option<Duration>) -> Vec<String> {
-    // netty-codec is not on zookeeper.jar's manifest class path, but its Netty connection
-    // factory (the TLS port) needs it.
-    let cp = format!("{ZK_JAR}:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar");
-    let mut argv = vec![
-        "java".to_owned(),
-        "-Xmx256m".to_owned(),
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn".to_owned(),
-    ];
-    if let Some(sweep) = container_sweep {
-        argv.push(format!("-Dznode.container.checkIntervalMs={}", sweep.as_millis()));
-        argv.push("-Dznode.container.maxPerMinute=1000000".to_owned());
-    }
-    argv.extend([
-        "-cp".to_owned(),
-        cp,
-        "org.apache.zookeeper.server.quorum.QuorumPeerMain".to_owned(),
-        cfg.display().to_string(),
-    ]);
-    argv
-}
-
-fn etcd_argv(
-    dir: &Path,
-    i: usize,
-    members: &[MemberSpec],
-    options: &ClusterOptions,
-    cluster_dir: &Path,
-) -> Vec<String> {
-    let me = &members[i];
-    let scheme = if options.tls.is_some() { "https" } else { "http" };
-    let initial: Vec<String> = members
-        .iter()
-        .enumerate()
-        .map(|(n, m)| format!("m{n}=http://127.0.0.1:{}", m.peer_port))
-        .collect();
-    // Short heartbeats so 1–2 s leases work; a cluster's election timeout leaves room
-    // for a busy machine.
-    let election = if members.len() > 1 { "500" } else { "250" };
-    let mut argv: Vec<String> = vec![
-        "etcd".into(),
-        "--name".into(),
-        format!("m{i}"),
-        "--data-dir".into(),
-        dir.join("data").display().to_string(),
-        "--listen-client-urls".into(),
-        format!("{scheme}://127.0.0.1:{}", me.client_port),
-        "--advertise-client-urls".into(),
-        format!("{scheme}://127.0.0.1:{}", me.client_port),
-        "--listen-peer-urls".into(),
-        format!("http://127.0.0.1:{}", me.peer_port),
-        "--initial-advertise-peer-urls".into(),
-        format!("http://127.0.0.1:{}", me.peer_port),
-        "--initial-cluster".into(),
-        initial.join(","),
-        "--initial-cluster-token".into(),
-        cluster_dir.display().to_string(),
-        "--unsafe-no-fsync".into(),
-        "--logger".into(),
-        "zap".into(),
-        "--log-level".into(),
-        "error".into(),
-    ];
-    if !options.server_defaults {
-        argv.extend([
-            "--heartbeat-interval".into(),
-            "50".into(),
-            "--election-timeout".into(),
-            election.into(),
-        ]);
-    }
-    if let Some(certs) = &options.tls {
-        for (flag, file) in [
-            ("--cert-file", "server.pem"),
-            ("--key-file", "server.key"),
-            ("--trusted-ca-file", "ca.pem"),
-        ] {
-            argv.push(flag.into());
-            argv.push(certs.join(file).display().to_string());
-        }
-        argv.push("--client-cert-auth".into());
-    }
-    argv.extend(options.extra.iter().cloned());
-    argv
-}
-
-/// The PostgreSQL role the test server is made with (no password: trust on loopback).
-const POSTGRES_USER: &str = "coord";
-
-/// The path of PostgreSQL's `binary` (`postgres`, `initdb`, `pg_isready`) from the
-/// newest version Debian installed under `/usr/lib/postgresql/VERSION/bin`.
-fn pg_bin(binary: &str) -> Result<String> {
-    let versions = std::fs::read_dir("/usr/lib/postgresql").map_err(|_| {
-        err("PostgreSQL is not installed: install the Debian package postgresql (apt-get install postgresql)")
-    })?;
-    let newest = versions
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .max()
-        .ok_or_else(|| err("no PostgreSQL version under /usr/lib/postgresql: apt-get install postgresql"))?;
-    Ok(format!("/usr/lib/postgresql/{newest}/bin/{binary}"))
-}
-
-/// As root, the `postgres` account's uid and gid (PostgreSQL refuses to run as root);
-/// `None` for any other user, who runs it as themselves.
-fn postgres_owner() -> Result<Option<(u32, u32)>> {
-    let me = Command::new("id")
-        .arg("-u")
-        .output()
-        .map_err(|e| err(format!("cannot run id: {e}")))?;
-    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
-        return Ok(None);
-    }
-    let passwd =
-        std::fs::read_to_string("/etc/passwd").map_err(|e| err(format!("cannot read /etc/passwd: {e}")))?;
-    passwd
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.first() == Some(&"postgres") && f.len() > 3)
-                .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-        })
-        .flatten()
-        .map(Some)
-        .ok_or_else(|| {
-            err("running as root needs the postgres account, which the Debian package postgresql makes")
-        })
-}
-
-/// Makes member `dir`'s database (`initdb`, owned by the account that will run it) and
-/// returns the server's command line: loopback only, its socket in `dir`, no fsync.
-fn postgres_argv(dir: &Path, me: &MemberSpec, options: &ClusterOptions) -> Result<Vec<String>> {
-    use std::os::unix::process::CommandExt as _;
-    let data = dir.join("data");
-    // initdb wants an empty or missing directory.
-    let _ = std::fs::remove_dir_all(&data);
-    let owner = postgres_owner()?;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
-            .map_err(|e| err(format!("cannot give {} to postgres: {e}", dir.display())))?;
-    }
-    let mut initdb = Command::new(pg_bin("initdb")?);
-    initdb
-        .args([
-            "-A",
-            "trust",
-            "-U",
-            POSTGRES_USER,
-            "-E",
-            "UTF8",
-            "--no-sync",
-            "-D",
-        ])
-        .arg(&data)
-        .stdin(Stdio::null());
-    if let Some((uid, gid)) = owner {
-        initdb.uid(uid).gid(gid);
-    }
-    let out = initdb
-        .output()
-        .map_err(|e| err(format!("cannot run initdb: {e}")))?;
-    if !out.status.success() {
-        return Err(err(format!(
-            "initdb failed in {}: {}",
-            data.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let mut argv = vec![
-        pg_bin("postgres")?,
-        "-D".to_owned(),
-        data.display().to_string(),
-        "-k".to_owned(),
-        dir.display().to_string(),
-        "-h".to_owned(),
-        "127.0.0.1".to_owned(),
-        "-p".to_owned(),
-        me.client_port.to_string(),
-    ];
-    for setting in [
-        "fsync=off",
-        "full_page_writes=off",
-        "synchronous_commit=off",
-        "max_connections=200",
-    ] {
-        argv.push("-c".to_owned());
-        argv.push(setting.to_owned());
-    }
-    for extra in &options.extra {
-        argv.push("-c".to_owned());
-        argv.push(extra.clone());
-    }
-    Ok(argv)
 }
