@@ -15,8 +15,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
+use crate::cmd::args::{name_arg, prefix_arg};
 use crate::exit::Failure;
 use crate::output::Out;
 
@@ -121,7 +122,7 @@ COORD_PID is coord's: `kill $COORD_PID` stops coord ($PPID is the guard between 
 A name is used in one mode by all its holders: a plain lock, -n N and --read/--write
 keep their entries apart and would not exclude each other, so coord refuses (exit 4)
 a mode other than the one the name is held or waited for in.")]
-    Lock(LockArgs),
+    Lock(cmd::lock::LockArgs),
 
     /// Ask the holder of a lock to let it go.
     ///
@@ -150,7 +151,7 @@ Examples:
   coord elect scheduler \"$(hostname)\" -- ./scheduler --active
   coord elect --json scheduler node-1               # prints {\"event\":\"leading\",…}
   coord leader scheduler                            # who leads now")]
-    Elect(ElectArgs),
+    Elect(cmd::elect::ElectArgs),
 
     /// Print the current leader of an election (exit 3 when there is none).
     #[command(after_help = "Examples:\n  coord leader scheduler\n  coord leader --json scheduler")]
@@ -175,35 +176,35 @@ Examples:
         subcommand,
         after_help = "Examples:\n  coord config put feature/x on\n  coord config get feature/x\n  coord config watch feature"
     )]
-    Config(ConfigCommand),
+    Config(cmd::config::ConfigCommand),
 
     /// List, watch and register service instances.
     #[command(
         subcommand,
         after_help = "Examples:\n  coord registry register api node-1 10.0.0.7:8080 -- ./server\n  coord registry list api\n  coord registry watch api"
     )]
-    Registry(RegistryCommand),
+    Registry(cmd::registry::RegistryCommand),
 
     /// A bounded FIFO queue of items: push, take (waiting), and its length.
     #[command(
         subcommand,
         after_help = "Examples:\n  coord queue push jobs \"resize 42.png\"\n  coord queue take jobs\n  coord queue len jobs"
     )]
-    Queue(QueueCommand),
+    Queue(cmd::recipes::QueueCommand),
 
     /// A shared 64-bit counter: get, add, set (ASCII decimal at a config key).
     #[command(
         subcommand,
         after_help = "Examples:\n  coord counter add visits 1\n  coord counter get visits"
     )]
-    Counter(CounterCommand),
+    Counter(cmd::recipes::CounterCommand),
 
     /// A barrier: raise it, remove it, or wait until it is removed.
     #[command(
         subcommand,
         after_help = "Examples:\n  coord barrier raise deploy/freeze\n  coord barrier wait deploy/freeze\n  coord barrier remove deploy/freeze"
     )]
-    Barrier(BarrierCommand),
+    Barrier(cmd::recipes::BarrierCommand),
 
     /// Two-phase commits: read a transaction's decision.
     #[command(
@@ -211,7 +212,7 @@ Examples:
         alias = "txn",
         after_help = "Examples:\n  coord two-phase decision orders/4711"
     )]
-    TwoPhase(TwoPhaseCommand),
+    TwoPhase(cmd::recipes::TwoPhaseCommand),
 
     /// Show who holds what and who waits: locks, read/write locks, semaphores,
     /// elections, services, queues, double barriers and two-phase commits.
@@ -256,375 +257,6 @@ Examples:
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-}
-
-#[derive(Debug, Args)]
-struct LockArgs {
-    /// The lock's name: segments of [A-Za-z0-9._-] separated by '/'.
-    #[arg(value_parser = name_arg)]
-    name: String,
-    /// Let up to N commands hold the name at once (a semaphore with N permits; every
-    /// holder must use the same N).
-    #[arg(short = 'n', long = "permits", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_PERMITS)), conflicts_with_all = ["read", "write"])]
-    permits: Option<u32>,
-    /// Hold the read side of a read/write lock: shared with other readers, excluded by
-    /// a writer.
-    #[arg(long, conflicts_with = "write")]
-    read: bool,
-    /// Hold the write side of a read/write lock: alone, excluding readers.
-    #[arg(long)]
-    write: bool,
-    /// Give up waiting after this long (e.g. 30s, 5m); exit 124.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
-    timeout: Option<Duration>,
-    /// Do not wait: exit 75 at once if the lock is held.
-    #[arg(long = "try", conflicts_with = "timeout")]
-    try_once: bool,
-    /// After SIGTERM on a lost lock, wait this long before SIGKILL. The default is safe
-    /// (the command is gone before anyone else can be granted the lock); a longer one
-    /// lets a command that ignores SIGTERM run on beside the next holder.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
-    grace: Option<Duration>,
-    /// Let go when asked: `coord revoke NAME` (or Curator's `Revoker`) stops the command
-    /// as a lost lock does (SIGTERM, SIGKILL after --grace), releases the lock, and coord
-    /// exits 123.
-    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
-    revocable: bool,
-    /// When the command exits, keep the lock until everything it started has exited
-    /// too (flock's behaviour), instead of stopping what it left running (SIGTERM,
-    /// SIGKILL after --grace) and releasing at once.
-    #[arg(long)]
-    wait_for_children: bool,
-    /// What the lock's entry names as its holder, as `coord inspect` and waiters show it
-    /// (default: HOST:PID).
-    #[arg(long, value_name = "ID", value_parser = identity_arg)]
-    identity: Option<String>,
-    /// Lock-delay: when the holder ahead vanishes without releasing (its session
-    /// expired: a crash, a pause, a partition; or its entry was deleted), take the lock
-    /// only this long after seeing it go (e.g. 10s), so what it still had in flight can
-    /// land first; a release hands over at once. Give every holder of the name the same
-    /// delay. `coord inspect` shows who holds off, until when. At most 1h.
-    #[arg(long, value_parser = lock_delay_arg, value_name = "DURATION")]
-    lock_delay: Option<Duration>,
-    /// The exit status when --try finds the lock held or --timeout passes (default 75
-    /// and 124), as flock's -E.
-    #[arg(long, short = 'E', value_name = "CODE")]
-    conflict_exit_code: Option<u8>,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<OsString>,
-}
-
-#[derive(Debug, Args)]
-struct ElectArgs {
-    /// The election's name.
-    #[arg(value_parser = name_arg)]
-    name: String,
-    /// The value others see while this candidate leads (e.g. its address).
-    value: String,
-    /// Give up campaigning after this long; exit 124.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
-    timeout: Option<Duration>,
-    /// After SIGTERM on a lost leadership, wait this long before SIGKILL. The default is
-    /// safe, as `coord lock`'s (the command is gone before the server can expire the
-    /// session and another candidate lead); a longer one lets a command that ignores
-    /// SIGTERM run on beside the next leader.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
-    grace: Option<Duration>,
-    /// Lock-delay: when the leader ahead vanishes without resigning (its session
-    /// expired, or its entry was deleted), lead only this long after seeing it go; a
-    /// resignation hands over at once. As `coord lock --lock-delay`.
-    #[arg(long, value_parser = lock_delay_arg, value_name = "DURATION")]
-    lock_delay: Option<Duration>,
-    /// A command to run while leading, after `--`.
-    #[arg(last = true, value_name = "CMD")]
-    command: Vec<OsString>,
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum ConfigCommand {
-    /// Print a key's value (exit 3 if absent); --json adds its version.
-    #[command(
-        after_help = "Examples:\n  coord config get feature/x\n  coord config get --json feature/x   # {\"key\":…,\"value\":…,\"version\":\"12.0\"}"
-    )]
-    Get {
-        /// The key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-        /// Print the value's bytes as they are (no escaping, no newline added).
-        #[arg(long)]
-        raw: bool,
-    },
-    /// Create or replace a key; prints the new version.
-    #[command(
-        after_help = "Examples:\n  coord config put feature/x on\n  coord config put service/limits - < limits.json"
-    )]
-    Put {
-        /// The key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-        /// The value, or - to read it from standard input.
-        value: String,
-    },
-    /// Write a key only if it is at a version (or absent): exit 4 otherwise.
-    #[command(group(clap::ArgGroup::new("condition").args(["expect", "absent"]).required(true)))]
-    #[command(after_help = "\
-Examples:
-  v=$(coord config get --json feature/x | jq -r .version)
-  coord config cas feature/x off --expect \"$v\"
-  coord config cas leader-lease node-1 --absent")]
-    Cas {
-        /// The key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-        /// The value, or - to read it from standard input.
-        value: String,
-        /// The version the key must be at, as printed by get/put (e.g. 12.0).
-        #[arg(long, value_name = "VERSION")]
-        expect: Option<String>,
-        /// Write only if the key does not exist.
-        #[arg(long)]
-        absent: bool,
-    },
-    /// Delete a key (exit 0 whether or not it existed; --json says which).
-    #[command(after_help = "Examples:\n  coord config delete feature/x")]
-    Delete {
-        /// The key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-    },
-    /// List the keys at and below a prefix (segment-wise), sorted.
-    #[command(after_help = "Examples:\n  coord config list\n  coord config list --json feature")]
-    List {
-        /// The prefix; empty for the whole namespace.
-        #[arg(default_value = "", value_parser = prefix_arg)]
-        prefix: String,
-    },
-    /// Print the keys under a prefix, then every change, until interrupted.
-    #[command(after_help = "Examples:\n  coord config watch feature\n  coord config watch --json | jq -c .")]
-    Watch {
-        /// The prefix; empty for the whole namespace.
-        #[arg(default_value = "", value_parser = prefix_arg)]
-        prefix: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum RegistryCommand {
-    /// List a service's instances.
-    #[command(
-        after_help = "Examples:\n  coord registry list api\n  coord registry list --json api | jq -r .address"
-    )]
-    List {
-        /// The service.
-        #[arg(value_parser = name_arg)]
-        service: String,
-    },
-    /// Print a service's instances, then every change, until interrupted.
-    #[command(after_help = "Examples:\n  coord registry watch api")]
-    Watch {
-        /// The service.
-        #[arg(value_parser = name_arg)]
-        service: String,
-    },
-    /// Register an instance until interrupted, or while a command runs.
-    ///
-    /// The registration is bound to coord's session: it disappears if coord dies, and
-    /// is re-created after a lost session.
-    #[command(after_help = "\
-Examples:
-  coord registry register api node-1 10.0.0.7:8080 --meta zone=a -- ./server
-  coord registry register api node-1 10.0.0.7:8080   # until Ctrl-C")]
-    Register {
-        /// The service.
-        #[arg(value_parser = name_arg)]
-        service: String,
-        /// The instance's id, unique within the service.
-        #[arg(value_parser = segment_arg)]
-        id: String,
-        /// Where to reach it, e.g. 10.0.0.7:8080.
-        address: String,
-        /// Metadata, KEY=VALUE (repeatable).
-        #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
-        metadata: Vec<(String, String)>,
-        /// A command to run while registered, after `--`.
-        #[arg(last = true, value_name = "CMD")]
-        command: Vec<OsString>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum QueueCommand {
-    /// Add an item at the tail; prints its sequence number.
-    #[command(
-        after_help = "Examples:\n  coord queue push jobs 'resize 1.png'\n  coord queue push jobs - < job.json"
-    )]
-    Push {
-        /// The queue's name.
-        #[arg(value_parser = name_arg)]
-        name: String,
-        /// The item, or - to read it from standard input.
-        item: String,
-        /// Refuse the push (exit 69, retry later) while the queue holds this many items.
-        #[arg(long, default_value_t = coord::MAX_QUEUE_ITEMS, value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_QUEUE_ITEMS)))]
-        max: u32,
-    },
-    /// Take the oldest item (each item goes to exactly one taker) and print it; waits
-    /// for one unless --try.
-    #[command(
-        after_help = "Examples:\n  coord queue take jobs\n  coord queue take --try jobs || echo empty\n  coord queue take --timeout 30s --json jobs"
-    )]
-    Take {
-        /// The queue's name.
-        #[arg(value_parser = name_arg)]
-        name: String,
-        /// Give up waiting after this long; exit 124.
-        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
-        timeout: Option<Duration>,
-        /// Do not wait: exit 3 at once if the queue is empty.
-        #[arg(long = "try", conflicts_with = "timeout")]
-        try_once: bool,
-    },
-    /// Print how many items the queue holds.
-    #[command(after_help = "Examples:\n  coord queue len jobs")]
-    Len {
-        /// The queue's name.
-        #[arg(value_parser = name_arg)]
-        name: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum CounterCommand {
-    /// Print the counter (0 when absent).
-    #[command(after_help = "Examples:\n  coord counter get visits")]
-    Get {
-        /// The counter's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-    },
-    /// Add DELTA (may be negative) and print the new value; every add lands once.
-    #[command(after_help = "Examples:\n  coord counter add visits 1\n  coord counter add visits -5")]
-    Add {
-        /// The counter's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-        /// What to add.
-        #[arg(allow_negative_numbers = true)]
-        delta: i64,
-    },
-    /// Set the counter.
-    #[command(after_help = "Examples:\n  coord counter set visits 0")]
-    Set {
-        /// The counter's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-        /// The new value.
-        #[arg(allow_negative_numbers = true)]
-        value: i64,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum BarrierCommand {
-    /// Raise the barrier (a persistent key: it stays up until removed).
-    #[command(after_help = "Examples:\n  coord barrier raise deploy/freeze")]
-    Raise {
-        /// The barrier's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-    },
-    /// Remove the barrier, releasing everyone waiting.
-    #[command(after_help = "Examples:\n  coord barrier remove deploy/freeze")]
-    Remove {
-        /// The barrier's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-    },
-    /// Wait until the barrier is removed (at once if it is not raised).
-    #[command(
-        after_help = "Examples:\n  coord barrier wait deploy/freeze && ./deploy.sh\n  coord barrier wait --timeout 10m deploy/freeze"
-    )]
-    Wait {
-        /// The barrier's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-        /// Give up waiting after this long; exit 124.
-        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
-        timeout: Option<Duration>,
-    },
-    /// Print whether the barrier is raised (exit 3 when it is not).
-    #[command(after_help = "Examples:\n  coord barrier status deploy/freeze")]
-    Status {
-        /// The barrier's config key.
-        #[arg(value_parser = name_arg)]
-        key: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum TwoPhaseCommand {
-    /// Print a two-phase commit's persisted decision, commit or abort (exit 3 when it
-    /// has none yet).
-    #[command(
-        after_help = "Examples:\n  coord two-phase decision orders/4711\n  coord two-phase decision --json orders/4711"
-    )]
-    Decision {
-        /// The transaction's name.
-        #[arg(value_parser = name_arg)]
-        name: String,
-    },
-}
-
-/// A name or key, checked before anything is sent (as the library would, after
-/// connecting): a usage error at once.
-fn name_arg(s: &str) -> Result<String, String> {
-    coord::validate_name("name", s)
-        .map(|()| s.to_owned())
-        .map_err(|e| e.message().to_owned())
-}
-
-/// A lock-delay: a duration of at most [`coord::MAX_LOCK_DELAY`].
-fn lock_delay_arg(s: &str) -> Result<Duration, String> {
-    let delay = humantime::parse_duration(s).map_err(|e| e.to_string())?;
-    if delay > coord::MAX_LOCK_DELAY {
-        return Err(format!(
-            "{s} is over the longest lock-delay, {}: it bounds how long a vanished holder's late writes may take",
-            humantime::format_duration(coord::MAX_LOCK_DELAY)
-        ));
-    }
-    Ok(delay)
-}
-
-/// A holder's identity: not empty (that would hide who holds).
-fn identity_arg(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        return Err("an empty identity would hide who holds; leave --identity out for HOST:PID".into());
-    }
-    Ok(s.to_owned())
-}
-
-/// A single segment (an instance id).
-fn segment_arg(s: &str) -> Result<String, String> {
-    if s.contains('/') {
-        return Err(format!("{s:?} contains '/'; it must be a single segment"));
-    }
-    name_arg(s)
-}
-
-/// A prefix: empty (everything) or a name.
-fn prefix_arg(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        Ok(String::new())
-    } else {
-        name_arg(s)
-    }
-}
-
-fn parse_meta(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 fn main() -> ExitCode {
@@ -724,7 +356,12 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
         Some(timeout) => with_session_timeout(&url, &scheme, timeout)?,
         None => url,
     };
-    if cli.json && matches!(cli.command, Command::Config(ConfigCommand::Get { raw: true, .. })) {
+    if cli.json
+        && matches!(
+            cli.command,
+            Command::Config(cmd::config::ConfigCommand::Get { raw: true, .. })
+        )
+    {
         return Err(Failure::usage(
             "--raw prints the bare value; it cannot be --json too",
         ));
@@ -733,7 +370,9 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
     match &cli.command {
         Command::Lock(a) => child::check_runnable(&a.command)?,
         Command::Elect(a) => child::check_runnable(&a.command)?,
-        Command::Registry(RegistryCommand::Register { command, .. }) => child::check_runnable(command)?,
+        Command::Registry(cmd::registry::RegistryCommand::Register { command, .. }) => {
+            child::check_runnable(command)?
+        }
         _ => {}
     }
     let mut stop = child::Stop::install()?;
@@ -830,11 +469,11 @@ async fn run(cli: Cli, out: Out) -> Result<ExitCode, Failure> {
         }
         Command::Leader { name } => one_shot(&mut stop, cmd::elect::leader(&client, &name, out)).await,
         Command::Observe { name } => cmd::elect::observe(&client, &name, &mut stop, out).await,
-        Command::Config(ConfigCommand::Watch { prefix }) => {
+        Command::Config(cmd::config::ConfigCommand::Watch { prefix }) => {
             cmd::config::watch(&client, &prefix, &mut stop, out).await
         }
         Command::Config(c) => one_shot(&mut stop, cmd::config::run(&client, c, out)).await,
-        Command::Registry(RegistryCommand::List { service }) => {
+        Command::Registry(cmd::registry::RegistryCommand::List { service }) => {
             one_shot(&mut stop, cmd::registry::list(&client, &service, out)).await
         }
         Command::Registry(c) => cmd::registry::run(&client, c, &mut stop, out).await,
@@ -889,10 +528,10 @@ fn connect_bound(command: &Command) -> Option<Bound> {
     let (timeout, try_once) = match command {
         Command::Lock(a) => (a.timeout, a.try_once),
         Command::Elect(a) => (a.timeout, false),
-        Command::Queue(QueueCommand::Take {
+        Command::Queue(cmd::recipes::QueueCommand::Take {
             timeout, try_once, ..
         }) => (*timeout, *try_once),
-        Command::Barrier(BarrierCommand::Wait { timeout, .. }) => (*timeout, false),
+        Command::Barrier(cmd::recipes::BarrierCommand::Wait { timeout, .. }) => (*timeout, false),
         _ => (None, false),
     };
     match (try_once, timeout) {
@@ -907,8 +546,8 @@ fn spend(command: &mut Command, elapsed: Duration) {
     let timeout = match command {
         Command::Lock(a) => &mut a.timeout,
         Command::Elect(a) => &mut a.timeout,
-        Command::Queue(QueueCommand::Take { timeout, .. }) => timeout,
-        Command::Barrier(BarrierCommand::Wait { timeout, .. }) => timeout,
+        Command::Queue(cmd::recipes::QueueCommand::Take { timeout, .. }) => timeout,
+        Command::Barrier(cmd::recipes::BarrierCommand::Wait { timeout, .. }) => timeout,
         _ => return,
     };
     if let Some(t) = timeout {

@@ -3,13 +3,82 @@
 use std::io::Read as _;
 use std::process::ExitCode;
 
+use clap::Subcommand;
 use coord::{Client, ConfigEvent, ConfigStore as _, Entry, Version};
 use serde_json::json;
 
-use crate::ConfigCommand;
 use crate::child::Stop;
+use crate::cmd::args::*;
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print a key's value (exit 3 if absent); --json adds its version.
+    #[command(
+        after_help = "Examples:\n  coord config get feature/x\n  coord config get --json feature/x   # {\"key\":…,\"value\":…,\"version\":\"12.0\"}"
+    )]
+    Get {
+        /// The key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+        /// Print the value's bytes as they are (no escaping, no newline added).
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Create or replace a key; prints the new version.
+    #[command(
+        after_help = "Examples:\n  coord config put feature/x on\n  coord config put service/limits - < limits.json"
+    )]
+    Put {
+        /// The key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+        /// The value, or - to read it from standard input.
+        value: String,
+    },
+    /// Write a key only if it is at a version (or absent): exit 4 otherwise.
+    #[command(group(clap::ArgGroup::new("condition").args(["expect", "absent"]).required(true)))]
+    #[command(after_help = "\
+Examples:
+  v=$(coord config get --json feature/x | jq -r .version)
+  coord config cas feature/x off --expect \"$v\"
+  coord config cas leader-lease node-1 --absent")]
+    Cas {
+        /// The key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+        /// The value, or - to read it from standard input.
+        value: String,
+        /// The version the key must be at, as printed by get/put (e.g. 12.0).
+        #[arg(long, value_name = "VERSION")]
+        expect: Option<String>,
+        /// Write only if the key does not exist.
+        #[arg(long)]
+        absent: bool,
+    },
+    /// Delete a key (exit 0 whether or not it existed; --json says which).
+    #[command(after_help = "Examples:\n  coord config delete feature/x")]
+    Delete {
+        /// The key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+    },
+    /// List the keys at and below a prefix (segment-wise), sorted.
+    #[command(after_help = "Examples:\n  coord config list\n  coord config list --json feature")]
+    List {
+        /// The prefix; empty for the whole namespace.
+        #[arg(default_value = "", value_parser = prefix_arg)]
+        prefix: String,
+    },
+    /// Print the keys under a prefix, then every change, until interrupted.
+    #[command(after_help = "Examples:\n  coord config watch feature\n  coord config watch --json | jq -c .")]
+    Watch {
+        /// The prefix; empty for the whole namespace.
+        #[arg(default_value = "", value_parser = prefix_arg)]
+        prefix: String,
+    },
+}
 
 /// The one-shot config commands (`watch` is [`watch`]).
 pub async fn run(client: &Client, command: ConfigCommand, out: Out) -> Result<ExitCode, Failure> {

@@ -4,14 +4,42 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Args;
+use coord::Granted as _;
 use coord::{Client, Election as _, LeaderEvent, LeaderInfo};
 use serde_json::json;
 
 use crate::child::{self, Held, Stop};
+use crate::cmd::args::*;
 use crate::cmd::wait::{self, Holder, Waiting};
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
-use coord::Granted as _;
+
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name.
+    #[arg(value_parser = name_arg)]
+    pub(crate) name: String,
+    /// The value others see while this candidate leads (e.g. its address).
+    pub(crate) value: String,
+    /// Give up campaigning after this long; exit 124.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub(crate) timeout: Option<Duration>,
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL. The default is
+    /// safe, as `coord lock`'s (the command is gone before the server can expire the
+    /// session and another candidate lead); a longer one lets a command that ignores
+    /// SIGTERM run on beside the next leader.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub(crate) grace: Option<Duration>,
+    /// Lock-delay: when the leader ahead vanishes without resigning (its session
+    /// expired, or its entry was deleted), lead only this long after seeing it go; a
+    /// resignation hands over at once. As `coord lock --lock-delay`.
+    #[arg(long, value_parser = lock_delay_arg, value_name = "DURATION")]
+    pub(crate) lock_delay: Option<Duration>,
+    /// A command to run while leading, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
 
 /// The arguments of `coord elect`.
 pub struct Campaign<'a> {

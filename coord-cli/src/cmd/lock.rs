@@ -5,14 +5,73 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Args;
+use coord::Granted as _;
 use coord::{Client, FencingToken, Lease, LockGuard, LockOptions, ReadGuard, RecipeKind, WriteGuard};
 use serde_json::json;
 
 use crate::child::{self, Held, Stop};
+use crate::cmd::args::*;
 use crate::cmd::wait::{self, Holder, Waiting};
 use crate::exit::{self, Failure};
 use crate::output::Out;
-use coord::Granted as _;
+
+#[derive(Debug, Args)]
+pub(crate) struct LockArgs {
+    /// The lock's name: segments of [A-Za-z0-9._-] separated by '/'.
+    #[arg(value_parser = name_arg)]
+    pub(crate) name: String,
+    /// Let up to N commands hold the name at once (a semaphore with N permits; every
+    /// holder must use the same N).
+    #[arg(short = 'n', long = "permits", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_PERMITS)), conflicts_with_all = ["read", "write"])]
+    pub(crate) permits: Option<u32>,
+    /// Hold the read side of a read/write lock: shared with other readers, excluded by
+    /// a writer.
+    #[arg(long, conflicts_with = "write")]
+    pub(crate) read: bool,
+    /// Hold the write side of a read/write lock: alone, excluding readers.
+    #[arg(long)]
+    pub(crate) write: bool,
+    /// Give up waiting after this long (e.g. 30s, 5m); exit 124.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub(crate) timeout: Option<Duration>,
+    /// Do not wait: exit 75 at once if the lock is held.
+    #[arg(long = "try", conflicts_with = "timeout")]
+    pub(crate) try_once: bool,
+    /// After SIGTERM on a lost lock, wait this long before SIGKILL. The default is safe
+    /// (the command is gone before anyone else can be granted the lock); a longer one
+    /// lets a command that ignores SIGTERM run on beside the next holder.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub(crate) grace: Option<Duration>,
+    /// Let go when asked: `coord revoke NAME` (or Curator's `Revoker`) stops the command
+    /// as a lost lock does (SIGTERM, SIGKILL after --grace), releases the lock, and coord
+    /// exits 123.
+    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
+    pub(crate) revocable: bool,
+    /// When the command exits, keep the lock until everything it started has exited
+    /// too (flock's behaviour), instead of stopping what it left running (SIGTERM,
+    /// SIGKILL after --grace) and releasing at once.
+    #[arg(long)]
+    pub(crate) wait_for_children: bool,
+    /// What the lock's entry names as its holder, as `coord inspect` and waiters show it
+    /// (default: HOST:PID).
+    #[arg(long, value_name = "ID", value_parser = identity_arg)]
+    pub(crate) identity: Option<String>,
+    /// Lock-delay: when the holder ahead vanishes without releasing (its session
+    /// expired: a crash, a pause, a partition; or its entry was deleted), take the lock
+    /// only this long after seeing it go (e.g. 10s), so what it still had in flight can
+    /// land first; a release hands over at once. Give every holder of the name the same
+    /// delay. `coord inspect` shows who holds off, until when. At most 1h.
+    #[arg(long, value_parser = lock_delay_arg, value_name = "DURATION")]
+    pub(crate) lock_delay: Option<Duration>,
+    /// The exit status when --try finds the lock held or --timeout passes (default 75
+    /// and 124), as flock's -E.
+    #[arg(long, short = 'E', value_name = "CODE")]
+    pub(crate) conflict_exit_code: Option<u8>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
 
 /// Which grant the command runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

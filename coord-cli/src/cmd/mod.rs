@@ -7,6 +7,7 @@ use futures::StreamExt as _;
 use crate::child::Stop;
 use crate::exit::{self, Failure};
 
+pub mod args;
 pub mod config;
 pub mod elect;
 pub mod inspect;

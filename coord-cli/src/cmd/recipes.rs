@@ -4,13 +4,137 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Subcommand;
 use coord::Client;
 use serde_json::json;
 
 use crate::child::{self, Stop};
+use crate::cmd::args::*;
 use crate::exit::{self, Failure};
 use crate::output::{self, Out};
-use crate::{BarrierCommand, CounterCommand, QueueCommand, TwoPhaseCommand};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum QueueCommand {
+    /// Add an item at the tail; prints its sequence number.
+    #[command(
+        after_help = "Examples:\n  coord queue push jobs 'resize 1.png'\n  coord queue push jobs - < job.json"
+    )]
+    Push {
+        /// The queue's name.
+        #[arg(value_parser = name_arg)]
+        name: String,
+        /// The item, or - to read it from standard input.
+        item: String,
+        /// Refuse the push (exit 69, retry later) while the queue holds this many items.
+        #[arg(long, default_value_t = coord::MAX_QUEUE_ITEMS, value_parser = clap::value_parser!(u32).range(1..=i64::from(coord::MAX_QUEUE_ITEMS)))]
+        max: u32,
+    },
+    /// Take the oldest item (each item goes to exactly one taker) and print it; waits
+    /// for one unless --try.
+    #[command(
+        after_help = "Examples:\n  coord queue take jobs\n  coord queue take --try jobs || echo empty\n  coord queue take --timeout 30s --json jobs"
+    )]
+    Take {
+        /// The queue's name.
+        #[arg(value_parser = name_arg)]
+        name: String,
+        /// Give up waiting after this long; exit 124.
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        timeout: Option<Duration>,
+        /// Do not wait: exit 3 at once if the queue is empty.
+        #[arg(long = "try", conflicts_with = "timeout")]
+        try_once: bool,
+    },
+    /// Print how many items the queue holds.
+    #[command(after_help = "Examples:\n  coord queue len jobs")]
+    Len {
+        /// The queue's name.
+        #[arg(value_parser = name_arg)]
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CounterCommand {
+    /// Print the counter (0 when absent).
+    #[command(after_help = "Examples:\n  coord counter get visits")]
+    Get {
+        /// The counter's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+    },
+    /// Add DELTA (may be negative) and print the new value; every add lands once.
+    #[command(after_help = "Examples:\n  coord counter add visits 1\n  coord counter add visits -5")]
+    Add {
+        /// The counter's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+        /// What to add.
+        #[arg(allow_negative_numbers = true)]
+        delta: i64,
+    },
+    /// Set the counter.
+    #[command(after_help = "Examples:\n  coord counter set visits 0")]
+    Set {
+        /// The counter's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+        /// The new value.
+        #[arg(allow_negative_numbers = true)]
+        value: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BarrierCommand {
+    /// Raise the barrier (a persistent key: it stays up until removed).
+    #[command(after_help = "Examples:\n  coord barrier raise deploy/freeze")]
+    Raise {
+        /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+    },
+    /// Remove the barrier, releasing everyone waiting.
+    #[command(after_help = "Examples:\n  coord barrier remove deploy/freeze")]
+    Remove {
+        /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+    },
+    /// Wait until the barrier is removed (at once if it is not raised).
+    #[command(
+        after_help = "Examples:\n  coord barrier wait deploy/freeze && ./deploy.sh\n  coord barrier wait --timeout 10m deploy/freeze"
+    )]
+    Wait {
+        /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+        /// Give up waiting after this long; exit 124.
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        timeout: Option<Duration>,
+    },
+    /// Print whether the barrier is raised (exit 3 when it is not).
+    #[command(after_help = "Examples:\n  coord barrier status deploy/freeze")]
+    Status {
+        /// The barrier's config key.
+        #[arg(value_parser = name_arg)]
+        key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TwoPhaseCommand {
+    /// Print a two-phase commit's persisted decision, commit or abort (exit 3 when it
+    /// has none yet).
+    #[command(
+        after_help = "Examples:\n  coord two-phase decision orders/4711\n  coord two-phase decision --json orders/4711"
+    )]
+    Decision {
+        /// The transaction's name.
+        #[arg(value_parser = name_arg)]
+        name: String,
+    },
+}
 
 /// `coord queue push|take|len`.
 pub async fn queue(

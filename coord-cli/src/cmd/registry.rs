@@ -1,15 +1,61 @@
 //! `coord registry list|watch|register`.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Subcommand;
 use coord::{Client, Registry as _, RegistryEvent, ServiceInstance};
 use serde_json::json;
 
-use crate::RegistryCommand;
 use crate::child::{self, Held, Stop};
+use crate::cmd::args::*;
 use crate::exit::Failure;
 use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RegistryCommand {
+    /// List a service's instances.
+    #[command(
+        after_help = "Examples:\n  coord registry list api\n  coord registry list --json api | jq -r .address"
+    )]
+    List {
+        /// The service.
+        #[arg(value_parser = name_arg)]
+        service: String,
+    },
+    /// Print a service's instances, then every change, until interrupted.
+    #[command(after_help = "Examples:\n  coord registry watch api")]
+    Watch {
+        /// The service.
+        #[arg(value_parser = name_arg)]
+        service: String,
+    },
+    /// Register an instance until interrupted, or while a command runs.
+    ///
+    /// The registration is bound to coord's session: it disappears if coord dies, and
+    /// is re-created after a lost session.
+    #[command(after_help = "\
+Examples:
+  coord registry register api node-1 10.0.0.7:8080 --meta zone=a -- ./server
+  coord registry register api node-1 10.0.0.7:8080   # until Ctrl-C")]
+    Register {
+        /// The service.
+        #[arg(value_parser = name_arg)]
+        service: String,
+        /// The instance's id, unique within the service.
+        #[arg(value_parser = segment_arg)]
+        id: String,
+        /// Where to reach it, e.g. 10.0.0.7:8080.
+        address: String,
+        /// Metadata, KEY=VALUE (repeatable).
+        #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+        metadata: Vec<(String, String)>,
+        /// A command to run while registered, after `--`.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+}
 
 /// Prints a service's instances.
 pub async fn list(client: &Client, service: &str, out: Out) -> Result<ExitCode, Failure> {
