@@ -84,6 +84,8 @@ mod fencing;
 mod granted;
 mod hold;
 pub mod metrics;
+#[doc(hidden)]
+pub mod mutants;
 mod name;
 mod primitives;
 pub mod raw;

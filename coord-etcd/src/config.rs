@@ -144,7 +144,7 @@ impl KvStore for EtcdClient {
                 Op::Delete { key } => etcd::TxnOp::delete(full(key), None),
             })
             .collect();
-        if coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::CasReadThenWrite) {
+        if coord_core::mutants::active(coord_core::mutants::Mutant::CasReadThenWrite) {
             self.check_then_write(&txn).await?;
             compares.clear();
         }

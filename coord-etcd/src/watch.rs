@@ -107,7 +107,7 @@ where
             // Follow until compaction forces a resync.
             loop {
                 if resumed
-                    && coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::WatchResumeFromNow)
+                    && coord_core::mutants::active(coord_core::mutants::Mutant::WatchResumeFromNow)
                     && let Some((now, _)) = retry(&inner, &tx, || range(&inner, &prefix)).await
                 {
                     next = now + 1;

@@ -2,7 +2,7 @@
 //! modification revision.
 
 use async_trait::async_trait;
-use coord_core::raw::mutants::{self, Mutant};
+use coord_core::mutants::{self, Mutant};
 use coord_core::raw::{Counter, KvStore, key_matches_prefix};
 use coord_core::{Check, ConfigEvent, Entry, Op, OpResult, Result, Txn, Version, Versioned};
 use futures::stream::BoxStream;

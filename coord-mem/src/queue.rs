@@ -4,7 +4,7 @@
 //! if absent; queue order and token are the key's creation revision.
 
 use async_trait::async_trait;
-use coord_core::raw::mutants::{self, Mutant};
+use coord_core::mutants::{self, Mutant};
 use coord_core::raw::{
     Ahead, ContenderQueue, Counter, EntriesEvent, HeadEvent, HeadTracker, Joined, QueueEntry, QueueSpec,
     ReleaseMark, Slot, Surveyed, Ticket, release_mark_key,

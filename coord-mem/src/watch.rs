@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use coord_core::mutants::{self, Mutant};
 use coord_core::raw::Counter;
-use coord_core::raw::mutants::{self, Mutant};
 use coord_core::{Error, ErrorKind, Result};
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;

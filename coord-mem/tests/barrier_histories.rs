@@ -174,7 +174,7 @@ fn barriers_hold_under_faults() {
 #[cfg(feature = "mutants")]
 #[test]
 fn negative_control_early_enter_is_caught() {
-    use coord_core::raw::mutants::{self, Mutant};
+    use coord_core::mutants::{self, Mutant};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     mutants::set(Mutant::BarrierEnterEarly, true);
     let violations = run_all(" (mutant: early enter)");

@@ -253,7 +253,7 @@ fn two_phase_commit_agrees_under_faults() {
 #[cfg(feature = "mutants")]
 #[test]
 fn negative_control_decision_overwritten_is_caught() {
-    use coord_core::raw::mutants::{self, Mutant};
+    use coord_core::mutants::{self, Mutant};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     mutants::set(Mutant::DecisionOverwritten, true);
     let (violations, _) = run_all(" (mutant: decision overwritten)");

@@ -239,7 +239,7 @@ fn watches_and_caches_follow_the_store_under_faults() {
 #[cfg(feature = "mutants")]
 #[test]
 fn negative_control_silent_gap_is_caught() {
-    use coord_core::raw::mutants::{self, Mutant};
+    use coord_core::mutants::{self, Mutant};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     mutants::set(Mutant::WatchGapSilent, true);
     let violations = run_all(" (mutant: silent gap)");

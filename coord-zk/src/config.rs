@@ -443,7 +443,7 @@ async fn cas(inner: &Inner, key: &str, expected: Version, value: &[u8]) -> Resul
 /// at the data version gets `value` (the result of the set is the last one).
 fn marked_set(path: &str, marker: &str, value: &[u8], data_version: i32) -> Vec<PlannedOp> {
     let set = PlannedOp::Set(path.to_owned(), value.to_vec(), data_version);
-    if coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::MarkerUnchecked) {
+    if coord_core::mutants::active(coord_core::mutants::Mutant::MarkerUnchecked) {
         return vec![set];
     }
     vec![PlannedOp::Check(format!("{path}/{marker}"), -1), set]

@@ -490,8 +490,7 @@ pub(crate) async fn children_with_data(
         };
         let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
         let data = data_of(inner, &paths, op).await?;
-        let split_silently =
-            coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::RereadSplitSilently);
+        let split_silently = coord_core::mutants::active(coord_core::mutants::Mutant::RereadSplitSilently);
         if split_silently {
             return Ok(children
                 .into_iter()

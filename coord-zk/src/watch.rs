@@ -211,9 +211,7 @@ pub(crate) async fn follow<F: DirFollower>(
                 // only a round with no notification at all is known to be a state.
                 let one_request = |read: &[zk::WatchedEvent]| {
                     distinct_paths(read) <= crate::session::CHUNK
-                        || coord_core::raw::mutants::active(
-                            coord_core::raw::mutants::Mutant::RereadSplitSilently,
-                        )
+                        || coord_core::mutants::active(coord_core::mutants::Mutant::RereadSplitSilently)
                 };
                 let covered = match &batch {
                     Some(read) if one_request(read.as_slice()) => {
@@ -343,7 +341,7 @@ async fn read_batch<F: DirFollower>(
         let attempt = async {
             if batch.is_none()
                 && rearmed.is_none()
-                && !coord_core::raw::mutants::active(coord_core::raw::mutants::Mutant::WatchNotRearmed)
+                && !coord_core::mutants::active(coord_core::mutants::Mutant::WatchNotRearmed)
             {
                 rearmed = Some(arm(inner, dir).await?);
             }

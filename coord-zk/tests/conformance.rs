@@ -408,7 +408,7 @@ async fn locally_lost_session_is_closed_not_resumed(ctx: Ctx) -> CaseResult {
 /// ZooKeeper's layout: with the mutant `RereadSplitSilently` (a re-read of more than 64
 /// nodes taken as one state unchecked), the same run must show mixed views.
 async fn split_reread_mutant_is_caught(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{Mutant, switch_on};
+    use coord_core::mutants::{Mutant, switch_on};
     let _on = switch_on(&[Mutant::RereadSplitSilently]);
     for run in 1..=3 {
         let (judged, mixed, _, _) = coord_conformance::cases::cache::wide_commit_views(&ctx).await?;

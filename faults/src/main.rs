@@ -277,7 +277,7 @@ fn main() -> anyhow::Result<()> {
                     Scenario::ConfigWatchers => config::run(&env).await,
                     Scenario::Recipes => recipes::run(&env).await,
                     Scenario::RecipesMutantTakeInPlace => {
-                        use coord_core::raw::mutants::{self, Mutant};
+                        use coord_core::mutants::{self, Mutant};
                         mutants::set(Mutant::TakeWithoutReceipt, true);
                         // Up to three runs until the checker catches it: whether a take is
                         // dropped right after its removal landed is up to timing.

@@ -426,7 +426,7 @@ pub async fn config_histories_beside_a_foreign_writer(ctx: Ctx) -> CaseResult {
 /// writes unconditionally), the same histories must show a violation.
 #[cfg(feature = "mutants")]
 pub async fn config_histories_catch_the_backend_mutants(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{Mutant, switch_on};
+    use coord_core::mutants::{Mutant, switch_on};
     let _on = switch_on(&[Mutant::MarkerUnchecked, Mutant::CasReadThenWrite]);
     for seed in 1..=8 {
         let (violations, _, _) = config_history(&ctx, 100 + seed).await?;
@@ -487,7 +487,7 @@ pub async fn queue_history_with_closes_mid_take(ctx: Ctx) -> CaseResult {
 /// each take they dropped.
 #[cfg(feature = "mutants")]
 pub async fn queue_history_catches_take_without_receipt(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{Mutant, switch_on};
+    use coord_core::mutants::{Mutant, switch_on};
     let _on = switch_on(&[Mutant::TakeWithoutReceipt]);
     let started = tokio::time::Instant::now();
     for run in 1..=MUTANT_RUNS {

@@ -751,7 +751,7 @@ pub async fn watch_histories_beside_a_foreign_writer(ctx: Ctx) -> CaseResult {
 /// again after a reconnect), the same histories must show a violation.
 #[cfg(feature = "mutants")]
 pub async fn watch_histories_catch_the_backend_mutants(ctx: Ctx) -> CaseResult {
-    use coord_core::raw::mutants::{Mutant, switch_on};
+    use coord_core::mutants::{Mutant, switch_on};
     let _on = switch_on(&[Mutant::WatchResumeFromNow, Mutant::WatchNotRearmed]);
     // Under member faults a watcher's session may be lost and its watch armed anew,
     // which hides the ZooKeeper mutant in that history: up to ten.

@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::Fence;
 use crate::hold::{EntryGone, HoldState, HoldWatch};
 use crate::metrics;
-use crate::raw::mutants::{self, Mutant};
+use crate::mutants::{self, Mutant};
 use crate::raw::{
     Admission, Backend, Backoff, Joined, Position, QueueEntry, QueueSpec, ReleaseMark, Slot, Ticket,
 };

@@ -13,10 +13,10 @@ use crate::client::Client;
 use crate::engine::contender::{Grant, acquire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
+use crate::mutants::{self, Mutant};
 use crate::name::{validate_name, validate_segment_name};
 use crate::primitives::lock::no_grant;
 use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView};
-use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, EntriesEvent, EntryClass, Member, QueueSpec};
 
 /// The most members a double barrier may have.

@@ -14,11 +14,11 @@ use crate::engine::contender::{acquire, suspended, try_deadline, unless_suspende
 use crate::error::{Error, ErrorKind, Result};
 use crate::granted::Granted as _;
 use crate::hold::HoldState;
+use crate::mutants::{self, Mutant};
 use crate::name::{validate_name, validate_value};
 use crate::primitives::config::ConfigStore;
 use crate::primitives::lock::{LockGuard, no_grant};
 use crate::primitives::view::{Layout, RecipeKind, RecipeView, matching, split_role};
-use crate::raw::mutants::{self, Mutant};
 use crate::raw::{Admission, Backoff, EntryClass, QueueSpec};
 use crate::session::SessionState;
 use crate::txn::Txn;

@@ -45,7 +45,6 @@ pub(crate) mod client_state;
 pub(crate) mod connstr;
 mod instances;
 mod kv;
-pub mod mutants;
 mod queue;
 #[cfg(feature = "reach")]
 pub mod reach;

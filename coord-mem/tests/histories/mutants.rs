@@ -8,12 +8,12 @@ use super::*;
 /// Runs `history` over seeds (the plan's, then more) with `mutant` switched on, until a
 /// run reports a violation; fails if none does within `MUTANT_MAX_SEEDS`.
 #[cfg(feature = "mutants")]
-pub(crate) fn caught_with<F, Fut>(mutant: coord_core::raw::mutants::Mutant, what: &str, history: F) -> String
+pub(crate) fn caught_with<F, Fut>(mutant: coord_core::mutants::Mutant, what: &str, history: F) -> String
 where
     F: Fn(u64) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = bool> + Send + 'static,
 {
-    use coord_core::raw::mutants;
+    use coord_core::mutants;
     let plan = plan();
     mutants::set(mutant, true);
     let (mut caught, mut tried) = (0usize, 0usize);
@@ -50,7 +50,7 @@ where
 #[cfg(feature = "mutants")]
 #[test]
 pub(crate) fn library_mutants_are_caught() {
-    use coord_core::raw::mutants::Mutant;
+    use coord_core::mutants::Mutant;
     let _one = one_at_a_time();
     let exclusion = |kind: Kind| {
         move |seed| async move {
