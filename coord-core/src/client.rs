@@ -227,7 +227,7 @@ impl Client {
     /// not finished by then is left to whoever comes next (a receipt left behind puts
     /// its item back at the head of the queue: delivered again, never lost). Grants held
     /// with a lock-delay are released first too, with their marks, so their waiters take
-    /// over at once ([`Client::lock_with`]); dropping the last handle instead ends the
+    /// over at once ([`Lock::lock_with`](crate::Lock::lock_with)); dropping the last handle instead ends the
     /// session without them, and those waiters hold off as after a crash.
     ///
     /// # Errors

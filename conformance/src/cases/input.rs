@@ -106,10 +106,17 @@ pub async fn oversized_values_rejected(ctx: Ctx) -> CaseResult {
         inv,
     )?;
     expect_kind("campaign(oversized)", c.campaign("e", big.clone()).await, inv)?;
-    expect_kind("lock_as(oversized)", c.lock_as("l", big.clone()).await, inv)?;
     expect_kind(
-        "rw_lock.with_holder(oversized)",
-        c.rw_lock("rw")?.with_holder(big.clone()).map(|_| ()),
+        "lock_with(an oversized holder)",
+        c.lock_with("l", coord_core::LockOptions::new().holder(big.clone()))
+            .await,
+        inv,
+    )?;
+    expect_kind(
+        "rw_lock.with_options(an oversized holder)",
+        c.rw_lock("rw")?
+            .with_options(coord_core::LockOptions::new().holder(big.clone()))
+            .map(|_| ()),
         inv,
     )?;
     let fat = ServiceInstance::new("n1", "h").with_metadata("blob", "x".repeat(MAX_VALUE_LEN));

@@ -32,13 +32,27 @@ fn values(participants: &[coord_core::Participant]) -> Vec<String> {
 pub async fn shows_every_recipe_as_it_stands(ctx: Ctx) -> CaseResult {
     let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
     // A lock held by a, waited for by b.
-    let held = within(QUICK, "a locks", a.lock_as("jobs/nightly", "a:1")).await??;
+    let held = within(
+        QUICK,
+        "a locks",
+        a.lock_with("jobs/nightly", coord_core::LockOptions::new().holder("a:1")),
+    )
+    .await??;
     let b2 = b.clone();
-    let mut lock_waiter = tokio::spawn(async move { b2.lock_as("jobs/nightly", "b:2").await });
+    let mut lock_waiter = tokio::spawn(async move {
+        b2.lock_with("jobs/nightly", coord_core::LockOptions::new().holder("b:2"))
+            .await
+    });
     // A read/write lock read by a and b, a writer c waiting.
-    let ra = a.rw_lock("files")?.with_holder("a:1")?.read().await?;
+    let ra = a
+        .rw_lock("files")?
+        .with_options(coord_core::LockOptions::new().holder("a:1"))?
+        .read()
+        .await?;
     let rb = b.rw_lock("files")?.read().await?;
-    let wc = c.rw_lock("files")?.with_holder("c:3")?;
+    let wc = c
+        .rw_lock("files")?
+        .with_options(coord_core::LockOptions::new().holder("c:3"))?;
     let mut writer = tokio::spawn(async move { wc.write().await });
     // A semaphore of 2 held by a and b, c waiting.
     let la = a.semaphore("pool", 2)?.acquire().await?;
@@ -102,7 +116,7 @@ pub async fn shows_every_recipe_as_it_stands(ctx: Ctx) -> CaseResult {
     ensure!(roles(&rw.waiters) == ["write"], "rwlock waiters: {rw:#?}");
     ensure!(
         values(&rw.holders) == ["a:1", ""] && values(&rw.waiters) == ["c:3"],
-        "each hold says who holds it (with_holder), or nothing: {rw:#?}"
+        "each hold says who holds it (with_options), or nothing: {rw:#?}"
     );
 
     let pool = find(&views, RecipeKind::Semaphore, "pool")?;

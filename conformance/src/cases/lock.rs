@@ -19,11 +19,16 @@ const QUICK: Duration = Duration::from_secs(10);
 pub async fn holder_is_visible(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     ensure!(b.holder("res").await?.is_none(), "a fresh lock has a holder");
-    let g = a.lock_as("res", "host-a:41").await?;
+    let g = a
+        .lock_with("res", coord_core::LockOptions::new().holder("host-a:41"))
+        .await?;
     let b2 = b.clone();
-    let mut waiting = tokio::spawn(async move { b2.lock_as("res", "host-b:42").await });
+    let mut waiting = tokio::spawn(async move {
+        b2.lock_with("res", coord_core::LockOptions::new().holder("host-b:42"))
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    still_waiting(&mut waiting, "b.lock_as while a holds").await?;
+    still_waiting(&mut waiting, "b.lock_with while a holds").await?;
     let seen = b.holder("res").await?;
     ensure!(
         seen.as_ref().map(|h| (h.token, h.holder.as_slice())) == Some((g.token(), &b"host-a:41"[..])),
@@ -43,7 +48,10 @@ pub async fn holder_is_visible(ctx: Ctx) -> CaseResult {
         "a released lock still has a holder"
     );
     let e = a
-        .try_lock_as("res", vec![0u8; coord_core::MAX_VALUE_LEN + 1])
+        .try_lock_with(
+            "res",
+            coord_core::LockOptions::new().holder(vec![0u8; coord_core::MAX_VALUE_LEN + 1]),
+        )
         .await;
     ensure!(
         matches!(&e, Err(e) if e.kind() == coord_core::ErrorKind::InvalidArgument),
@@ -258,7 +266,10 @@ pub async fn herd_free_one_wakeup_per_release(ctx: Ctx) -> CaseResult {
         let (rel_tx, rel_rx) = tokio::sync::oneshot::channel::<()>();
         release_txs.push(Some(rel_tx));
         tokio::spawn(async move {
-            match w.lock_as("herd", format!("w{i}")).await {
+            match w
+                .lock_with("herd", coord_core::LockOptions::new().holder(format!("w{i}")))
+                .await
+            {
                 Ok(g) => {
                     let _ = tx.send((i, Ok(g.token())));
                     let _ = rel_rx.await;
@@ -1102,7 +1113,12 @@ pub async fn revocation_reaches_the_holder(ctx: Ctx) -> CaseResult {
         c.revoke_lock("res").await?.is_none(),
         "a free lock has a holder to ask"
     );
-    let held = within(QUICK, "a locks", a.lock_as("res", "a")).await??;
+    let held = within(
+        QUICK,
+        "a locks",
+        a.lock_with("res", coord_core::LockOptions::new().holder("a")),
+    )
+    .await??;
     let other = within(QUICK, "a locks another", a.lock("other")).await??;
     let b2 = b.clone();
     let mut waiter = tokio::spawn(async move { b2.lock("res").await });

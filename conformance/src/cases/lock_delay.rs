@@ -11,6 +11,7 @@ use coord_core::{CampaignOptions, Client, HoldState, LockOptions, RecipeKind};
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{eventually, settle, still_waiting, within};
 use coord_core::Granted as _;
+use coord_core::Lock as _;
 
 /// Long enough that a hand-over that waited it cannot pass for one that did not, on a
 /// loaded machine.
@@ -198,8 +199,14 @@ pub async fn killed_leader_holds_off(ctx: Ctx) -> CaseResult {
 /// delay).
 pub async fn deleted_lease_holds_off(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
-    let lease = a.semaphore("pool", 1)?.with_lock_delay(DELAY).acquire().await?;
-    let sb = b.semaphore("pool", 1)?.with_lock_delay(DELAY);
+    let lease = a
+        .semaphore("pool", 1)?
+        .with_options(coord_core::LockOptions::new().lock_delay(DELAY))?
+        .acquire()
+        .await?;
+    let sb = b
+        .semaphore("pool", 1)?
+        .with_options(coord_core::LockOptions::new().lock_delay(DELAY))?;
     let mut waiting = tokio::spawn(async move { sb.acquire().await });
     queued(&a, RecipeKind::Semaphore, "pool", 2).await?;
     settle().await;
@@ -213,7 +220,9 @@ pub async fn deleted_lease_holds_off(ctx: Ctx) -> CaseResult {
         "b took the permit {waited:?} after the lease was deleted, within the lock-delay of {DELAY:?}"
     );
     // Released, not deleted: a waiter takes it at once.
-    let sa = a.semaphore("pool", 1)?.with_lock_delay(LONG);
+    let sa = a
+        .semaphore("pool", 1)?
+        .with_options(coord_core::LockOptions::new().lock_delay(LONG))?;
     let mut waiting = tokio::spawn(async move { sa.acquire().await });
     queued(&b, RecipeKind::Semaphore, "pool", 2).await?;
     settle().await;
@@ -330,7 +339,7 @@ pub async fn overlong_lock_delay_is_refused(ctx: Ctx) -> CaseResult {
         );
         let err = a
             .semaphore("pool", 1)?
-            .with_lock_delay(delay)
+            .with_options(coord_core::LockOptions::new().lock_delay(delay))?
             .acquire()
             .await
             .err()

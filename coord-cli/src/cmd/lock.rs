@@ -15,6 +15,7 @@ use crate::cmd::args::*;
 use crate::cmd::wait::{self, Holder, Waiting};
 use crate::exit::{self, Failure};
 use crate::output::Out;
+use coord::Lock as _;
 
 #[derive(Debug, Args)]
 pub(crate) struct LockArgs {
@@ -184,10 +185,10 @@ async fn take(
     delay: Option<Duration>,
 ) -> coord::Result<Option<Grant>> {
     let delay = delay.unwrap_or_default();
-    let semaphore =
-        |n| Ok::<_, coord::Error>(client.semaphore(name, n)?.with_holder(me)?.with_lock_delay(delay));
-    let rw = || Ok::<_, coord::Error>(client.rw_lock(name)?.with_holder(me)?.with_lock_delay(delay));
+    // Who holds and the lock-delay, one way for every mode.
     let options = LockOptions::new().holder(me).lock_delay(delay);
+    let semaphore = |n| client.semaphore(name, n)?.with_options(options.clone());
+    let rw = || client.rw_lock(name)?.with_options(options.clone());
     Ok(match (mode, wait) {
         (Mode::Exclusive, true) => Some(Grant::Lock(client.lock_with(name, options).await?)),
         (Mode::Exclusive, false) => client.try_lock_with(name, options).await?.map(Grant::Lock),

@@ -260,7 +260,7 @@ pub struct CampaignOptions {
     /// Lock-delay: when the leader ahead goes without resigning (its session expired,
     /// its entry deleted), this candidate becomes leader only after this long; after a
     /// resignation at once. As
-    /// [`Client::lock_with`](crate::Client::lock_with) describes, including
+    /// [`Lock::lock_with`](crate::Lock::lock_with) describes, including
     /// what it does not cover. `None` (the default): no delay.
     pub lock_delay: Option<std::time::Duration>,
 }

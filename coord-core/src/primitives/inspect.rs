@@ -56,7 +56,7 @@ impl Client {
     /// # async fn main() -> coord_core::Result<()> {
     /// use coord_core::{Lock as _, RecipeKind};
     /// let client = coord_mem::connect("mem://inspect-doc")?;
-    /// let _guard = client.lock_as("reports/nightly", "host-a:41").await?;
+    /// let _guard = client.lock_with("reports/nightly", coord_core::LockOptions::new().holder("host-a:41")).await?;
     /// let views = client.inspect("reports").await?;
     /// assert_eq!(views[0].kind, RecipeKind::Lock);
     /// assert_eq!(views[0].holders[0].value, b"host-a:41");

@@ -41,8 +41,8 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 /// # Ok(()) }
 /// ```
 ///
-/// The trait can be used as `dyn Lock`; its generic methods ([`Lock::lock_as`],
-/// [`Lock::try_lock_as`]) need a concrete type such as [`Client`](crate::Client).
+/// The trait can be used as `dyn Lock`. Who holds (`host:pid`, say) and a lock-delay
+/// are passed one way, in [`LockOptions`] ([`Lock::lock_with`]).
 #[async_trait]
 pub trait Lock: Send + Sync {
     /// Waits until this client holds the lock `name`.
@@ -75,39 +75,90 @@ pub trait Lock: Send + Sync {
     /// Cancel-safe, as [`Lock::lock`].
     async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>>;
 
-    /// As [`Lock::lock`], storing `holder` (e.g. `host:pid`) in this client's entry so
-    /// that others can see who holds the lock or waits for it ([`Lock::holder`]). The
-    /// entry's data is what kazoo calls the lock's identifier; Curator and etcd's
-    /// `concurrency.Mutex` ignore it.
+    /// As [`Lock::lock`], with `options`: a holder stored in the entry, and an optional
+    /// lock-delay.
+    ///
+    /// # Lock-delay
+    ///
+    /// With [`LockOptions::lock_delay`], a contender whose turn comes because the
+    /// holder ahead *vanished* — its session expired (a crash, a pause, a partition) or
+    /// someone deleted its entry — holds off for the delay before it takes the lock; a
+    /// holder that *releases* hands over at once. The release says so in the same
+    /// request that removes its entry (a mark in the queue: on ZooKeeper the lock
+    /// directory's data, on etcd the key `<namespace>/locks/<name>~lock-delay`), and
+    /// the waiter reads the mark in the read that finds it first: a clean hand-over
+    /// costs no extra request. A waiter that holds off writes why and until when into
+    /// the same mark, which `coord inspect` shows.
+    ///
+    /// What it covers, and what not:
+    /// - Set it on every coord contender of the name: a coord holder without it
+    ///   releases without the mark, and a waiter with it then holds off as if the
+    ///   holder had vanished (the safe side). The same for holders that are not coord
+    ///   (Curator's `InterProcessMutex`, kazoo's `Lock`, Go's `concurrency.Mutex`):
+    ///   they never write the mark, so a coord waiter holds off after each of their
+    ///   releases; and they do not read it, so they take the lock at once after a
+    ///   vanished holder, as they always do.
+    /// - The delay is kept by the contenders waiting when the holder vanished, on
+    ///   other clients and on the holder's own (a contender of the same client waiting
+    ///   its turn). One that arrives after the entry is gone, with nobody waiting,
+    ///   finds the lock free and takes it at once: no one saw the holder go. A `try_*`
+    ///   never waits a delay out.
+    /// - [`Client::close`](crate::Client::close) releases the client's grants held
+    ///   with a lock-delay first, with their marks: their waiters take over at once.
+    ///   Dropping the last handle instead ends the session without them, and those
+    ///   waiters hold off as after a crash.
+    /// - With several holders at once (a semaphore's leases, a read/write lock's
+    ///   readers), a waiter judges the entries it waited for: it may hold off after a
+    ///   release it could not tell from a vanishing (the safe side), and a holder that
+    ///   vanishes while another releases — or before the one the waiter watches — may
+    ///   be passed over without the delay.
+    /// - At most [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) (an hour); more is
+    ///   `InvalidArgument`, before any request.
+    /// - It is a courtesy to resources that cannot check a fencing token, not a
+    ///   guarantee: a holder paused for longer than its session and the delay still
+    ///   writes late. Fence what you can ([`LockGuard::fence`], the `coord-fence`
+    ///   gates).
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` for an oversized `holder`; otherwise as [`Lock::lock`].
+    /// `InvalidArgument` for a lock-delay over
+    /// [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) and for an oversized holder;
+    /// otherwise as [`Lock::lock`].
     ///
     /// # Cancel safety
     ///
-    /// As [`Lock::lock`].
-    async fn lock_as<V>(&self, name: &str, holder: V) -> Result<LockGuard>
-    where
-        V: Into<Vec<u8>> + Send,
-        Self: Sized;
+    /// As [`Lock::lock`]; a contender dropped while it holds off leaves no entry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
+    /// use std::time::Duration;
+    /// use coord_core::{Lock as _, LockOptions};
+    /// let options = LockOptions::new().lock_delay(Duration::from_secs(2));
+    /// let guard = client.lock_with("jobs/nightly", options.clone()).await?;
+    /// guard.release().await?;
+    /// // Released, not vanished: the next contender takes it at once.
+    /// let again = client.lock_with("jobs/nightly", options).await?;
+    /// again.release().await?;
+    /// # Ok(()) }
+    /// ```
+    async fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard>;
 
-    /// As [`Lock::try_lock`], storing `holder` as [`Lock::lock_as`] does.
+    /// As [`Lock::try_lock`], with `options` ([`Lock::lock_with`]).
     ///
     /// # Errors
     ///
-    /// As [`Lock::lock_as`].
+    /// As [`Lock::lock_with`].
     ///
     /// # Cancel safety
     ///
     /// As [`Lock::lock`].
-    async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
-    where
-        V: Into<Vec<u8>> + Send,
-        Self: Sized;
+    async fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>>;
 
     /// Who holds the lock `name` now: its token and the `holder` it was taken with
-    /// (empty for [`Lock::lock`], Curator's address bytes for a Curator holder); `None`
+    /// (empty without [`LockOptions::holder`], Curator's address bytes for a Curator
+    /// holder); `None`
     /// when it is free. For status displays: by the time it returns, it may have
     /// changed.
     ///
@@ -126,11 +177,12 @@ pub trait Lock: Send + Sync {
 pub struct LockHolder {
     /// The holder's fencing token.
     pub token: FencingToken,
-    /// What the holder took the lock with ([`Lock::lock_as`]); empty if nothing.
+    /// What the holder took the lock with ([`LockOptions::holder`]); empty if nothing.
     pub holder: Vec<u8>,
 }
 
-/// How [`Client::lock_with`](crate::Client::lock_with) takes a lock.
+/// How a grant is taken ([`Lock::lock_with`], [`Semaphore::with_options`](crate::Semaphore::with_options),
+/// [`RwLock::with_options`](crate::RwLock::with_options)): who holds, and a lock-delay.
 ///
 /// # Examples
 ///
@@ -143,14 +195,16 @@ pub struct LockHolder {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockOptions {
-    /// Stored in the contender's entry, as [`Lock::lock_as`] does; empty by default.
+    /// Who holds (e.g. `host:pid`), stored in the contender's entry so that others see
+    /// who holds the lock or waits for it ([`Lock::holder`]); kazoo's lock identifier.
+    /// Curator and etcd's `concurrency.Mutex` ignore it. Empty by default.
     pub holder: Vec<u8>,
     /// Lock-delay (Chubby's, Consul's): when the holder ahead goes without releasing —
     /// its session expired, or an operator deleted its entry — this contender takes the
     /// lock only after this long, counted from when it saw the holder gone (which is no
     /// earlier than the holder was last known alive), so that what the vanished holder
     /// still had in flight can land first. A release hands over at once. `None` (the
-    /// default): no delay. See [`Client::lock_with`](crate::Client::lock_with) ("Lock-delay").
+    /// default): no delay. See [`Lock::lock_with`] ("Lock-delay").
     pub lock_delay: Option<std::time::Duration>,
 }
 
@@ -352,92 +406,6 @@ macro_rules! guard_type {
 pub(crate) use guard_type;
 
 impl crate::Client {
-    /// As [`Lock::lock`], with `options`: a holder stored in the entry, and an optional
-    /// lock-delay.
-    ///
-    /// # Lock-delay
-    ///
-    /// With [`LockOptions::lock_delay`], a contender whose turn comes because the
-    /// holder ahead *vanished* — its session expired (a crash, a pause, a partition) or
-    /// someone deleted its entry — holds off for the delay before it takes the lock; a
-    /// holder that *releases* hands over at once. The release says so in the same
-    /// request that removes its entry (a mark in the queue: on ZooKeeper the lock
-    /// directory's data, on etcd the key `<namespace>/locks/<name>~lock-delay`), and
-    /// the waiter reads the mark in the read that finds it first: a clean hand-over
-    /// costs no extra request. A waiter that holds off writes why and until when into
-    /// the same mark, which `coord inspect` shows.
-    ///
-    /// What it covers, and what not:
-    /// - Set it on every coord contender of the name: a coord holder without it
-    ///   releases without the mark, and a waiter with it then holds off as if the
-    ///   holder had vanished (the safe side). The same for holders that are not coord
-    ///   (Curator's `InterProcessMutex`, kazoo's `Lock`, Go's `concurrency.Mutex`):
-    ///   they never write the mark, so a coord waiter holds off after each of their
-    ///   releases; and they do not read it, so they take the lock at once after a
-    ///   vanished holder, as they always do.
-    /// - The delay is kept by the contenders waiting when the holder vanished, on
-    ///   other clients and on the holder's own (a contender of the same client waiting
-    ///   its turn). One that arrives after the entry is gone, with nobody waiting,
-    ///   finds the lock free and takes it at once: no one saw the holder go. A `try_*`
-    ///   never waits a delay out.
-    /// - [`Client::close`](crate::Client::close) releases the client's grants held
-    ///   with a lock-delay first, with their marks: their waiters take over at once.
-    ///   Dropping the last handle instead ends the session without them, and those
-    ///   waiters hold off as after a crash.
-    /// - With several holders at once (a semaphore's leases, a read/write lock's
-    ///   readers), a waiter judges the entries it waited for: it may hold off after a
-    ///   release it could not tell from a vanishing (the safe side), and a holder that
-    ///   vanishes while another releases — or before the one the waiter watches — may
-    ///   be passed over without the delay.
-    /// - At most [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) (an hour); more is
-    ///   `InvalidArgument`, before any request.
-    /// - It is a courtesy to resources that cannot check a fencing token, not a
-    ///   guarantee: a holder paused for longer than its session and the delay still
-    ///   writes late. Fence what you can ([`LockGuard::fence`], the `coord-fence`
-    ///   gates).
-    ///
-    /// # Errors
-    ///
-    /// `InvalidArgument` for a lock-delay over
-    /// [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY); otherwise as [`Lock::lock_as`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::lock`]; a contender dropped while it holds off leaves no entry.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # async fn demo(client: coord_core::Client) -> coord_core::Result<()> {
-    /// use std::time::Duration;
-    /// use coord_core::LockOptions;
-    /// let options = LockOptions::new().lock_delay(Duration::from_secs(2));
-    /// let guard = client.lock_with("jobs/nightly", options.clone()).await?;
-    /// guard.release().await?;
-    /// // Released, not vanished: the next contender takes it at once.
-    /// let again = client.lock_with("jobs/nightly", options).await?;
-    /// again.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
-        self.lock_with_options(name, options, true, "lock")
-            .await?
-            .ok_or_else(|| no_grant("lock"))
-    }
-
-    /// As [`Lock::try_lock`], with `options` ([`Client::lock_with`](crate::Client::lock_with)).
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock_as`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::lock`].
-    pub async fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
-        self.lock_with_options(name, options, false, "try_lock").await
-    }
-
     async fn lock_with_options(
         &self,
         name: &str,
@@ -516,27 +484,21 @@ pub(crate) fn queue(name: &str) -> QueueSpec {
 #[async_trait]
 impl Lock for Client {
     async fn lock(&self, name: &str) -> Result<LockGuard> {
-        self.lock_as(name, Vec::new()).await
+        self.lock_with(name, LockOptions::new()).await
     }
 
     async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        self.try_lock_as(name, Vec::new()).await
+        self.try_lock_with(name, LockOptions::new()).await
     }
 
-    async fn lock_as<V>(&self, name: &str, holder: V) -> Result<LockGuard>
-    where
-        V: Into<Vec<u8>> + Send,
-        Self: Sized,
-    {
-        self.lock_with(name, LockOptions::new().holder(holder)).await
+    async fn lock_with(&self, name: &str, options: LockOptions) -> Result<LockGuard> {
+        self.lock_with_options(name, options, true, "lock")
+            .await?
+            .ok_or_else(|| no_grant("lock"))
     }
 
-    async fn try_lock_as<V>(&self, name: &str, holder: V) -> Result<Option<LockGuard>>
-    where
-        V: Into<Vec<u8>> + Send,
-        Self: Sized,
-    {
-        self.try_lock_with(name, LockOptions::new().holder(holder)).await
+    async fn try_lock_with(&self, name: &str, options: LockOptions) -> Result<Option<LockGuard>> {
+        self.lock_with_options(name, options, false, "try_lock").await
     }
 
     async fn holder(&self, name: &str) -> Result<Option<LockHolder>> {

@@ -68,9 +68,9 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 pub struct RwLock {
     client: Client,
     name: String,
-    /// The value of each entry this handle makes (see [`RwLock::with_holder`]).
+    /// The value of each entry this handle makes (see [`RwLock::with_options`]).
     holder: Vec<u8>,
-    /// See [`RwLock::with_lock_delay`].
+    /// See [`RwLock::with_options`].
     lock_delay: Option<std::time::Duration>,
 }
 
@@ -97,43 +97,40 @@ impl RwLock {
         &self.name
     }
 
-    /// The same lock, whose holds made from now on say who holds them: `holder` (an
-    /// address, `host:pid`) is the value of their entries, as
-    /// [`Lock::lock_as`](crate::Lock::lock_as) stores it for a lock, and what
-    /// [`Client::inspect`] and Curator's tools show as the holder. Empty by default.
+    /// The same lock, whose holds made from now on are taken with `options`:
+    ///
+    /// - [`LockOptions::holder`](crate::LockOptions::holder) (an address, `host:pid`) is
+    ///   the value of their entries, as a lock stores it, and what [`Client::inspect`]
+    ///   and Curator's tools show as the holder. Empty by default.
+    /// - [`LockOptions::lock_delay`](crate::LockOptions::lock_delay): a reader or writer
+    ///   whose turn comes because the hold ahead vanished (session expired, entry
+    ///   deleted) takes it only after the delay; after a release at once. As
+    ///   [`Lock::lock_with`](crate::Lock::lock_with) describes, including what it does
+    ///   not cover.
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` when `holder` is over the value size limit.
+    /// `InvalidArgument` when the holder is over the value size limit.
     ///
     /// # Examples
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> coord_core::Result<()> {
-    /// use coord_core::RecipeKind;
+    /// use coord_core::{LockOptions, RecipeKind};
     /// let client = coord_mem::connect("mem://rw-holder-doc")?;
-    /// let read = client.rw_lock("catalog")?.with_holder("host-a:41")?.read().await?;
+    /// let catalog = client.rw_lock("catalog")?.with_options(LockOptions::new().holder("host-a:41"))?;
+    /// let read = catalog.read().await?;
     /// let view = client.inspect_one(RecipeKind::RwLock, "catalog").await?;
     /// assert_eq!(view.holders[0].value, b"host-a:41");
     /// read.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn with_holder(mut self, holder: impl Into<Vec<u8>>) -> Result<RwLock> {
-        let holder = holder.into();
-        validate_value("read/write lock holder", &holder).map_err(|e| e.with_operation("rw_lock"))?;
-        self.holder = holder;
+    pub fn with_options(mut self, options: crate::LockOptions) -> Result<RwLock> {
+        validate_value("read/write lock holder", &options.holder).map_err(|e| e.with_operation("rw_lock"))?;
+        self.holder = options.holder;
+        self.lock_delay = options.lock_delay.filter(|d| !d.is_zero());
         Ok(self)
-    }
-
-    /// The same lock, whose holds from now on keep lock-delay `delay`: a reader or
-    /// writer whose turn comes because the hold ahead vanished (session expired, entry
-    /// deleted) takes it only after `delay`; after a release at once. As
-    /// [`Client::lock_with`](crate::Client::lock_with) describes, including
-    /// what it does not cover. Zero is none.
-    pub fn with_lock_delay(mut self, delay: std::time::Duration) -> RwLock {
-        self.lock_delay = Some(delay).filter(|d| !d.is_zero());
-        self
     }
 }
 

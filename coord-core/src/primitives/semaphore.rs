@@ -76,9 +76,9 @@ pub struct Semaphore {
     client: Client,
     name: String,
     permits: u32,
-    /// Who holds the leases this handle takes (see [`Semaphore::with_holder`]).
+    /// Who holds the leases this handle takes (see [`Semaphore::with_options`]).
     holder: Vec<u8>,
-    /// See [`Semaphore::with_lock_delay`].
+    /// See [`Semaphore::with_options`].
     lock_delay: Option<std::time::Duration>,
 }
 
@@ -119,45 +119,43 @@ impl Semaphore {
         self.permits
     }
 
-    /// The same semaphore, whose leases taken from now on say who holds them: `holder`
-    /// (an identity such as `host:pid`) follows the permit count in each lease's value,
-    /// on a line of its own (`3\nhost-a:41`), and [`Client::inspect`] shows it as the
-    /// lease's value. Empty by default (the value is the count alone).
+    /// The same semaphore, whose leases taken from now on are taken with `options`:
+    ///
+    /// - [`LockOptions::holder`](crate::LockOptions::holder) (an identity such as
+    ///   `host:pid`) follows the permit count in each lease's value, on a line of its
+    ///   own (`3\nhost-a:41`), and [`Client::inspect`] shows it as the lease's value.
+    ///   Empty by default (the value is the count alone).
+    /// - [`LockOptions::lock_delay`](crate::LockOptions::lock_delay): a lease that
+    ///   frees because its holder vanished (session expired, entry deleted) is taken by
+    ///   a waiter only after the delay; a released lease at once. As
+    ///   [`Lock::lock_with`](crate::Lock::lock_with) describes, including what it does
+    ///   not cover; with several leases going at once, a waiter may hold off after a
+    ///   release it could not tell from a vanishing.
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` when `holder` is over the value size limit.
+    /// `InvalidArgument` when the holder is over the value size limit.
     ///
     /// # Examples
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> coord_core::Result<()> {
-    /// use coord_core::RecipeKind;
+    /// use coord_core::{LockOptions, RecipeKind};
     /// let client = coord_mem::connect("mem://semaphore-holder-doc")?;
-    /// let lease = client.semaphore("gpu", 2)?.with_holder("host-a:41")?.acquire().await?;
+    /// let gpu = client.semaphore("gpu", 2)?.with_options(LockOptions::new().holder("host-a:41"))?;
+    /// let lease = gpu.acquire().await?;
     /// let view = client.inspect_one(RecipeKind::Semaphore, "gpu").await?;
     /// assert_eq!(view.holders[0].value, b"host-a:41");
     /// assert_eq!(view.permits, Some(2));
     /// lease.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn with_holder(mut self, holder: impl Into<Vec<u8>>) -> Result<Semaphore> {
-        let holder = holder.into();
-        validate_value("semaphore holder", &holder).map_err(|e| e.with_operation("semaphore"))?;
-        self.holder = holder;
+    pub fn with_options(mut self, options: crate::LockOptions) -> Result<Semaphore> {
+        validate_value("semaphore holder", &options.holder).map_err(|e| e.with_operation("semaphore"))?;
+        self.holder = options.holder;
+        self.lock_delay = options.lock_delay.filter(|d| !d.is_zero());
         Ok(self)
-    }
-
-    /// The same semaphore, whose acquisitions from now on keep lock-delay `delay`: a
-    /// lease that frees because its holder vanished (session expired, entry deleted)
-    /// is taken by a waiter only after `delay`; a released lease at once. As
-    /// [`Client::lock_with`](crate::Client::lock_with) describes, including
-    /// what it does not cover; with several leases going at once, a waiter may hold off
-    /// after a release it could not tell from a vanishing. Zero is none.
-    pub fn with_lock_delay(mut self, delay: std::time::Duration) -> Semaphore {
-        self.lock_delay = Some(delay).filter(|d| !d.is_zero());
-        self
     }
 
     /// A lease's value: the permit count, then the holder on a line of its own.
@@ -172,7 +170,7 @@ impl Semaphore {
 }
 
 /// The permit count and the holder a lease of coord's records (see
-/// [`Semaphore::with_holder`]); `None` for another library's lease (Curator writes the
+/// [`Semaphore::with_options`]); `None` for another library's lease (Curator writes the
 /// host's address).
 pub(crate) fn parse_lease(value: &[u8]) -> Option<(u32, &[u8])> {
     let (count, holder) = match value.iter().position(|&b| b == b'\n') {
