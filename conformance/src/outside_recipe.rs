@@ -109,7 +109,7 @@ impl Turnstile {
     }
 
     /// Waits until no entry is ahead (every pass queued before has left) and holds a
-    /// place; passes queued later count it toward their permits.
+    /// place; passes queued later do not count it (they go past a waiting attendant).
     pub async fn attend(&self, value: &[u8]) -> Result<Passage> {
         self.enter(self.attendant_queue(), 0, value).await
     }

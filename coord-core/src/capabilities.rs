@@ -29,6 +29,15 @@ impl Capabilities {
         mark: true,
     };
 
+    /// Nothing beyond the common contract: what a backend promises until it says more
+    /// (the default of [`ClientState`](crate::raw::ClientState)).
+    pub const NONE: Capabilities = Capabilities {
+        every_watch_event: false,
+        every_leader_change: false,
+        survey: false,
+        mark: false,
+    };
+
     /// The same, with [`Capabilities::every_watch_event`] set to `on`.
     pub const fn with_every_watch_event(mut self, on: bool) -> Capabilities {
         self.every_watch_event = on;

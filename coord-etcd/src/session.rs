@@ -69,7 +69,8 @@ impl Inner {
             SessionStatus::new(SessionState::Lost, 0),
         )
         .with_path_prefix(prefix.clone())
-        .with_session_timeout(options.lease_ttl);
+        .with_session_timeout(options.lease_ttl)
+        .with_capabilities(coord_core::Capabilities::ALL);
         Arc::new(Inner {
             options,
             prefix,

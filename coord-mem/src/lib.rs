@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use coord_core::raw::{Backend, ClientState, Counter, Stateful};
-use coord_core::{Client, Result, SessionState, SessionStatus};
+use coord_core::{Capabilities, Client, Result, SessionState, SessionStatus};
 use tokio::time::Instant;
 
 use crate::session::{Inner, LateWrites, Link, ReplyFaults, SessionSlot};
@@ -111,7 +111,8 @@ impl MemClient {
             SessionStatus::new(SessionState::Connected, 0),
         )
         .with_path_prefix(prefix)
-        .with_session_timeout(options.session_ttl);
+        .with_session_timeout(options.session_ttl)
+        .with_capabilities(Capabilities::ALL);
         let inner = Arc::new(Inner {
             cluster: cluster.clone(),
             options,

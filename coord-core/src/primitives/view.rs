@@ -53,7 +53,7 @@ impl RecipeKind {
     ];
 
     /// The kind's name in output: `lock`, `rwlock`, `semaphore`, `election`, `service`,
-    /// `queue`, `double_barrier`, `transaction`.
+    /// `queue`, `double_barrier`, `two_phase`.
     pub fn as_str(self) -> &'static str {
         match self {
             RecipeKind::Lock => "lock",

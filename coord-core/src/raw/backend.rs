@@ -19,13 +19,15 @@ use crate::session::SessionStatus;
 use crate::stats::Stats;
 
 /// The concrete type behind a `dyn Backend`, for a backend's own extra API (e.g. mem
-/// fault hooks). Implemented for every `'static` type.
+/// fault hooks). Implemented for every backend type (every [`Stateful`] one), and only
+/// for those: `client.backend().as_any()` on the `Arc<dyn Backend>` reaches the
+/// backend, never the `Arc` itself.
 pub trait AsAny {
     /// `self` as [`Any`].
     fn as_any(&self) -> &dyn Any;
 }
 
-impl<T: Any> AsAny for T {
+impl<T: Stateful + Any> AsAny for T {
     fn as_any(&self) -> &dyn Any {
         self
     }

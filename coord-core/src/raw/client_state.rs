@@ -51,14 +51,15 @@ impl ClientState {
             registrations: RegistrationBook::default(),
             past_sessions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
-            capabilities: Capabilities::ALL,
+            capabilities: Capabilities::NONE,
             path_prefix: String::new(),
             session_timeout: Mutex::new(Duration::ZERO),
         }
     }
 
     /// The same state for a backend promising `capabilities` (by default
-    /// [`Capabilities::ALL`]).
+    /// [`Capabilities::NONE`]: a backend that says nothing promises nothing beyond the
+    /// common contract, and its optional operations are `Unsupported`).
     pub fn with_capabilities(mut self, capabilities: Capabilities) -> ClientState {
         self.capabilities = capabilities;
         self
