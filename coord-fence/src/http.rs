@@ -35,7 +35,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use axum::{Router, routing::put};
-//! use coord_core::Lock as _;
+//! use coord_core::{Granted as _, Lock as _};
 //! use coord_fence::http::{FenceHeader, FenceLayer, FenceRequest as _};
 //! use tower::ServiceExt as _;
 //!

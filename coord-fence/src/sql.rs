@@ -71,7 +71,7 @@ pub use crate::MAX_RESOURCE_LEN;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use coord_fence::sql::SqlGate;
-/// use coord_core::Lock as _;
+/// use coord_core::{Granted as _, Lock as _};
 /// let client = coord_mem::connect("mem://sql-gate-doc")?;
 /// let pool = sqlx::sqlite::SqlitePoolOptions::new()
 ///     .max_connections(1)

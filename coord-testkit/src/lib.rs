@@ -18,7 +18,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use coord::Lock as _;
+//! use coord::{Granted as _, Lock as _};
 //! use coord_testkit::{Cluster, ClusterOptions, Kind};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -30,7 +30,7 @@ use coord_core::{Client, Error, ErrorKind, Result};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use coord::Lock as _;
+/// use coord::{Granted as _, Lock as _};
 /// use coord_testkit::{Cluster, ClusterOptions, Kind};
 /// let cluster = Cluster::start(ClusterOptions::new(Kind::Zk, 1))?;
 /// let client = coord::connect(&cluster.url("myapp")).await?;
