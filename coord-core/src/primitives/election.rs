@@ -17,7 +17,7 @@ use crate::granted::Granted as _;
 use crate::hold::HoldState;
 use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, no_grant};
-use crate::primitives::view::{Layout, RecipeKind};
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, admit_by_rule};
 use crate::raw::{Admission, EntryClass, HeadEvent, QueueSpec};
 
 /// The current leader of an election as others see it: the first entry of its queue.
@@ -421,6 +421,12 @@ impl Layout for ElectionLayout {
 
     fn root(&self) -> &'static str {
         "elections"
+    }
+
+    /// By the queue's own rule: the first entry holds.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        let name = view.name.clone();
+        admit_by_rule(view, participants, |_| queue(&name));
     }
 
     fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {

@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::granted::{GrantParts, Granted, Sealed};
 use crate::name::{validate_name, validate_value};
-use crate::primitives::view::{Layout, RecipeKind};
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, admit_by_rule};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 
 /// A fair (FIFO), herd-free distributed lock.
@@ -554,6 +554,12 @@ impl Layout for LockLayout {
 
     fn root(&self) -> &'static str {
         "locks"
+    }
+
+    /// By the queue's own rule: the first entry holds.
+    fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
+        let name = view.name.clone();
+        admit_by_rule(view, participants, |_| queue(&name));
     }
 
     fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {

@@ -12,7 +12,7 @@ use crate::engine::contender::acquire;
 use crate::error::Result;
 use crate::name::{validate_name, validate_value};
 use crate::primitives::lock::{LockGuard, guard_type, no_grant};
-use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, split_role};
+use crate::primitives::view::{Layout, Participant, RecipeKind, RecipeView, admit_by_rule, split_role};
 use crate::raw::{Admission, EntryClass, QueueSpec};
 
 /// A fair (FIFO), herd-free distributed read/write lock: many readers or one writer.
@@ -298,18 +298,11 @@ impl Layout for RwLockLayout {
         }
     }
 
-    /// Readers ahead of the first writer hold together; a writer first holds alone.
+    /// By the lock's own rule: readers ahead of the first writer hold together; a writer
+    /// first holds alone.
     fn admit(&self, view: &mut RecipeView, participants: Vec<Participant>) {
-        let mut it = participants.into_iter().peekable();
-        match it.peek() {
-            Some(p) if p.role == "write" => view.holders.extend(it.next()),
-            _ => {
-                while let Some(p) = it.next_if(|p| p.role == "read") {
-                    view.holders.push(p);
-                }
-            }
-        }
-        view.waiters.extend(it);
+        let name = view.name.clone();
+        admit_by_rule(view, participants, |p| queue(&name, p.role == "write"));
     }
 
     fn lock_delay_queue(&self, name: &str) -> Option<QueueSpec> {

@@ -283,6 +283,27 @@ pub(crate) fn split_role(rel: &str, suffixes: &[(&str, &'static str)]) -> Option
     })
 }
 
+/// Splits `participants` (in queue order) into holders and waiters by the queue's own
+/// admission rule — the one [`QueueSpec::admit`] applies to a contender — with
+/// `spec_of` giving each participant's spec (its class and rule): a participant holds
+/// while fewer entries it counts are ahead of it than its rule's permits.
+pub(crate) fn admit_by_rule(
+    view: &mut RecipeView,
+    participants: Vec<Participant>,
+    spec_of: impl Fn(&Participant) -> QueueSpec,
+) {
+    let specs: Vec<QueueSpec> = participants.iter().map(&spec_of).collect();
+    for (i, p) in participants.into_iter().enumerate() {
+        let spec = &specs[i];
+        let counted = specs[..i].iter().filter(|ahead| spec.counts(ahead.class)).count();
+        if counted < spec.admission.permits(spec.class) as usize {
+            view.holders.push(p);
+        } else {
+            view.waiters.push(p);
+        }
+    }
+}
+
 /// A name of the recipe is either `<prefix>` or below it: `names` filtered to those.
 pub(crate) fn matching(names: impl IntoIterator<Item = String>, prefix: &str, exact: bool) -> Vec<String> {
     let mut names: Vec<String> = names
