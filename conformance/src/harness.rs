@@ -19,7 +19,7 @@ pub type CaseResult = anyhow::Result<()>;
 pub type CaseFuture = Pin<Box<dyn Future<Output = CaseResult> + Send>>;
 
 /// What a case needs beyond the common contract.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Needs {
     /// Faults the factory must inject.
     pub faults: Faults,
@@ -62,6 +62,13 @@ impl ServerSettings {
             out.push("-Dznode.container.checkIntervalMs=100");
         }
         out
+    }
+}
+
+impl Default for Needs {
+    /// [`Needs::NONE`]: no faults, no capabilities, and [`CASE_DEADLINE`].
+    fn default() -> Self {
+        Needs::NONE
     }
 }
 
@@ -549,5 +556,17 @@ fn run_once(factory: Arc<dyn Factory>, case: &Case, attempt: usize) -> Result<()
             "deadline of {:?} exceeded: a liveness bug (a wait that never ends)",
             case.needs.deadline
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CASE_DEADLINE, Needs};
+
+    /// A case built from `Needs::default()` gets the default deadline, not zero.
+    #[test]
+    fn default_needs_are_none() {
+        assert_eq!(Needs::default(), Needs::NONE);
+        assert_eq!(Needs::default().deadline, CASE_DEADLINE);
     }
 }

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Each case runs in a fresh namespace with its own clients and a deadline
-//! ([`harness::CASE_DEADLINE`]), so a liveness bug fails instead of hanging. Cases that
+//! ([`harness::CASE_DEADLINE`], or its own `Needs::deadline` where it needs several
+//! bounded observations), so a liveness bug fails instead of hanging. Cases that
 //! need a fault or capability the backend lacks (see [`Faults`],
 //! [`coord_core::Capabilities`]) are reported *ignored*, never passed.
 //!

@@ -337,14 +337,25 @@ pub async fn overlong_lock_delay_is_refused(ctx: Ctx) -> CaseResult {
             a.stats().since(&before).data_requests() == 0,
             "an overlong lock-delay sent a request before it was refused"
         );
+        // A semaphore and a read/write lock refuse it as they are given it, before any
+        // request (a semaphore's acquire would join its gate queue first).
+        let before = a.stats();
         let err = a
             .semaphore("pool", 1)?
-            .with_options(coord_core::LockOptions::new().lock_delay(delay))?
-            .acquire()
-            .await
+            .with_options(LockOptions::new().lock_delay(delay))
             .err()
             .context("a semaphore took an overlong lock-delay")?;
         ensure!(err.kind() == coord_core::ErrorKind::InvalidArgument, "got {err}");
+        let err = a
+            .rw_lock("rw")?
+            .with_options(LockOptions::new().lock_delay(delay))
+            .err()
+            .context("a read/write lock took an overlong lock-delay")?;
+        ensure!(err.kind() == coord_core::ErrorKind::InvalidArgument, "got {err}");
+        ensure!(
+            a.stats().since(&before).data_requests() == 0,
+            "a semaphore or read/write lock sent a request before refusing an overlong lock-delay"
+        );
     }
     a.lock_with("res", LockOptions::new().lock_delay(coord_core::MAX_LOCK_DELAY))
         .await?

@@ -153,7 +153,8 @@ const WATCH_HISTORY_ALONE: Needs = Needs {
 /// measured), and a history whose watcher lost its session hides the ZooKeeper mutant,
 /// so under member faults several may run: two slow ones already pass one case's 60 s
 /// (what failed CI once). A history is bounded by about four expiry waits (about 90 s
-/// there); 600 s leaves room for six or more.
+/// there); 600 s leaves room for six or more, and the case stops starting histories
+/// after 480 s, so that running out says so in its own words.
 #[cfg(feature = "mutants")]
 const WATCH_MUTANTS: Needs = Needs {
     deadline: std::time::Duration::from_secs(600),

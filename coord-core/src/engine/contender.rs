@@ -394,20 +394,26 @@ async fn release_until_gone(backend: &dyn Backend, ticket: &Ticket, own: &QueueE
 ///
 /// Cancel-safe: a dropped future leaves no entry behind (removed in the background) and
 /// gives up its local turn.
+/// `InvalidArgument` for a lock-delay over [`MAX_LOCK_DELAY`].
+pub(crate) fn check_lock_delay(delay: Option<Duration>) -> Result<()> {
+    match delay.filter(|d| *d > MAX_LOCK_DELAY) {
+        Some(delay) => Err(Error::invalid_argument(format!(
+            "a lock-delay of {:?} is over the limit of {} s; give the longest a vanished holder's \
+             late writes can take",
+            delay,
+            MAX_LOCK_DELAY.as_secs()
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub(crate) async fn acquire(
     core: &ClientCore,
     queue: QueueSpec,
     value: Vec<u8>,
     wait: bool,
 ) -> Result<Option<Grant>> {
-    if let Some(delay) = queue.lock_delay.filter(|d| *d > MAX_LOCK_DELAY) {
-        return Err(Error::invalid_argument(format!(
-            "a lock-delay of {:?} is over the limit of {} s; give the longest a vanished holder's \
-             late writes can take",
-            delay,
-            MAX_LOCK_DELAY.as_secs()
-        )));
-    }
+    check_lock_delay(queue.lock_delay)?;
     let started = Instant::now();
     let session_rx = core.backend.session();
     if !wait && session_rx.borrow().state == SessionState::Suspended {

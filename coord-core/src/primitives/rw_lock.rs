@@ -97,7 +97,8 @@ impl RwLock {
         &self.name
     }
 
-    /// The same lock, whose holds made from now on are taken with `options`:
+    /// The same lock, whose holds made from now on are taken with `options`
+    /// (which replace any given before):
     ///
     /// - [`LockOptions::holder`](crate::LockOptions::holder) (an address, `host:pid`) is
     ///   the value of their entries, as a lock stores it, and what [`Client::inspect`]
@@ -110,7 +111,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` when the holder is over the value size limit.
+    /// `InvalidArgument` when the holder is over the value size limit, or the lock-delay
+    /// over [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) — before any request.
     ///
     /// # Examples
     ///
@@ -128,6 +130,8 @@ impl RwLock {
     /// ```
     pub fn with_options(mut self, options: crate::LockOptions) -> Result<RwLock> {
         validate_value("read/write lock holder", &options.holder).map_err(|e| e.with_operation("rw_lock"))?;
+        crate::engine::contender::check_lock_delay(options.lock_delay)
+            .map_err(|e| e.with_operation("rw_lock"))?;
         self.holder = options.holder;
         self.lock_delay = options.lock_delay.filter(|d| !d.is_zero());
         Ok(self)

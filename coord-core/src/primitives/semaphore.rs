@@ -119,7 +119,8 @@ impl Semaphore {
         self.permits
     }
 
-    /// The same semaphore, whose leases taken from now on are taken with `options`:
+    /// The same semaphore, whose leases taken from now on are taken with `options`
+    /// (which replace any given before):
     ///
     /// - [`LockOptions::holder`](crate::LockOptions::holder) (an identity such as
     ///   `host:pid`) follows the permit count in each lease's value, on a line of its
@@ -134,7 +135,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` when the holder is over the value size limit.
+    /// `InvalidArgument` when the holder is over the value size limit, or the lock-delay
+    /// over [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) — before any request.
     ///
     /// # Examples
     ///
@@ -153,6 +155,8 @@ impl Semaphore {
     /// ```
     pub fn with_options(mut self, options: crate::LockOptions) -> Result<Semaphore> {
         validate_value("semaphore holder", &options.holder).map_err(|e| e.with_operation("semaphore"))?;
+        crate::engine::contender::check_lock_delay(options.lock_delay)
+            .map_err(|e| e.with_operation("semaphore"))?;
         self.holder = options.holder;
         self.lock_delay = options.lock_delay.filter(|d| !d.is_zero());
         Ok(self)
