@@ -14,10 +14,46 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, watch};
 use crate::engine::removal::{ended, over};
 use crate::session::SessionStatus;
 
-/// A map of FIFO async mutexes keyed by name; entries are dropped when unused.
+/// A map of FIFO async mutexes keyed by name; an entry is dropped when its last user
+/// is (each acquire and each end of a turn costs O(1), however many names the client
+/// holds).
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueue {
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    slots: Arc<Mutex<Slots>>,
+}
+
+/// Each name's slot and how many [`SlotRef`]s use it.
+type Slots = HashMap<String, (Arc<Slot>, usize)>;
+
+/// A counted use of one name's slot: the last one dropped removes the slot from the map.
+#[derive(Debug)]
+struct SlotRef {
+    slot: Arc<Slot>,
+    key: String,
+    slots: Weak<Mutex<Slots>>,
+}
+
+impl std::ops::Deref for SlotRef {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl Drop for SlotRef {
+    fn drop(&mut self) {
+        let Some(slots) = self.slots.upgrade() else { return };
+        let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((slot, users)) = slots.get_mut(&self.key)
+            && Arc::ptr_eq(slot, &self.slot)
+        {
+            *users -= 1;
+            if *users == 0 {
+                slots.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// One name's turn, and who holds it once granted.
@@ -51,7 +87,7 @@ struct Holder {
 /// Holding this means the client's one remote contender for the name is yours.
 #[derive(Debug)]
 pub(crate) struct LocalTurn {
-    slot: Arc<Slot>,
+    slot: SlotRef,
     _guard: OwnedMutexGuard<()>,
     /// Whether the turn's entry was granted: only a grant's end says whether the next
     /// local contender holds off (lock-delay).
@@ -165,10 +201,21 @@ fn take_over(holder: &Holder, seen: bool) {
 }
 
 impl LocalQueue {
-    fn slot(&self, name: &str) -> Arc<Slot> {
+    fn slot(&self, name: &str) -> SlotRef {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.retain(|_, s| Arc::strong_count(s) > 1);
-        slots.entry(name.to_owned()).or_default().clone()
+        let (slot, users) = slots.entry(name.to_owned()).or_default();
+        *users += 1;
+        SlotRef {
+            slot: slot.clone(),
+            key: name.to_owned(),
+            slots: Arc::downgrade(&self.slots),
+        }
+    }
+
+    /// How many names have a slot now (users waiting or holding).
+    #[cfg(test)]
+    fn names(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Waits (FIFO) for this client's turn at `name`; `session` is the client's, for
@@ -265,6 +312,40 @@ mod tests {
         );
         drop(next);
         assert!(queue.try_turn("n", &rx).is_some());
+    }
+
+    /// A name's slot lives while someone waits for or holds its turn, and not after:
+    /// nothing is left behind by a client that locked many names.
+    #[tokio::test]
+    async fn slots_go_with_their_last_user() {
+        let (_tx, rx) = watch::channel(status(SessionState::Connected, 1));
+        let queue = Arc::new(LocalQueue::default());
+        let held: Vec<SharedTurn> = futures::future::join_all((0..100).map(|i| {
+            let (queue, rx) = (queue.clone(), rx.clone());
+            async move { queue.turn(&format!("n{i}"), rx).await }
+        }))
+        .await;
+        assert_eq!(queue.names(), 100);
+        let waiter = tokio::spawn({
+            let (queue, rx) = (queue.clone(), rx.clone());
+            async move { queue.turn("n0", rx).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        for t in &held[1..] {
+            release_turn(t);
+        }
+        assert_eq!(queue.names(), 1, "only n0 is held and waited for");
+        release_turn(&held[0]);
+        let next = waiter.await.expect("waiter");
+        assert_eq!(queue.names(), 1);
+        release_turn(&next);
+        assert_eq!(queue.names(), 0);
+        // A cancelled wait gives its use up too.
+        let again = queue.turn("n1", rx.clone()).await;
+        let cancelled = tokio::time::timeout(std::time::Duration::from_millis(10), queue.turn("n1", rx.clone())).await;
+        assert!(cancelled.is_err());
+        release_turn(&again);
+        assert_eq!(queue.names(), 0);
     }
 
     /// A holder that is not granted yet (still joining) keeps its turn: only a grant's
