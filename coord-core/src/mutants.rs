@@ -56,11 +56,19 @@ pub enum Mutant {
     /// reconnect): the client library re-registers only one-shot watches, so the watch
     /// goes silent.
     WatchNotRearmed,
+    /// A contender the join found first reads the queue once more before it takes the
+    /// grant: one request more per uncontended lock (the benchmarks' smoke form must
+    /// fail on it).
+    ExtraRequestPerLock,
+    /// A contender with one permit waits for every entry ahead of it, not the nearest:
+    /// each release wakes the whole queue (a thundering herd the benchmarks' smoke form
+    /// must fail on).
+    HerdWake,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -75,6 +83,8 @@ impl Mutant {
         Mutant::RereadSplitSilently,
         Mutant::WatchResumeFromNow,
         Mutant::WatchNotRearmed,
+        Mutant::ExtraRequestPerLock,
+        Mutant::HerdWake,
     ];
 
     fn bit(self) -> u32 {

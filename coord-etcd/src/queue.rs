@@ -370,6 +370,35 @@ impl ContenderQueue for EtcdClient {
         }
     }
 
+    async fn confirm(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead> {
+        // One read-only round trip on one key (the queue's mark too, with a
+        // lock-delay): O(1), where a sorted range read fetches the whole queue.
+        let dir = self.queue_dir(&ticket.queue);
+        let mut ops = vec![etcd::TxnOp::get(
+            own.path.clone(),
+            Some(etcd::GetOptions::new().with_keys_only()),
+        )];
+        ops.extend(mark_read(&ticket.queue, &dir));
+        let resp = self
+            .inner
+            .call(Counter::Read, "confirm contender", false, move |mut c: etcd::KvClient| {
+                let ops = ops.clone();
+                async move { c.txn(etcd::Txn::new().and_then(ops)).await }
+            })
+            .await?;
+        let seen_at = header_rev(resp.header());
+        let mut ranges = gets(&resp);
+        let mine = ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from));
+        if mine.is_none_or(|kv| kv.create_rev != own.token.get() as i64) {
+            return Err(own_gone());
+        }
+        Ok(Ahead {
+            entries: Vec::new(),
+            seen_at: seen_at as u64,
+            mark: mark_of(ranges.next()),
+        })
+    }
+
     async fn wait_gone(&self, entry: &QueueEntry) -> Result<()> {
         let inner = &self.inner;
         let token = entry.token.get() as i64;

@@ -55,6 +55,35 @@ fn in_order(children: Vec<String>, spec: &QueueSpec) -> Vec<(String, usize)> {
     q.into_iter().map(|(_, c, class)| (c, class)).collect()
 }
 
+/// What a listing of queue `dir` shows ahead of `own`: `None` when `own` is not in it.
+fn ahead_of(
+    spec: &QueueSpec,
+    dir: &str,
+    children: Vec<String>,
+    own: &QueueEntry,
+    mark: Option<ReleaseMark>,
+) -> Option<Ahead> {
+    let mut queue = in_order(children, spec);
+    let name = own.path.rsplit('/').next().unwrap_or_default();
+    let i = queue.iter().position(|(c, _)| c == name)?;
+    queue.truncate(i);
+    // A listing has names only: the token is not known (sequential names are never
+    // reused, so the path alone names one incarnation).
+    let entries = queue.into_iter().map(|(c, class)| {
+        let entry = QueueEntry {
+            path: format!("{dir}/{c}"),
+            token: FencingToken(0),
+            seen_at: 0,
+        };
+        (entry, class)
+    });
+    Some(Ahead {
+        entries: spec.pick(entries),
+        seen_at: 0,
+        mark,
+    })
+}
+
 fn own_gone() -> Error {
     Error::new(
         ErrorKind::SessionLost,
@@ -264,31 +293,50 @@ impl ContenderQueue for ZkClient {
         let inner = &self.inner;
         let dir = self.queue_dir(&ticket.queue);
         let mut dir_attempts = 0;
+        // The listing that tells the position, when the spec counts anyone ahead: sent
+        // right behind the create, on the same session, so both are in flight at once
+        // (the server answers a session's requests in order: the listing sees the node).
+        let list = ticket.queue.counts_any();
         loop {
-            let (p, v) = (ticket.locator.clone(), value.clone());
+            let (p, v, d) = (ticket.locator.clone(), value.clone(), dir.clone());
             let options = inner.acl().ephemeral_sequential();
             let created = match inner.current_on(ticket.generation) {
                 Ok(current) => {
+                    if list {
+                        inner.stats.incr(Counter::Read);
+                    }
                     inner
-                        .send(
-                            current,
-                            Counter::Write,
-                            "create contender",
-                            true,
-                            |zk| async move { zk.create(&p, &v, &options).await },
-                        )
+                        .send(current, Counter::Write, "create contender", true, |zk| async move {
+                            // Both requests leave when called, in this order.
+                            let create = zk.create(&p, &v, &options);
+                            let listing = async {
+                                if list {
+                                    Some(zk.list_children(&d).await)
+                                } else {
+                                    None
+                                }
+                            };
+                            let (created, listed) = futures::join!(create, listing);
+                            created.map(|c| (c, listed))
+                        })
                         .await
                 }
                 Err(e) => Err(e.with_operation("create contender")),
             };
             let unknown = match created {
-                Ok(Ok((stat, seq))) => {
+                Ok(Ok(((stat, seq), listed))) => {
                     let own = QueueEntry {
                         path: format!("{}{seq}", ticket.locator),
                         token: FencingToken(stat.czxid as u64),
                         seen_at: 0,
                     };
-                    return Ok(Joined { own, ahead: None });
+                    let ahead = match listed {
+                        None => Some(Ahead::default()),
+                        Some(Ok(children)) => ahead_of(&ticket.queue, &dir, children, &own, None),
+                        // Read apart, as after any wait.
+                        Some(Err(_)) => None,
+                    };
+                    return Ok(Joined { own, ahead });
                 }
                 Ok(Err(zk::Error::NoNode)) if dir_attempts < DIR_ATTEMPTS => {
                     dir_attempts += 1;
@@ -335,27 +383,68 @@ impl ContenderQueue for ZkClient {
         let dir = self.queue_dir(&ticket.queue);
         let spec = &ticket.queue;
         let (children, mark) = children_and_mark(&self.inner, &dir, spec).await?;
-        let mut queue = in_order(children, spec);
-        let name = own.path.rsplit('/').next().unwrap_or_default();
-        let Some(i) = queue.iter().position(|(c, _)| c == name) else {
-            return Err(own_gone());
-        };
-        queue.truncate(i);
-        // A listing has names only: the token is not known (sequential names are never
-        // reused, so the path alone names one incarnation).
-        let entries = queue.into_iter().map(|(c, class)| {
-            let entry = QueueEntry {
-                path: format!("{dir}/{c}"),
-                token: FencingToken(0),
-                seen_at: 0,
+        ahead_of(spec, &dir, children, own, mark).ok_or_else(own_gone)
+    }
+
+    async fn confirm(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead> {
+        // The own node alone (an `exists`; with a lock-delay, a multiRead with the
+        // queue's mark): O(1), where a listing returns every contender.
+        let spec = &ticket.queue;
+        let path = own.path.clone();
+        let (stat, mark) = if spec.lock_delay.is_none() {
+            let stat = self
+                .inner
+                .call_mapped(Counter::Read, "confirm contender", false, |zk| async move {
+                    zk.check_stat(&path).await
+                })
+                .await?;
+            (stat, None)
+        } else {
+            let dir = self.queue_dir(spec);
+            let d = dir.clone();
+            let results = self
+                .inner
+                .call_mapped(Counter::Read, "confirm contender", false, |zk| async move {
+                    let mut reader = zk.new_multi_reader();
+                    reader.add_get_data(&d)?;
+                    reader.add_get_data(&path)?;
+                    reader.commit().await
+                })
+                .await?;
+            let mut results = results.into_iter();
+            let mark = match results.next() {
+                Some(zk::MultiReadResult::Data { data, .. }) => ReleaseMark::decode(&data),
+                Some(zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                })
+                | None => None,
+                Some(zk::MultiReadResult::Error { err }) => {
+                    return Err(map_at(err, "confirm contender", false, &dir));
+                }
+                Some(other) => return Err(unexpected(other)),
             };
-            (entry, class)
-        });
-        Ok(Ahead {
-            entries: spec.pick(entries),
-            seen_at: 0,
-            mark,
-        })
+            let stat = match results.next() {
+                Some(zk::MultiReadResult::Data { stat, .. }) => Some(stat),
+                Some(zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                })
+                | None => None,
+                Some(zk::MultiReadResult::Error { err }) => {
+                    return Err(map(err, "confirm contender", false));
+                }
+                Some(other) => return Err(unexpected(other)),
+            };
+            (stat, mark)
+        };
+        // A sequential node's path names one incarnation; the token, when known, too.
+        match stat {
+            Some(s) if own.token.get() == 0 || s.czxid as u64 == own.token.get() => Ok(Ahead {
+                entries: Vec::new(),
+                seen_at: 0,
+                mark,
+            }),
+            _ => Err(own_gone()),
+        }
     }
 
     async fn wait_gone(&self, entry: &QueueEntry) -> Result<()> {

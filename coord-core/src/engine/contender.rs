@@ -647,16 +647,26 @@ async fn wait_until_first(
     // first), and whether it has held off already.
     let mut awaited: Vec<QueueEntry> = Vec::new();
     let mut held_off = false;
+    // Whether the one entry ahead just went (`Position::Next`): the next read confirms
+    // this contender's own entry alone.
+    let mut next_gone = false;
+    if mutants::active(Mutant::ExtraRequestPerLock) && matches!(known, Some(Position::First { .. })) {
+        // The deliberate regression: the join's answer is read again.
+        known = None;
+    }
     loop {
         let position = match known.take() {
             Some(p) => p,
             None => {
                 let queue = &contender.ticket.queue;
+                let confirm = std::mem::take(&mut next_gone);
                 let read = async {
-                    backend
-                        .ahead(&contender.ticket, own)
-                        .await
-                        .map(|a| queue.admit(a))
+                    if confirm {
+                        backend.confirm(&contender.ticket, own).await
+                    } else {
+                        backend.ahead(&contender.ticket, own).await
+                    }
+                    .map(|a| queue.admit(a))
                 };
                 let read = if wait {
                     in_session(session, generation, read).await
@@ -721,9 +731,9 @@ async fn wait_until_first(
             }
             // The entry ahead went: read again. The read also confirms this contender's
             // own entry is still there — it may have been deleted while it waited (an
-            // operator, a late delete), and a grant without an entry is no grant. The
-            // read is kept even right behind the first entry (`Position::Next`), where
-            // nothing else could be ahead any more.
+            // operator, a late delete), and a grant without an entry is no grant. Right
+            // behind the first entry (`Position::Next`), where nothing else can be ahead
+            // any more, that confirmation is all it reads (`ContenderQueue::confirm`).
             Position::Behind(ahead) | Position::Next(ahead) => {
                 awaited = vec![ahead.clone()];
                 in_session(session, generation, backend.wait_gone(&ahead)).await
@@ -733,6 +743,7 @@ async fn wait_until_first(
             Ok(()) => {
                 woken(core, label);
                 waited = true;
+                next_gone = next;
                 if next && mutants::active(Mutant::OwnEntryUnchecked) {
                     known = Some(Position::First {
                         seen_at: own.seen_at,

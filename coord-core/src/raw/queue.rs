@@ -140,8 +140,10 @@ impl std::hash::Hash for Admission {
 
 /// What a backend read of the entries ahead of a contender's own: those of the classes
 /// its spec counts ([`QueueSpec::counts`]), in queue order (nearest last) — all of them,
-/// or, where the spec asks for only the nearest ([`QueueSpec::nearest`]), at most that
-/// many of the nearest. [`QueueSpec::admit`] decides from it where the contender stands.
+/// or, where the spec asks for only the nearest ([`QueueSpec::nearest`]), exactly that
+/// many of the nearest (fewer only when fewer are ahead: one entry means nothing else is
+/// ahead, [`Position::Next`]). [`QueueSpec::admit`] decides from it where the contender
+/// stands.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Ahead {
     /// The counted entries ahead, nearest last.
@@ -243,6 +245,9 @@ impl QueueSpec {
     /// with one permit (the one to wait for, and whether any is ahead of it), `None`
     /// (all of them) with more. A backend may read only these.
     pub fn nearest(&self) -> Option<usize> {
+        if crate::mutants::active(crate::mutants::Mutant::HerdWake) {
+            return None;
+        }
         (self.admission.permits(self.class) == 1).then_some(2)
     }
 
@@ -276,7 +281,7 @@ impl QueueSpec {
         if entries.len() < permits {
             return Position::First { seen_at, mark };
         }
-        if permits > 1 {
+        if permits > 1 || crate::mutants::active(crate::mutants::Mutant::HerdWake) {
             return Position::Among(entries);
         }
         let only = entries.len() == 1;
@@ -504,8 +509,9 @@ pub fn release_mark_key(dir: &str) -> String {
 pub struct Joined {
     /// This contender's entry.
     pub own: QueueEntry,
-    /// The entries ahead of it, when the join's round trip read them (etcd and mem read
-    /// the queue in the same request); `None` otherwise (ZooKeeper lists children next).
+    /// The entries ahead of it, when the join read them (etcd and mem in the same
+    /// request, ZooKeeper in a listing sent right behind the create); `None` otherwise
+    /// (the position is read next).
     pub ahead: Option<Ahead>,
 }
 
@@ -603,6 +609,25 @@ pub trait ContenderQueue: Send + Sync {
     ///
     /// Cancel-safe (a read).
     async fn ahead(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead>;
+
+    /// After the one counted entry ahead of `own` went ([`Position::Next`]): confirms
+    /// `own` is still there, with the queue's [`ReleaseMark`] when its spec has a
+    /// lock-delay, and nothing else. Nothing can be ahead any more (entries are ordered
+    /// by creation, so anything made later is behind), so a backend reads `own` alone —
+    /// O(1), where [`ContenderQueue::ahead`] reads the queue. The default reads the
+    /// queue.
+    ///
+    /// # Errors
+    ///
+    /// `SessionLost` when `own` is gone (its session ended or it was deleted): a grant
+    /// without its entry is no grant. `Unavailable`, `Timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn confirm(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead> {
+        self.ahead(ticket, own).await
+    }
 
     /// Resolves once `entry` is gone from the server (deleted, or replaced by another
     /// incarnation under the same path). Broken watches, reconnects and compacted
