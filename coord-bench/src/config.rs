@@ -31,6 +31,10 @@ enum Subject {
         zk: zk::Client,
         path: String,
         version: i32,
+        /// `raw-multi`: compare-and-set as coord's exact one is, one `multi` that checks
+        /// an incarnation marker (a child of the node) and sets the data at its version;
+        /// put and get as the raw floor's.
+        marker: Option<String>,
     },
     Etcd {
         etcd: Box<etcd_client::Client>,
@@ -43,6 +47,7 @@ impl Subject {
     fn label(&self) -> &'static str {
         match self {
             Subject::Coord { .. } => "coord",
+            Subject::Zk { marker: Some(_), .. } => "raw-multi",
             _ => "raw-floor",
         }
     }
@@ -56,12 +61,29 @@ impl Subject {
                 }
                 Op::Cas => *version = Some(client.compare_and_set(key, *version, value.to_vec()).await?),
             },
-            Subject::Zk { zk, path, version } => match op {
+            Subject::Zk {
+                zk,
+                path,
+                version,
+                marker,
+            } => match op {
                 Op::Put => *version = zk.set_data(path, value, None).await?.version,
                 Op::Get => {
                     zk.get_data(path).await?;
                 }
-                Op::Cas => *version = zk.set_data(path, value, Some(*version)).await?.version,
+                Op::Cas => match marker {
+                    None => *version = zk.set_data(path, value, Some(*version)).await?.version,
+                    Some(marker) => {
+                        let mut multi = zk.new_multi_writer();
+                        multi.add_check_version(marker, 0)?;
+                        multi.add_set_data(path, value, Some(*version))?;
+                        let results = multi.commit().await?;
+                        match results.last() {
+                            Some(zk::MultiWriteResult::SetData { stat }) => *version = stat.version,
+                            other => bail!("the raw multi answered {other:?}"),
+                        }
+                    }
+                },
             },
             Subject::Etcd { etcd, key, rev } => match op {
                 Op::Put => {
@@ -113,8 +135,20 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
             zk_mkdir(&z, &path).await?;
             subjects.push(Subject::Zk {
                 zk: z,
+                path: path.clone(),
+                version: 0,
+                marker: None,
+            });
+            let z = t.zk().await?;
+            let path = format!("{path}-multi");
+            zk_mkdir(&z, &path).await?;
+            let marker = format!("{path}/i-bench");
+            zk_mkdir(&z, &marker).await?;
+            subjects.push(Subject::Zk {
+                zk: z,
                 path,
                 version: 0,
+                marker: Some(marker),
             });
         }
         Backend::Etcd => {
@@ -175,11 +209,18 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
         }
         rows.push(row);
     }
-    if let [coord, raw] = rows.as_mut_slice() {
-        for (_, op) in OPS {
-            let metric = format!("{op}_per_s");
-            if let (Some(c), Some(r)) = (coord.get(&metric), raw.get(&metric)) {
-                coord.set(&format!("x_raw_{op}"), c / r);
+    if let [coord, others @ ..] = rows.as_mut_slice() {
+        for other in others.iter() {
+            // `x_raw_<op>` against the raw floor, `x_raw-multi_<op>` against the multi.
+            let name = match other.subject.as_str() {
+                "raw-floor" => "raw".to_owned(),
+                s => s.to_owned(),
+            };
+            for (_, op) in OPS {
+                let metric = format!("{op}_per_s");
+                if let (Some(c), Some(r)) = (coord.get(&metric), other.get(&metric)) {
+                    coord.set(&format!("x_{name}_{op}"), c / r);
+                }
             }
         }
     }

@@ -128,13 +128,25 @@ async fn raw_floor(
             let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
             for _ in 0..rounds {
                 leader.create(&path, b"", &options).await?;
-                let (_, watcher) = follower.check_and_watch_stat(&path).await?;
                 if let Some(ms) = wait {
+                    let (_, watcher) = follower.check_and_watch_stat(&path).await?;
                     tokio::time::sleep(Duration::from_millis(ms)).await;
+                    let start = Instant::now();
+                    leader.delete(&path, None).await?;
+                    watcher.changed().await;
+                    lat.push(start.elapsed());
+                    continue;
                 }
+                // Just queued: the clock starts as the follower's watch request leaves
+                // (the client sends it when called), as coord's does — not once the
+                // watch is set. The node already gone when the watch lands is the
+                // hand-over too.
+                let watching = follower.check_and_watch_stat(&path);
                 let start = Instant::now();
                 leader.delete(&path, None).await?;
-                watcher.changed().await;
+                if let (Some(_), watcher) = watching.await? {
+                    watcher.changed().await;
+                }
                 lat.push(start.elapsed());
             }
         }
@@ -142,14 +154,25 @@ async fn raw_floor(
             let (mut leader, mut follower) = (t.etcd().await?, t.etcd().await?);
             let key = format!("coord-bench/{name}-raw/leader");
             for _ in 0..rounds {
-                leader.put(key.clone(), "", None).await?;
-                let mut stream = follower.watch(key.clone(), None).await?;
-                // The created response.
-                stream.message().await?;
+                let put = leader.put(key.clone(), "", None).await?;
+                let rev = put.header().map(|h| h.revision()).unwrap_or(0);
+                // Just queued: the clock starts as the follower's watch request leaves,
+                // as coord's does (its watch starts after the put, so a delete landing
+                // before the watch is placed is still seen). After a wait, once the
+                // watch is placed.
+                let mut start = Instant::now();
+                let mut stream = follower
+                    .watch(
+                        key.clone(),
+                        Some(etcd_client::WatchOptions::new().with_start_revision(rev + 1)),
+                    )
+                    .await?;
                 if let Some(ms) = wait {
+                    // The created response.
+                    stream.message().await?;
                     tokio::time::sleep(Duration::from_millis(ms)).await;
+                    start = Instant::now();
                 }
-                let start = Instant::now();
                 leader.delete(key.clone(), None).await?;
                 while let Some(resp) = stream.message().await? {
                     if !resp.events().is_empty() {

@@ -23,8 +23,13 @@ pub enum Subject {
         /// must cost what `coord` does, as every hand-over here is a release.
         delay: Option<Duration>,
     },
-    /// ZooKeeper: create an ephemeral sequential node, list the directory, delete.
+    /// ZooKeeper: create an ephemeral sequential node, list the directory, delete, one
+    /// after another (the first floor: `raw-floor`).
     ZkRaw { zk: zk::Client, dir: String },
+    /// ZooKeeper's real floor: the create and the list in flight together (a session's
+    /// requests are answered in order, so the list sees the node), then the delete: two
+    /// round trips.
+    ZkPipelined { zk: zk::Client, dir: String },
     /// zookeeper-client's `Client::lock` with its Curator-compatible prefix.
     ZkRecipe { zk: zk::Client, dir: String },
     /// etcd: a Txn that puts the key under a lease if absent, then a delete.
@@ -46,6 +51,16 @@ pub enum Subject {
     EtcdGuarded {
         etcd: etcd_client::Client,
         key: String,
+        lease: i64,
+    },
+    /// etcd's real floor, in the request shapes of Go's `concurrency.Mutex`: one `Txn`
+    /// (put the key under the lease if absent, else read it; and read the oldest key of
+    /// the prefix), then a plain delete. Contended, it waits as Go's does: for the key
+    /// created right before its own to go (a watch from the read's revision), then
+    /// checks its own key is still there.
+    EtcdGo {
+        etcd: etcd_client::Client,
+        dir: String,
         lease: i64,
     },
     /// etcd-client's server-side `lock` (the server's v3lock service) and `unlock`.
@@ -77,6 +92,8 @@ impl Subject {
             Subject::Coord { delay: None, .. } => "coord",
             Subject::Coord { delay: Some(_), .. } => "coord-lock-delay",
             Subject::ZkRaw { .. } | Subject::EtcdRaw { .. } => "raw-floor",
+            Subject::ZkPipelined { .. } => "raw-pipelined",
+            Subject::EtcdGo { .. } => "go-mutex-shapes",
             Subject::ZkRecipe { .. } => "zookeeper-client-lock",
             Subject::EtcdShaped { .. } => "raw-coord-requests",
             Subject::EtcdGuarded { .. } => "raw-guarded-release",
@@ -117,6 +134,24 @@ impl Subject {
                 }
                 Held::Path(format!("{dir}/n-{seq}"))
             }
+            Subject::ZkPipelined { zk, dir } => {
+                let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                // Both requests leave when called, in this order.
+                let prefix = format!("{dir}/n-");
+                let create = zk.create(&prefix, b"", &options);
+                let list = zk.list_children(dir);
+                let (created, children) = futures::join!(create, list);
+                let (_, seq) = created?;
+                let children = children?;
+                if children.len() != 1 {
+                    bail!(
+                        "the raw floor runs uncontended, yet {dir} has {} children",
+                        children.len()
+                    );
+                }
+                Held::Path(format!("{dir}/n-{seq}"))
+            }
+            Subject::EtcdGo { etcd, dir, lease } => Held::Key(go_lock(etcd, dir, *lease).await?),
             Subject::ZkRecipe { zk, dir } => {
                 let prefix = zk::LockPrefix::new_curator(dir, "lock-")?;
                 let options = zk::LockOptions::new(zk::Acls::anyone_all())
@@ -197,10 +232,11 @@ impl Subject {
     pub async fn release(&mut self, held: Held) -> Result<()> {
         match (self, held) {
             (Subject::Coord { .. }, Held::Coord(guard)) => guard.release().await?,
-            (Subject::ZkRaw { zk, .. } | Subject::ZkRecipe { zk, .. }, Held::Path(p)) => {
-                zk.delete(&p, None).await?
-            }
-            (Subject::EtcdRaw { etcd, .. }, Held::Key(k)) => {
+            (
+                Subject::ZkRaw { zk, .. } | Subject::ZkPipelined { zk, .. } | Subject::ZkRecipe { zk, .. },
+                Held::Path(p),
+            ) => zk.delete(&p, None).await?,
+            (Subject::EtcdRaw { etcd, .. } | Subject::EtcdGo { etcd, .. }, Held::Key(k)) => {
                 etcd.delete(k, None).await?;
             }
             (
@@ -234,6 +270,88 @@ impl Subject {
     }
 }
 
+/// Go's `concurrency.Mutex.Lock` in its request shapes: the join `Txn` (put the key
+/// under the lease if absent, else read it; in both, the oldest key of the prefix); if
+/// the oldest is not its own, waits for each key created before its own to go (the
+/// newest of them, watched from the read's revision), then checks its key is still
+/// there. Returns the key to delete.
+async fn go_lock(etcd: &mut etcd_client::Client, dir: &str, lease: i64) -> Result<Vec<u8>> {
+    use etcd_client::{Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+    let key = format!("{dir}/{lease:x}");
+    let prefix = format!("{dir}/");
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(
+                key.clone(),
+                "",
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            ),
+            TxnOp::get(prefix.clone(), Some(first.clone())),
+        ])
+        .or_else([
+            TxnOp::get(key.clone(), None),
+            TxnOp::get(prefix.clone(), Some(first)),
+        ]);
+    let resp = etcd.txn(txn).await?;
+    let header_rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+    let gets: Vec<etcd_client::GetResponse> = resp
+        .op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            etcd_client::TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    let my_rev = if resp.succeeded() {
+        header_rev
+    } else {
+        gets.first()
+            .and_then(|g| g.kvs().first())
+            .map(|kv| kv.create_revision())
+            .context("own key gone")?
+    };
+    let owner = gets
+        .last()
+        .and_then(|g| g.kvs().first())
+        .map(|kv| kv.create_revision());
+    if owner.is_none_or(|o| o == my_rev) {
+        return Ok(key.into_bytes());
+    }
+    // waitDeletes: the newest key created before ours, until none is left.
+    loop {
+        let last = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_max_create_revision(my_rev - 1);
+        let r = etcd.get(prefix.clone(), Some(last)).await?;
+        let Some(kv) = r.kvs().first() else { break };
+        let rev = r.header().map(|h| h.revision()).unwrap_or(0);
+        let ahead = kv.key().to_vec();
+        let mut stream = etcd
+            .watch(
+                ahead,
+                Some(etcd_client::WatchOptions::new().with_start_revision(rev + 1)),
+            )
+            .await?;
+        'watch: while let Some(m) = stream.message().await? {
+            if m.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                break 'watch;
+            }
+        }
+    }
+    let mine = etcd.get(key.clone(), None).await?;
+    if mine.kvs().is_empty() {
+        bail!("the Go-shaped lock's key is gone (its lease ended)");
+    }
+    Ok(key.into_bytes())
+}
+
 /// The lock-delay of the `coord-lock-delay` subject: long, so that a hand-over that
 /// held off would show.
 const LOCK_DELAY: Duration = Duration::from_secs(10);
@@ -265,6 +383,12 @@ pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<S
                 zk: raw,
                 dir: format!("{dir}/raw"),
             });
+            let pipelined = t.zk().await?;
+            zk_mkdir(&pipelined, &format!("{dir}/pipelined")).await?;
+            out.push(Subject::ZkPipelined {
+                zk: pipelined,
+                dir: format!("{dir}/pipelined"),
+            });
             out.push(Subject::ZkRecipe {
                 zk: t.zk().await?,
                 dir: format!("{dir}/recipe"),
@@ -280,6 +404,13 @@ pub async fn subjects(t: &Target, name: &str, comparisons: bool) -> Result<Vec<S
                     out.push(Subject::EtcdGuarded {
                         etcd: guarded,
                         key: format!("coord-bench/{name}/guarded/{lease:x}"),
+                        lease,
+                    });
+                    let mut go = t.etcd().await?;
+                    let lease = go.lease_grant(300, None).await?.id();
+                    out.push(Subject::EtcdGo {
+                        etcd: go,
+                        dir: format!("coord-bench/{name}/go"),
                         lease,
                     });
                     let mut shaped = t.etcd().await?;
@@ -372,8 +503,8 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             .with("acquire_p50_ms", acq[i].ms(0.5));
         let per_cycle = match s {
             Subject::Coord { .. } => requests[i].data_requests() as f64 / cycles,
-            Subject::ZkRaw { .. } => 3.0,
-            Subject::EtcdRaw { .. } | Subject::EtcdShaped { .. } => 2.0,
+            Subject::ZkRaw { .. } | Subject::ZkPipelined { .. } => 3.0,
+            Subject::EtcdRaw { .. } | Subject::EtcdShaped { .. } | Subject::EtcdGo { .. } => 2.0,
             _ => f64::NAN,
         };
         if !per_cycle.is_nan() {
@@ -482,6 +613,7 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
             s.first(),
             Some(
                 Subject::ZkRaw { .. }
+                    | Subject::ZkPipelined { .. }
                     | Subject::EtcdRaw { .. }
                     | Subject::EtcdShaped { .. }
                     | Subject::EtcdGuarded { .. }

@@ -42,6 +42,29 @@ pub struct Args {
     /// skips it.
     #[arg(long, default_value_t = 30.0)]
     soak_minutes: f64,
+    /// A negative control of the smoke form's checks (`--smoke` only; built with the
+    /// `mutants` feature): runs with this deliberate regression switched on
+    /// (`extra-request-per-lock`, `herd-wake`) and succeeds only if the checks of the
+    /// deterministic counts catch it.
+    #[arg(long)]
+    mutant: Option<String>,
+}
+
+/// The regression `--mutant` names, switched on for the run.
+#[cfg(feature = "mutants")]
+fn switch_on(name: &str) -> Result<coord_core::mutants::Switched> {
+    use coord_core::mutants::{Mutant, switch_on};
+    let m = match name {
+        "extra-request-per-lock" => Mutant::ExtraRequestPerLock,
+        "herd-wake" => Mutant::HerdWake,
+        other => anyhow::bail!("no bench mutant {other} (extra-request-per-lock, herd-wake)"),
+    };
+    Ok(switch_on(&[m]))
+}
+
+#[cfg(not(feature = "mutants"))]
+fn switch_on(_: &str) -> Result<()> {
+    anyhow::bail!("--mutant needs coord-bench built with the `mutants` feature")
 }
 
 /// Sizes of one round.
@@ -99,11 +122,12 @@ const SMOKE: Sizes = Sizes {
     fence_s: 0.3,
 };
 
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "lock",
     "lock-contended",
     "waiters-small",
     "waiters-large",
+    "waiters-shared",
     "election",
     "registry",
     "config",
@@ -120,6 +144,7 @@ async fn scenario(name: &str, t: &Target, s: &Sizes) -> Result<Vec<Row>> {
         "lock-contended" => lock::contended(t, 4, s.contended_s, 3).await?,
         "waiters-small" => waiters::run(t, s.waiters[0]).await?,
         "waiters-large" => waiters::run(t, s.waiters[1]).await?,
+        "waiters-shared" => waiters::shared(t, s.waiters[1], 8).await?,
         "election" => election::run(t, s.election_rounds).await?,
         "registry" => registry::run(t, s.instances).await?,
         "config" => config::run(t, s.config_s, s.deliveries).await?,
@@ -131,6 +156,7 @@ async fn scenario(name: &str, t: &Target, s: &Sizes) -> Result<Vec<Row>> {
     };
     if let Some(n) = name
         .strip_prefix("waiters-")
+        .filter(|kind| *kind != "shared")
         .map(|_| rows.first().and_then(|r| r.get("waiters")))
     {
         for r in rows.iter_mut() {
@@ -150,6 +176,10 @@ fn sh(cmd: &str) -> String {
 }
 
 pub async fn run(args: Args) -> Result<()> {
+    if args.mutant.is_some() && !args.smoke {
+        anyhow::bail!("--mutant is a control of the smoke form: add --smoke");
+    }
+    let _mutant = args.mutant.as_deref().map(switch_on).transpose()?;
     let sizes = if args.smoke { &SMOKE } else { &FULL };
     let rounds = if args.smoke { 1 } else { args.rounds.max(1) };
     let want = |b: &str| args.backends.iter().any(|x| x == b);
@@ -240,7 +270,9 @@ pub async fn run(args: Args) -> Result<()> {
     let mut medians = medians(&all);
     // The soak: once, every backend at the same time.
     let soak_minutes = if args.smoke { 0.1 } else { args.soak_minutes };
-    if soak_minutes > 0.0 && (args.only.is_empty() || args.only.iter().any(|o| "soak".contains(o.as_str()))) {
+    let soak_ran =
+        soak_minutes > 0.0 && (args.only.is_empty() || args.only.iter().any(|o| "soak".contains(o.as_str())));
+    if soak_ran {
         eprintln!("soak: {soak_minutes} min on every backend at once");
         let r = soak::run(&targets, soak_minutes * 60.0).await.context("soak")?;
         for row in &r {
@@ -265,7 +297,180 @@ pub async fn run(args: Args) -> Result<()> {
         args.out.display(),
         started.elapsed().as_secs_f64()
     );
-    Ok(())
+    if !args.smoke {
+        return Ok(());
+    }
+    let mut ran = scenarios.clone();
+    if soak_ran {
+        ran.push("soak");
+    }
+    let backends: Vec<&str> = targets.iter().map(|t| t.name()).collect();
+    let failed = count_checks(&medians, &ran, &backends);
+    let lines = |f: &[(&str, String)]| f.iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n");
+    match &args.mutant {
+        None if failed.is_empty() => {
+            eprintln!("smoke: every deterministic count is at its bar");
+            Ok(())
+        }
+        None => anyhow::bail!("smoke: deterministic counts off their bars:\n{}", lines(&failed)),
+        Some(m) => {
+            let id = caught_by(m);
+            if !failed.iter().any(|(check, _)| *check == id) {
+                anyhow::bail!(
+                    "smoke: mutant {m} switched on, yet the {id} check did not catch it (failed: {})",
+                    if failed.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        lines(&failed)
+                    }
+                );
+            }
+            eprintln!("smoke: mutant {m} caught by the {id} check:\n{}", lines(&failed));
+            Ok(())
+        }
+    }
+}
+
+/// A deterministic count the smoke form checks: which scenario's rows (by the name
+/// they were run under), the subject, the metric, its bar.
+struct Count {
+    /// What a negative control names to say which check must catch it.
+    id: &'static str,
+    scenario: &'static str,
+    subject: &'static str,
+    metric: &'static str,
+    bar: &'static str,
+    ok: fn(&str, f64) -> bool,
+}
+
+/// The requests a lock cycle needs: the join (with the read of the position) and the
+/// release; ZooKeeper's join is a create and a listing (sent together). The slack covers
+/// a run's set-up (the lock's directory made once, or again after the server swept it
+/// empty), spread over at least 20 cycles.
+fn lock_floor(backend: &str) -> f64 {
+    if backend == "zk" { 3.0 } else { 2.0 }
+}
+
+const COUNTS: [Count; 7] = [
+    Count {
+        id: "requests-per-cycle",
+        scenario: "lock",
+        subject: "coord",
+        metric: "requests_per_cycle",
+        bar: "≤ floor (zk 3, etcd and mem 2) + 0.25",
+        ok: |b, v| v <= lock_floor(b) + 0.25,
+    },
+    // A waiter wakes once per grant it waits for; a herd wakes every waiter.
+    Count {
+        id: "wakeups-per-grant",
+        scenario: "lock-contended",
+        subject: "coord",
+        metric: "wakeups_per_grant",
+        bar: "≤ 1.05",
+        ok: |_, v| v <= 1.05,
+    },
+    Count {
+        id: "wakeups-per-release",
+        scenario: "waiters-",
+        subject: "coord",
+        metric: "wakeups_per_release",
+        bar: "= 1",
+        ok: |_, v| (v - 1.0).abs() < 1e-9,
+    },
+    Count {
+        id: "reads-per-handoff",
+        scenario: "waiters-",
+        subject: "coord",
+        metric: "reads_per_handoff",
+        bar: "≤ 1",
+        ok: |_, v| v <= 1.0 + 1e-9,
+    },
+    Count {
+        id: "views-out-of-sync",
+        scenario: "storm",
+        subject: "coord-cache",
+        metric: "views_out_of_sync",
+        bar: "= 0",
+        ok: |_, v| v == 0.0,
+    },
+    Count {
+        id: "final-state",
+        scenario: "storm",
+        subject: "coord-cache",
+        metric: "final_state",
+        bar: "= 1",
+        ok: |_, v| v == 1.0,
+    },
+    Count {
+        id: "caches-in-sync",
+        scenario: "soak",
+        subject: "coord",
+        metric: "caches_in_sync",
+        bar: "= 1",
+        ok: |_, v| v == 1.0,
+    },
+];
+
+/// The checks of the counts that do not depend on the machine's speed (the smoke
+/// form's): what a thundering herd, an extra request per lock or a torn view changes,
+/// whatever the timings. `ran`: the scenarios run (`soak` among them when it ran) and
+/// the backends; every count of every one of them must be there. Each failure as the
+/// check's id and a line.
+fn count_checks(rows: &[Row], ran: &[&str], backends: &[&str]) -> Vec<(&'static str, String)> {
+    let mut failed = Vec::new();
+    for c in &COUNTS {
+        // `waiters-` stands for waiters-small and waiters-large (rows named waiters-N).
+        let expected = ran
+            .iter()
+            .filter(|s| match c.scenario {
+                "waiters-" => **s == "waiters-small" || **s == "waiters-large",
+                name => **s == name,
+            })
+            .count();
+        if expected == 0 {
+            continue;
+        }
+        for b in backends {
+            let matching: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.backend == *b && r.subject == c.subject)
+                .filter(|r| match c.scenario {
+                    "waiters-" => r.scenario.starts_with("waiters-") && r.scenario != "waiters-shared",
+                    name => r.scenario == name,
+                })
+                .collect();
+            if matching.len() < expected {
+                failed.push((
+                    c.id,
+                    format!(
+                        "  {b}: {}: {} rows of {} found, {expected} expected",
+                        c.scenario,
+                        matching.len(),
+                        c.metric
+                    ),
+                ));
+            }
+            for r in matching {
+                match r.get(c.metric) {
+                    None => failed.push((c.id, format!("  {b}: {}: no {}", r.scenario, c.metric))),
+                    Some(v) if !(c.ok)(b, v) => failed.push((
+                        c.id,
+                        format!("  {b}: {}: {} = {} (bar {})", r.scenario, c.metric, fmt(v), c.bar),
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    failed
+}
+
+/// The check each negative control (`--mutant`) must trip.
+fn caught_by(mutant: &str) -> &'static str {
+    match mutant {
+        "extra-request-per-lock" => "requests-per-cycle",
+        _ => "wakeups-per-release",
+    }
 }
 
 /// Each metric's median over the rounds, rows in first-round order.
@@ -303,27 +508,37 @@ fn targets_table(rows: &[Row]) -> String {
     };
     for b in ["zk", "etcd"] {
         let metric = |s: &str, subj: &str, m: &str| find(rows, s, b, subj).and_then(|r| r.get(m));
+        // The real floor: ZooKeeper's create and list in flight together; etcd's
+        // request shapes of Go's `concurrency.Mutex`.
+        let floor = if b == "zk" {
+            "raw-pipelined"
+        } else {
+            "go-mutex-shapes"
+        };
         check(
-            format!("{b}: uncontended lock cycle vs raw floor"),
+            format!("{b}: uncontended lock cycle vs the real floor ({floor})"),
+            metric("lock", "coord", &format!("x_{floor}")),
+            "≥ 0.97×",
+            |v| v >= 0.97,
+        );
+        check(
+            format!("{b}: uncontended lock cycle vs the first raw floor (raw-floor)"),
             metric("lock", "coord", "x_raw-floor"),
             "≥ 0.95×",
             |v| v >= 0.95,
         );
+        // Contended: against a lock that waits as a real one must (etcd: Go's request
+        // shapes; ZooKeeper: the client library's recipe).
         let recipe = if b == "zk" {
             "zookeeper-client-lock"
         } else {
-            "etcd-client-lock"
-        };
-        let (bar, ok): (&str, fn(f64) -> bool) = if b == "zk" {
-            ("≥ 1.0×", |v| v >= 1.0)
-        } else {
-            ("≥ 20×", |v| v >= 20.0)
+            "go-mutex-shapes"
         };
         check(
             format!("{b}: 4 clients contending, grants/s vs {recipe}"),
             metric("lock-contended", "coord", &format!("x_{recipe}")),
-            bar,
-            ok,
+            "≥ 1.0×",
+            |v| v >= 1.0,
         );
         check(
             format!("{b}: 4 clients contending, hand-off p99 (ms)"),
@@ -333,7 +548,9 @@ fn targets_table(rows: &[Row]) -> String {
         );
         let mut waiters: Vec<&Row> = rows
             .iter()
-            .filter(|r| r.backend == b && r.scenario.starts_with("waiters-"))
+            .filter(|r| {
+                r.backend == b && r.scenario.starts_with("waiters-") && r.scenario != "waiters-shared"
+            })
             .collect();
         waiters.sort_by(|x, y| {
             x.get("waiters")
@@ -349,36 +566,47 @@ fn targets_table(rows: &[Row]) -> String {
             );
         }
         if let [small, .., large] = waiters.as_slice() {
-            let n = large.get("waiters").unwrap_or(0.0) / small.get("waiters").unwrap_or(1.0);
-            if let (Some(ts), Some(tl)) = (small.get("pass_through_s"), large.get("pass_through_s")) {
+            // Time per hand-off must not grow with the queue: its slope against the
+            // queue's length, and the ratio of the two sizes' per-hand-off times.
+            let (ns, nl) = (
+                small.get("waiters").unwrap_or(0.0),
+                large.get("waiters").unwrap_or(0.0),
+            );
+            if let (Some(ts), Some(tl)) = (small.get("per_handoff_ms"), large.get("per_handoff_ms")) {
                 ratios.push((
-                    format!("{b}: t({})/t({}) pass-through", large.scenario, small.scenario),
+                    format!(
+                        "{b}: time per hand-off, {} over {} (slope {} µs per queued waiter)",
+                        large.scenario,
+                        small.scenario,
+                        fmt((tl - ts) * 1e3 / (nl - ns).max(1.0))
+                    ),
                     tl / ts,
-                    format!("≤ {}", fmt(n * 1.1)),
-                    tl / ts <= n * 1.1,
+                    "≤ 1.1".to_owned(),
+                    tl / ts <= 1.1,
                 ));
             }
             check(
-                format!("{b}: {}: RSS per queued contender (KiB)", large.scenario),
-                large.get("rss_kib_per_waiter"),
-                "≤ 16 KiB",
-                |v| v <= 16.0,
-            );
-            check(
-                format!("{b}: {}: heap kept per queued contender (KiB)", large.scenario),
+                format!(
+                    "{b}: {}: heap kept per queued contender, a connection each (KiB)",
+                    large.scenario
+                ),
                 large.get("heap_kib_per_waiter"),
-                "≤ 16 KiB",
-                |v| v <= 16.0,
+                "≤ 8 KiB",
+                |v| v <= 8.0,
             );
         }
         check(
-            format!("{b}: election hand-over p50, resign-just-queued (ms)"),
-            metric("election", "resign-just-queued", "handover_p50_ms"),
-            "≤ 1 ms",
-            |v| v <= 1.0,
+            format!("{b}: waiters-shared: heap kept per queued contender, 8 connections (KiB)"),
+            metric("waiters-shared", "coord", "heap_kib_per_waiter"),
+            "≤ 8 KiB",
+            |v| v <= 8.0,
         );
-        // After 150 ms idle even the raw floor takes about a millisecond: judged against it.
-        for mode in ["just-queued", "after-150ms"] {
+        // Judged against the raw floor, whose clock starts at the same point (just
+        // queued: as the follower's watch request leaves).
+        for (mode, bar, ok) in [
+            ("just-queued", "≤ 1.5×", (|v| v <= 1.5) as fn(f64) -> bool),
+            ("after-150ms", "≤ 2×", |v| v <= 2.0),
+        ] {
             if let (Some(c), Some(r)) = (
                 metric("election", &format!("resign-{mode}"), "handover_p50_ms"),
                 metric("election", &format!("raw-floor-{mode}"), "handover_p50_ms"),
@@ -386,8 +614,8 @@ fn targets_table(rows: &[Row]) -> String {
                 check(
                     format!("{b}: election hand-over p50, resign-{mode}, vs raw-floor-{mode}"),
                     Some(c / r),
-                    "≤ 2×",
-                    |v| v <= 2.0,
+                    bar,
+                    ok,
                 );
             }
         }
@@ -397,6 +625,23 @@ fn targets_table(rows: &[Row]) -> String {
                 metric("config", "coord", &format!("x_raw_{op}")),
                 "≥ 0.95×",
                 |v| v >= 0.95,
+            );
+        }
+        check(
+            format!("{b}: config cas per second vs the same multi sent raw"),
+            metric("config", "coord", "x_raw-multi_cas"),
+            "≥ 0.95×",
+            |v| v >= 0.95,
+        );
+        if let (Some(c), Some(r)) = (
+            metric("fan-out", "coord", "delivery_p50_ms"),
+            metric("fan-out", "raw-one-watch", "delivery_p50_ms"),
+        ) {
+            check(
+                format!("{b}: fan-out: one put to every watcher, delivery p50 vs one raw watch"),
+                Some(c / r),
+                "≤ 2×",
+                |v| v <= 2.0,
             );
         }
         check(
@@ -524,9 +769,14 @@ fn render(
     s.push_str(&targets_table(rows));
     s.push_str(
         "\n## What each scenario measures\n\n\
-         - `lock`: one client, lock then release, uncontended. `raw-floor` is the fewest round trips a queue lock \
-           needs with the same client library — ZooKeeper: create an ephemeral sequential node, list the directory, \
-           delete; etcd: a `Txn` that puts the key under a lease if absent, then a delete. `zookeeper-client-lock` \
+         - `lock`: one client, lock then release, uncontended. The real floors, the fewest round trips a queue \
+           lock needs with the same client library: ZooKeeper `raw-pipelined` — create an ephemeral sequential \
+           node and list the directory with both requests in flight (the server answers a session's requests in \
+           order, so the list sees the node), then delete: two round trips, three requests; etcd \
+           `go-mutex-shapes` — Go's `concurrency.Mutex` requests exactly: one `Txn` (put the key under the \
+           lease if absent, else read it, and read the prefix's oldest key), then a plain delete. The first \
+           floors, kept beside them: `raw-floor` — ZooKeeper: the same three requests one after another; etcd: \
+           a put-if-absent `Txn` and a delete, which reads no queue and so is no lock. `zookeeper-client-lock` \
            is that crate's `Client::lock` with its Curator-compatible prefix (released by an awaited delete); \
            `etcd-client-lock` is etcd's server-side lock service (`lock`/`unlock`). `requests_per_cycle` counts \
            coord's requests from `Client::stats()`.\n\
@@ -534,16 +784,26 @@ fn render(
            the holder's release starting to the next holder's `lock` returning (a client taking the lock again \
            after itself is a grant, not a hand-off). `wakeups_per_grant` counts waiter wake-ups (`Stats::wakeups`). \
            `coord-lock-delay` (in `lock` and `lock-contended`) is coord with a 10 s lock-delay on a name of its \
-           own: every hand-over there is a release, which must cost what `coord`'s does and never hold off.\n\
+           own: every hand-over there is a release, which must cost what `coord`'s does and never hold off. On \
+           etcd `go-mutex-shapes` contends as Go's mutex does (waits for the key created right before its own to \
+           go, watched from the read's revision, then checks its own key): the contended target is against it, \
+           not against etcd-client's lock service (which stalls about 100 ms per hand-off by design).\n\
          - `waiters-N`: N clients, each its own connection, queue behind a holder; then the holder releases and the \
            queue passes through (each takes the lock and releases it at once). `per_handoff_ms` is the pass-through \
            time over N; `reads_per_handoff` the waiters' read requests during the pass-through over N; \
            `rss_kib_per_waiter` the process's resident memory once all are queued (one after another), less what \
            it was with the clients connected and nobody queued, over N (what queueing costs, not a connection; \
            RSS moves in pages and keeps what the allocator has not returned, so it is noisy); \
-           `heap_kib_per_waiter` the same for the live heap bytes, counted exactly by the benchmark's allocator.\n\
+           `heap_kib_per_waiter` the same for the live heap bytes, counted exactly by the benchmark's allocator. \
+           The target on time is the ratio of `per_handoff_ms` between the two sizes (flat: ≤ 1.1), with its \
+           slope per queued waiter.\n\
+         - `waiters-shared`: as many contenders as `waiters-N`'s larger size, over 8 clients: a client's \
+           contenders for one name wait in its local queue, one at a time on the server. `heap_kib_per_waiter` \
+           is what a queued contender keeps without a connection of its own (contender memory, not \
+           connection memory).\n\
          - `election`: hand-over from `resign()` starting to the follower's `campaign` returning, the follower just \
-           queued (`resign-just-queued`) or queued 150 ms earlier; `session-ended`: the leader's session ended from \
+           queued (`resign-just-queued`: the clock starts as its watch request leaves, for coord and the raw \
+           floor alike) or queued 150 ms earlier; `session-ended`: the leader's session ended from \
            outside (ZooKeeper: the session closed by another connection; etcd: its lease revoked); `leader-silent`: \
            the leader's links blackholed, so its session ends by timeout (2 s) — compare with `session_timeout_ms`.\n\
          - `registry`: N instances, each registered by its own client (32 connecting at a time, 64 registering at \
@@ -551,6 +811,8 @@ fn render(
            at once, `rest_seen_s` until the watcher sees the rest.\n\
          - `config`: put, get and compare-and-set per second, coord beside the raw request of the same client \
            (ZooKeeper `setData`/`getData`/`setData` with a version; etcd `Put`/`Range`/`Txn` on the mod revision); \
+           on ZooKeeper `raw-multi` sends coord's exact compare-and-set raw (one `multi`: check an incarnation \
+           marker, set the data at its version), the real floor of an exact one; \
            `*_requests` is coord's requests per operation. `coord-watch`: a put by one client until another's \
            watch delivers it, one at a time.\n\
          - `many-names`: one client, 64 tasks, each cycling lock/release through its share of the names \
@@ -597,9 +859,14 @@ fn render(
            etcd 3.4 answers any range sorted or filtered by create revision by fetching every key of the range \
            before sorting and truncating (`etcdserver/apply.go`: \"fetch everything; sort and truncate \
            afterwards\"), so its server cost grows with the keys queued. A waiter whose predecessor was first \
-           skips the read altogether (`Position::Next`).\n\
+           (`Position::Next`) reads its own key alone once it goes (`ContenderQueue::confirm`), which is O(1). \
+           Every other waiter — behind two or more when it last read, which in a queue passing through is all \
+           but the first — reads the range again when the one ahead goes: it cannot tell a release (then it is \
+           first) from an exit out of turn (then others may still be ahead) without reading. Curator and Go's \
+           `concurrency` read the same way.\n\
          - ZooKeeper, 1,000 waiters: `getChildren` is the only way to find the node ahead and lists every \
-           contender; zookeeper-client keeps each connection's read buffer at its largest response, so the heap \
+           contender (sent together with the create, so a join costs two round trips), on every wake-up but \
+           that of a waiter right behind the head, which checks its own node alone (`exists`); zookeeper-client keeps each connection's read buffer at its largest response, so the heap \
            a queued contender's connection keeps grows with the queue it listed.\n\
          - etcd, heap per queued contender: one gRPC watch stream (an HTTP/2 stream, its decoder buffer and \
            request channel) per waiting client.\n\
@@ -610,4 +877,53 @@ fn render(
     );
     s.push_str(&measure::markdown(rows));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{caught_by, count_checks};
+    use crate::measure::Row;
+
+    fn ids(rows: &[Row], ran: &[&str]) -> Vec<&'static str> {
+        count_checks(rows, ran, &["zk"])
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    #[test]
+    fn a_missing_count_fails() {
+        let rows = vec![Row::new("lock", "zk", "coord").with("cycles_per_s", 100.0)];
+        assert_eq!(ids(&rows, &["lock"]), ["requests-per-cycle"]);
+        // A scenario that ran but left no row at all.
+        assert_eq!(ids(&[], &["lock"]), ["requests-per-cycle"]);
+    }
+
+    #[test]
+    fn waiters_shared_is_not_a_waiters_row() {
+        let rows = vec![Row::new("waiters-shared", "zk", "coord").with("waiters", 20.0)];
+        assert_eq!(
+            ids(&rows, &["waiters-small", "waiters-shared"]),
+            ["wakeups-per-release", "reads-per-handoff"]
+        );
+    }
+
+    #[test]
+    fn counts_at_their_bars_pass_and_off_them_fail() {
+        let good = vec![
+            Row::new("lock", "zk", "coord").with("requests_per_cycle", 3.1),
+            Row::new("waiters-10", "zk", "coord")
+                .with("wakeups_per_release", 1.0)
+                .with("reads_per_handoff", 1.0),
+        ];
+        assert!(ids(&good, &["lock", "waiters-small"]).is_empty());
+        let herd = vec![
+            Row::new("waiters-10", "zk", "coord")
+                .with("wakeups_per_release", 4.5)
+                .with("reads_per_handoff", 4.5),
+        ];
+        assert!(ids(&herd, &["waiters-small"]).contains(&caught_by("herd-wake")));
+        let extra = vec![Row::new("lock", "zk", "coord").with("requests_per_cycle", 4.0)];
+        assert_eq!(ids(&extra, &["lock"]), [caught_by("extra-request-per-lock")]);
+    }
 }

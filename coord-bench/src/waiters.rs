@@ -60,6 +60,23 @@ pub async fn until_all(
     Ok(())
 }
 
+/// The clients' counters once none of them moved for 100 ms (at most 60 s).
+async fn settled(clients: &[coord::Client]) -> Result<Vec<coord::Stats>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last: Vec<coord::Stats> = clients.iter().map(|c| c.stats()).collect();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now: Vec<coord::Stats> = clients.iter().map(|c| c.stats()).collect();
+        if now == last {
+            return Ok(now);
+        }
+        if Instant::now() > deadline {
+            bail!("the queued waiters' requests did not settle within 60 s");
+        }
+        last = now;
+    }
+}
+
 pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     if n == 0 {
         bail!("--waiters must be at least 1");
@@ -105,7 +122,10 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_after = rss_bytes();
     let heap_after = crate::heap_bytes();
-    let before: Vec<coord::Stats> = waiters.iter().map(|c| c.stats()).collect();
+    // The counts start once the queued waiters are quiet: a waiter counts as queued when
+    // its watch request leaves, and on etcd a read covering the watch's start follows
+    // the watch's answer — on a loaded machine, later than any fixed sleep.
+    let before = settled(&waiters).await?;
     let start = Instant::now();
     *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
     guard.release().await?;
@@ -143,6 +163,64 @@ pub async fn run(t: &Target, n: usize) -> Result<Vec<Row>> {
             .with("wakeups_per_release", spent.0 as f64 / n as f64)
             .with("reads_per_handoff", spent.1 as f64 / n as f64)
             .with("rss_kib_per_waiter", rss_per)
+            .with(
+                "heap_kib_per_waiter",
+                heap_after.saturating_sub(heap_before) as f64 / n as f64 / 1024.0,
+            ),
+    ])
+}
+
+/// `waiters-shared`: `n` contenders queued on one lock over `connections` clients
+/// (a client's contenders for one name wait in its local queue; one of them at a time
+/// has an entry on the server): the memory a queued contender itself keeps, without a
+/// connection of its own, and the pass-through time.
+pub async fn shared(t: &Target, n: usize, connections: usize) -> Result<Vec<Row>> {
+    if n == 0 || connections == 0 {
+        bail!("shared waiters need at least one waiter and one connection");
+    }
+    let url = t.url_with_session(30);
+    let name = unique("waiters-shared");
+    let holder = coord::connect(&url).await?;
+    let clients = clients(&url, connections, "connecting clients").await?;
+    let guard = holder.lock(&name).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let heap_before = crate::heap_bytes();
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (name, c) = (name.clone(), clients[i % connections].clone());
+        tasks.push(tokio::spawn(async move {
+            let g = c.lock(&name).await?;
+            g.release().await?;
+            anyhow::Ok(Instant::now())
+        }));
+        // Queued one after another, as in `waiters-N`.
+        tokio::task::yield_now().await;
+    }
+    // Every contender queued: the ones with an entry watch the one ahead.
+    until_all(&clients, "queued", Duration::from_millis(1), |c| {
+        c.stats().watches_set >= 1
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let heap_after = crate::heap_bytes();
+    let start = Instant::now();
+    guard.release().await?;
+    let mut end = start;
+    for task in tasks {
+        let done = tokio::time::timeout(Duration::from_secs(300), task)
+            .await
+            .context("the queue did not pass within 300 s")???;
+        end = end.max(done);
+    }
+    for c in clients.iter().chain([&holder]) {
+        let _ = c.close().await;
+    }
+    let total = end - start;
+    Ok(vec![
+        Row::new("waiters-shared", t.name(), "coord")
+            .with("waiters", n as f64)
+            .with("connections", connections as f64)
+            .with("per_handoff_ms", total.as_secs_f64() * 1e3 / n as f64)
             .with(
                 "heap_kib_per_waiter",
                 heap_after.saturating_sub(heap_before) as f64 / n as f64 / 1024.0,

@@ -381,10 +381,15 @@ impl ContenderQueue for EtcdClient {
         ops.extend(mark_read(&ticket.queue, &dir));
         let resp = self
             .inner
-            .call(Counter::Read, "confirm contender", false, move |mut c: etcd::KvClient| {
-                let ops = ops.clone();
-                async move { c.txn(etcd::Txn::new().and_then(ops)).await }
-            })
+            .call(
+                Counter::Read,
+                "confirm contender",
+                false,
+                move |mut c: etcd::KvClient| {
+                    let ops = ops.clone();
+                    async move { c.txn(etcd::Txn::new().and_then(ops)).await }
+                },
+            )
             .await?;
         let seen_at = header_rev(resp.header());
         let mut ranges = gets(&resp);

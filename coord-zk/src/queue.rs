@@ -306,19 +306,25 @@ impl ContenderQueue for ZkClient {
                         inner.stats.incr(Counter::Read);
                     }
                     inner
-                        .send(current, Counter::Write, "create contender", true, |zk| async move {
-                            // Both requests leave when called, in this order.
-                            let create = zk.create(&p, &v, &options);
-                            let listing = async {
-                                if list {
-                                    Some(zk.list_children(&d).await)
-                                } else {
-                                    None
-                                }
-                            };
-                            let (created, listed) = futures::join!(create, listing);
-                            created.map(|c| (c, listed))
-                        })
+                        .send(
+                            current,
+                            Counter::Write,
+                            "create contender",
+                            true,
+                            |zk| async move {
+                                // Both requests leave when called, in this order.
+                                let create = zk.create(&p, &v, &options);
+                                let listing = async {
+                                    if list {
+                                        Some(zk.list_children(&d).await)
+                                    } else {
+                                        None
+                                    }
+                                };
+                                let (created, listed) = futures::join!(create, listing);
+                                created.map(|c| (c, listed))
+                            },
+                        )
                         .await
                 }
                 Err(e) => Err(e.with_operation("create contender")),

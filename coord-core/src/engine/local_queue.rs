@@ -342,7 +342,8 @@ mod tests {
         assert_eq!(queue.names(), 0);
         // A cancelled wait gives its use up too.
         let again = queue.turn("n1", rx.clone()).await;
-        let cancelled = tokio::time::timeout(std::time::Duration::from_millis(10), queue.turn("n1", rx.clone())).await;
+        let cancelled =
+            tokio::time::timeout(std::time::Duration::from_millis(10), queue.turn("n1", rx.clone())).await;
         assert!(cancelled.is_err());
         release_turn(&again);
         assert_eq!(queue.names(), 0);
