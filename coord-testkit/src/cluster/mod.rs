@@ -628,9 +628,34 @@ impl Cluster {
         let _ = self.signal(i, "-CONT")?;
         if let Some(pid) = self.signal(i, "-KILL")? {
             self.wait_dead(pid, Duration::from_secs(10));
+            self.wait_ports_free(i, Duration::from_secs(10));
         }
         let _ = std::fs::remove_file(self.pidfile(i));
         Ok(())
+    }
+
+    /// Waits until member `i`'s ports can be bound again. A killed multi-threaded server
+    /// (etcd, the JVM) shows as a zombie as soon as its main thread is gone, while its
+    /// other threads still hold the open sockets for a moment: started again at once,
+    /// it would find its own ports in use.
+    fn wait_ports_free(&self, i: usize, timeout: Duration) {
+        let Some(spec) = self.state.members.get(i) else {
+            return;
+        };
+        let deadline = Instant::now() + timeout;
+        let mut ports = vec![
+            spec.client_port,
+            spec.probe_port,
+            spec.peer_port,
+            spec.election_port,
+        ];
+        ports.dedup();
+        while !ports.iter().all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok()) {
+            if Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Stops member `i` cleanly (SIGTERM; PostgreSQL: SIGINT, its fast shutdown, which
