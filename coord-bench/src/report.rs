@@ -868,8 +868,11 @@ fn render(
            contender (sent together with the create, so a join costs two round trips), on every wake-up but \
            that of a waiter right behind the head, which checks its own node alone (`exists`); zookeeper-client keeps each connection's read buffer at its largest response, so the heap \
            a queued contender's connection keeps grows with the queue it listed.\n\
-         - etcd, heap per queued contender: one gRPC watch stream (an HTTP/2 stream, its decoder buffer and \
-           request channel) per waiting client.\n\
+         - etcd, heap per queued contender with a connection each (`waiters-N`): every client has one gRPC \
+           watch stream, shared by all its waits and watches (an HTTP/2 stream, its decoder buffer and \
+           etcd-client's request channel: about 35 KiB), opened by its first wait; with one client per waiter \
+           that is one stream per waiter. What a queued contender itself keeps is `waiters-shared`'s figure \
+           (a watch id and a queue on the shared stream, the engine's state).\n\
          - Election after 150 ms idle: the raw floor itself (a delete and the watch event, same client library) \
            takes about 1 ms after 150 ms idle on this machine (`raw-floor-after-150ms`), so the target is a \
            ratio to it, not an absolute millisecond.\n\n\

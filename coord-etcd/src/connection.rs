@@ -205,9 +205,14 @@ impl Service for etcd::Client {
     }
 }
 
+/// The largest response coord's reads and watches accept (tonic's default is 4 MiB).
+/// Reads of many keys come in pages far below it ([`crate::watch::range`]); one key may
+/// be as large as the server's `--max-request-bytes` allows.
+pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+
 impl Service for etcd::KvClient {
     fn of(client: &etcd::Client) -> Self {
-        client.kv_client()
+        client.kv_client().max_decoding_message_size(MAX_MESSAGE)
     }
 }
 
@@ -219,7 +224,7 @@ impl Service for etcd::MaintenanceClient {
 
 impl Service for etcd::WatchClient {
     fn of(client: &etcd::Client) -> Self {
-        client.watch_client()
+        client.watch_client().max_decoding_message_size(MAX_MESSAGE)
     }
 }
 

@@ -94,6 +94,7 @@
 mod config;
 mod connection;
 mod error;
+mod hub;
 mod options;
 mod queue;
 mod registry;

@@ -410,24 +410,20 @@ impl ContenderQueue for EtcdClient {
         // The first revision whose changes to the key are not yet known.
         let mut next = (entry.seen_at as i64).max(token) + 1;
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        // Watches refused for their credentials in a row.
+        let mut refusals = 0;
         loop {
             // No start revision: the server starts the watch right after its current
             // revision, in its "synced" group, which it notifies as each write lands. (A
             // watch that starts at an older revision lands in the "unsynced" group,
             // caught up only every 100 ms — the stall of a contended hand-off.)
-            let k = entry.path.clone();
+            // On the client's shared stream (`crate::hub`): a waiting contender costs
+            // a watch id and a queue, not a stream of its own.
             let mut moves = inner.member_moves();
             let opened = inner
-                .call(
-                    Counter::WatchSet,
-                    "watch contender",
-                    false,
-                    move |mut c: etcd::WatchClient| {
-                        let k = k.clone();
-                        async move { c.watch(k, None).await }
-                    },
-                )
-                .await;
+                .watch(entry.path.clone(), etcd::WatchOptions::new())
+                .await
+                .map_err(|e| e.with_operation("watch contender"));
             let mut stream = match opened {
                 Ok(s) => s,
                 Err(e) if e.is_retryable() => {
@@ -446,6 +442,7 @@ impl ContenderQueue for EtcdClient {
                 };
                 match message {
                     Ok(Some(resp)) if resp.created() && !resp.canceled() => {
+                        refusals = 0;
                         if std::mem::replace(&mut created, true) {
                             // The second watch (below): nothing more to learn.
                             continue;
@@ -466,7 +463,7 @@ impl ContenderQueue for EtcdClient {
                         // independently, makes a stall of both unlikely (~0.1%).
                         if read_at != w {
                             inner.stats.incr(Counter::WatchSet);
-                            if stream.watch(entry.path.clone(), None).await.is_err() {
+                            if !stream.add(inner.hub(), entry.path.clone(), etcd::WatchOptions::new()) {
                                 backoff.wait().await;
                                 break;
                             }
@@ -477,6 +474,15 @@ impl ContenderQueue for EtcdClient {
                             reason = resp.cancel_reason(),
                             "coord.etcd.contender_watch_canceled"
                         );
+                        // Refused for its credentials: the hub ends the stream, so the
+                        // watch is set again on a new one with a fresh token; refused
+                        // again there, the wait says so instead of waiting forever.
+                        if let Some(e) = crate::hub::refused(&resp) {
+                            refusals += 1;
+                            if refusals > 1 {
+                                return Err(e.with_operation("watch contender"));
+                            }
+                        }
                         backoff.wait().await;
                         break;
                     }

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     /// Bumped whenever a removal of a contender key may still be in flight after it
     /// failed: contenders created afterwards get keys that removal can never reach.
     key_epoch: AtomicU64,
+    /// The one watch stream every wait and watch of this client shares.
+    hub: crate::hub::WatchHub,
     /// Session status, counters, local queues, registrations, closed flag.
     state: ClientState,
 }
@@ -77,8 +79,31 @@ impl Inner {
             members,
             lease: RwLock::new(None),
             key_epoch: AtomicU64::new(0),
+            hub: crate::hub::WatchHub::default(),
             state,
         })
+    }
+
+    /// Sets a watch of `key` on the client's one shared watch stream
+    /// ([`crate::hub`]).
+    ///
+    /// # Errors
+    ///
+    /// Opening the stream: `Unavailable`, `Timeout`, `Closed`, permission errors.
+    pub(crate) async fn watch(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: etcd::WatchOptions,
+    ) -> Result<crate::hub::HubWatch> {
+        if self.is_closed() {
+            return Err(Error::closed().with_operation("watch"));
+        }
+        self.hub.watch(self, key, options).await
+    }
+
+    /// The client's shared watch stream.
+    pub(crate) fn hub(&self) -> &crate::hub::WatchHub {
+        &self.hub
     }
 
     /// The suffix of contender keys created now (0: none).
@@ -287,6 +312,7 @@ impl Inner {
         }
         let old = self.lease.write().unwrap_or_else(|p| p.into_inner()).take();
         tracing::info!(namespace = %self.options.namespace, "coord.etcd.closed");
+        self.hub.stop();
         if let Some(lease) = old {
             match self
                 .request(

@@ -48,17 +48,93 @@ pub(crate) enum Raw {
     Resync,
 }
 
-/// Reads every key under `prefix`; returns the revision of the read.
+/// Keys in the first page of a [`range`]: at most [`MAX_VALUE_LEN`] bytes each, so the
+/// page stays under [`crate::connection::MAX_MESSAGE`] whatever the values.
+///
+/// [`MAX_VALUE_LEN`]: coord_core::MAX_VALUE_LEN
+const FIRST_PAGE: i64 = 64;
+
+/// The most keys in one page of a [`range`].
+const MAX_PAGE: i64 = 5_000;
+
+/// The size a page of a [`range`] aims at, by the mean size of the keys read so far.
+const PAGE_BYTES: usize = 2 << 20;
+
+/// Reads every key under `prefix`, in pages all read at the revision of the first (one
+/// consistent snapshot, however many keys: pages sized by the mean key so far, far below
+/// the message limit; a page that still passes it is read again with half the keys);
+/// returns that revision. A compaction past it between pages starts the read again.
 pub(crate) async fn range(inner: &Inner, prefix: &str) -> Result<(i64, Vec<Kv>)> {
-    let p = prefix.to_owned();
-    let resp = inner
-        .call(Counter::Read, "range", false, move |mut c: etcd::KvClient| {
-            let p = p.clone();
-            async move { c.get(p, Some(etcd::GetOptions::new().with_prefix())).await }
-        })
-        .await?;
-    let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-    Ok((rev, resp.kvs().iter().filter_map(Kv::from).collect()))
+    let end = etcd::GetOptions::new().with_prefix();
+    'again: loop {
+        let mut kvs: Vec<Kv> = Vec::new();
+        let mut rev = 0;
+        let mut first = true;
+        let mut from = prefix.as_bytes().to_vec();
+        let mut limit = FIRST_PAGE;
+        let (mut bytes, mut read) = (0usize, 0usize);
+        loop {
+            let (key, at) = (from.clone(), rev);
+            let options = if first {
+                end.clone().with_limit(limit)
+            } else {
+                // From the key after the last one read, to the prefix's end.
+                etcd::GetOptions::new()
+                    .with_range(prefix_end(prefix))
+                    .with_limit(limit)
+                    .with_revision(at)
+            };
+            let page = inner
+                .call(Counter::Read, "range", false, move |mut c: etcd::KvClient| {
+                    let (key, options) = (key.clone(), options.clone());
+                    async move { c.get(key, Some(options)).await }
+                })
+                .await;
+            let resp = match page {
+                Ok(r) => r,
+                // The first page's revision was compacted meanwhile: read again at a new one.
+                Err(e) if !first && e.to_string().contains("compacted") => continue 'again,
+                // Larger values than the pages so far: the same page, half as many keys.
+                Err(e) if limit > 1 && e.to_string().contains("length too large") => {
+                    limit /= 2;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if std::mem::take(&mut first) {
+                rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+            }
+            for kv in resp.kvs() {
+                bytes += kv.key().len() + kv.value().len();
+                read += 1;
+                if let Some(kv) = Kv::from(kv) {
+                    kvs.push(kv);
+                }
+            }
+            let (Some(last), true) = (resp.kvs().last(), resp.more()) else {
+                return Ok((rev, kvs));
+            };
+            from = last.key().to_vec();
+            from.push(0);
+            let mean = bytes / read.max(1);
+            limit = i64::try_from(PAGE_BYTES / mean.max(1))
+                .unwrap_or(MAX_PAGE)
+                .clamp(1, MAX_PAGE);
+        }
+    }
+}
+
+/// The end of the range of keys starting with `prefix` (the prefix with its last byte
+/// below 0xff incremented, the rest dropped; `\0`, every key, when there is none).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }
 
 /// Reads the snapshot now (so it reflects the state when the caller's `watch` returns,
@@ -103,6 +179,7 @@ where
             }
             let mut next = rev + 1;
             let mut broken = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+            let mut refusals = 0;
             let mut resumed = false;
             // Follow until compaction forces a resync.
             loop {
@@ -113,19 +190,13 @@ where
                     next = now + 1;
                 }
                 resumed = true;
-                let p = prefix.clone();
                 let mut moves = inner.member_moves();
+                // On the client's shared stream (`crate::hub`).
                 let Some(mut stream) = retry(&inner, &tx, || {
-                    inner.call(Counter::WatchSet, "watch", false, |mut c: etcd::WatchClient| {
-                        let p = p.clone();
-                        async move {
-                            c.watch(
-                                p,
-                                Some(etcd::WatchOptions::new().with_prefix().with_start_revision(next)),
-                            )
-                            .await
-                        }
-                    })
+                    inner.watch(
+                        prefix.clone(),
+                        etcd::WatchOptions::new().with_prefix().with_start_revision(next),
+                    )
                 })
                 .await
                 else {
@@ -150,7 +221,20 @@ where
                                     break true;
                                 }
                                 tracing::debug!(reason = resp.cancel_reason(), "coord.etcd.watch_canceled");
+                                // Refused for its credentials twice in a row (the second
+                                // time on a new stream, with a fresh token): said, not
+                                // retried forever.
+                                if let Some(e) = crate::hub::refused(&resp) {
+                                    refusals += 1;
+                                    if refusals > 1 {
+                                        let _ = tx.send(Err(e.with_operation("watch"))).await;
+                                        return;
+                                    }
+                                }
                                 break false;
+                            }
+                            if resp.created() {
+                                refusals = 0;
                             }
                             let mut batch = Vec::new();
                             for ev in resp.events() {

@@ -283,6 +283,85 @@ pub async fn watch_snapshot_then_ordered_changes(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A watch's snapshot of more keys than one read returns (120 keys of 4 KiB: etcd reads
+/// it in two pages, ZooKeeper in two multiReads; 120 is under etcd's 128 operations per
+/// `Txn`) is whole and of one moment: while a writer commits every key at once with a
+/// rising generation, each of 12 snapshots holds all 120 keys, of one generation. Read in pages at different
+/// revisions, a snapshot would mix two commits.
+pub async fn watch_snapshot_of_many_keys_is_one_moment(ctx: Ctx) -> CaseResult {
+    const KEYS: usize = 120;
+    const SNAPSHOTS: usize = 12;
+    let (writer, reader) = (ctx.client().await?, ctx.client().await?);
+    let all = |generation: usize| {
+        (0..KEYS).fold(Txn::new(), |txn, i| {
+            let mut value = generation.to_string().into_bytes();
+            value.resize(4 << 10, b' ');
+            txn.put(format!("many/k{i:03}"), value)
+        })
+    };
+    writer.commit(all(0)).await?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let storm = tokio::spawn({
+        let (writer, stop, committed) = (writer.clone(), stop.clone(), committed.clone());
+        async move {
+            let mut n = 1;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match writer.commit(all(n)).await {
+                    Ok(_) => {
+                        committed.store(n, std::sync::atomic::Ordering::Relaxed);
+                        n += 1;
+                    }
+                    // A commit whose keys changed under it (ZooKeeper): asked again.
+                    Err(e) if e.kind() == ErrorKind::Unavailable && !e.outcome_unknown() => {}
+                    Err(e) => return Err(anyhow::anyhow!(e)),
+                }
+            }
+            Ok(n)
+        }
+    });
+    let mut generations_seen = std::collections::BTreeSet::new();
+    // The writer under way first, so snapshots are taken while it commits.
+    within(QUICK, "the writer's first commits", async {
+        while committed.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await?;
+    let during = committed.load(std::sync::atomic::Ordering::Relaxed);
+    for i in 0..SNAPSHOTS {
+        let mut w = reader.watch("many").await?;
+        match next_event(&mut w, QUICK, "snapshot").await? {
+            ConfigEvent::Snapshot(entries) => {
+                let generations: std::collections::BTreeSet<String> = entries
+                    .iter()
+                    .map(|e| String::from_utf8_lossy(&e.value).trim_end().to_owned())
+                    .collect();
+                ensure!(
+                    entries.len() == KEYS && generations.len() == 1,
+                    "snapshot {i}: {} keys of generations {generations:?}",
+                    entries.len()
+                );
+                generations_seen.extend(generations);
+            }
+            other => bail!("first event {other:?}, expected Snapshot"),
+        }
+    }
+    let after = committed.load(std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let commits = storm.await.context("writer")??;
+    ensure!(
+        after > during,
+        "no commit landed while the {SNAPSHOTS} snapshots were read: the case judged nothing"
+    );
+    println!(
+        "[{}] {SNAPSHOTS} snapshots of {KEYS} keys, each of one generation ({} generations across them, {commits} commits)",
+        reader.kind(),
+        generations_seen.len()
+    );
+    Ok(())
+}
+
 /// Under rapid writes a watch delivers changes in order and ends on the final value.
 pub async fn watch_delivers_final_value(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);

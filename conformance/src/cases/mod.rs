@@ -441,6 +441,7 @@ pub fn all() -> Vec<Case> {
         case!(cache::service_cache_resyncs_after_a_gap, GAP),
         case!(cache::config_cache_shows_only_states_that_existed),
         case!(cache::config_cache_never_mixes_commits_above_64_keys),
+        case!(config::watch_snapshot_of_many_keys_is_one_moment),
         case!(
             cache::config_cache_shows_only_states_that_existed_through_reconnects,
             LINKS

@@ -30,7 +30,42 @@ pub fn auth_cases() -> Vec<Case> {
             needs: Needs::NONE,
             run: |ctx| Box::pin(held_lock_outlives_token_expiry(ctx)),
         },
+        Case {
+            name: "etcd-auth::waits_and_watches_set_after_token_expiry_work",
+            needs: Needs::NONE,
+            run: |ctx| Box::pin(waits_and_watches_set_after_token_expiry_work(ctx)),
+        },
     ]
+}
+
+/// A client's watches share one stream, opened with the token of its moment; etcd checks
+/// each new watch against that token. After it expired (1 s on the test server), a
+/// contender that starts waiting, and a watch set anew, must still work: the refused
+/// watch ends the stream, and the next one takes a fresh token. (With the stale stream
+/// kept, the waiter never woke.)
+async fn waits_and_watches_set_after_token_expiry_work(ctx: Ctx) -> CaseResult {
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut first = ConfigStore::watch(&b, "k").await?;
+    coord_conformance::util::next_event(&mut first, Duration::from_secs(5), "snapshot").await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let guard = a.lock("res").await?;
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("res").await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.release().await?;
+    let next =
+        coord_conformance::util::within(Duration::from_secs(10), "the waiter wakes", waiter).await???;
+    next.release().await?;
+    let mut second = ConfigStore::watch(&b, "k2").await?;
+    coord_conformance::util::next_event(&mut second, Duration::from_secs(5), "snapshot").await?;
+    a.put("k2", b"v".to_vec()).await?;
+    coord_conformance::util::next_event(&mut second, Duration::from_secs(5), "the put").await?;
+    a.put("k", b"v".to_vec()).await?;
+    coord_conformance::util::next_event(&mut first, Duration::from_secs(5), "the put on the first watch")
+        .await?;
+    Ok(())
 }
 
 /// The passwords of the auth server's users `coord-app`, `coord-other` and `root`.
