@@ -15,7 +15,9 @@ pub enum Mutant {
     /// confirming its own entry still exists.
     OwnEntryUnchecked,
     /// The in-memory queue removes a contender's entry by key alone, not by the
-    /// incarnation it created: a late removal deletes a newer contender of the client.
+    /// incarnation it created — as etcd's plain delete does. Harmless while the turn
+    /// rule holds; with [`Mutant::TurnFreedOnLoss`], a late removal deletes a newer
+    /// contender of the client.
     LeaveByKey,
     /// A queue's take removes its item without the taker lock's fence and without
     /// checking the item's version.
@@ -64,11 +66,16 @@ pub enum Mutant {
     /// each release wakes the whole queue (a thundering herd the benchmarks' smoke form
     /// must fail on).
     HerdWake,
+    /// A contender's local turn is given up as soon as its granted entry is seen gone
+    /// (deleted by an operator), not at its own removal: the client's next contender on
+    /// the name makes the same etcd key again, and the lost guard's release — a plain
+    /// delete of that key — removes the new grant's entry.
+    TurnFreedOnLoss,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 16] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::FenceIgnored,
         Mutant::OwnEntryUnchecked,
         Mutant::LeaveByKey,
@@ -85,6 +92,7 @@ impl Mutant {
         Mutant::WatchNotRearmed,
         Mutant::ExtraRequestPerLock,
         Mutant::HerdWake,
+        Mutant::TurnFreedOnLoss,
     ];
 
     fn bit(self) -> u32 {

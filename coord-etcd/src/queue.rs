@@ -1,12 +1,13 @@
 //! The contender queue in the layout of etcd's `concurrency` package: each contender's
 //! key is `<dir>/<lease id hex>`, created under the client's lease by one `Txn` (create
-//! if `create_revision == 0`, and read the queue). A release deletes the key only if its
-//! create revision is the contender's (`Txn(If create_revision == token Then delete)`),
-//! so a release after an operator deleted the entry never removes a later contender of
-//! this client that made the same key again. A delete
-//! that failed may still be applied later (sent again on another member, the first one
-//! can land after the second), after this client's next contender made the same key:
-//! so after any failed removal, the client's later contenders use
+//! if `create_revision == 0`, and read the queue). A release is a plain delete of the
+//! key, as Go's: the engine keeps this client's local turn at the name until the removal
+//! is confirmed, even after an operator deleted the entry, so no later contender of this
+//! client has made the same key again by then. (With a lock-delay the delete is guarded
+//! by the entry's create revision and writes the release mark in the same `Txn`.) A
+//! delete that failed may still be applied later (sent again on another member, the
+//! first one can land after the second), after this client's next contender made the
+//! same key: so after any failed removal, the client's later contenders use
 //! `<dir>/<lease id hex>-<n>` with a new `n`, which no earlier delete names. (Keys are
 //! not made unique per contender: etcd keeps every deleted key in its index until a
 //! compaction, and a queue's reads walk them.) ContenderQueue order and token are the key's
@@ -566,7 +567,9 @@ impl ContenderQueue for EtcdClient {
         if ticket.queue.lock_delay.is_none() {
             return self.leave(ticket, Some(own)).await;
         }
-        // The guarded delete of `leave`, and the release mark in the same `Txn`.
+        // With a lock-delay, a delete guarded by the entry's incarnation, with the release
+        // mark in the same `Txn`: the mark says "released" only if this very entry was
+        // still there (one an operator deleted vanished; a waiter must hold off).
         let k = ticket.locator.clone();
         let mark = etcd::TxnOp::put(
             release_mark_key(&self.queue_dir(&ticket.queue)),
@@ -602,14 +605,24 @@ impl ContenderQueue for EtcdClient {
     }
 
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
-        // With the entry known, the delete names its incarnation too (its create
-        // revision): once it is gone (an operator deleted it), a later contender of this
-        // client may hold the same key, and a plain delete would remove that one. A join
-        // of unknown outcome names the key alone: no later contender can hold it before
-        // this removal is confirmed (the local turn waits for it).
+        // A plain delete of the key: this client's contender that made it holds the
+        // local turn at the name until this removal is confirmed (also when the entry
+        // was deleted by someone else meanwhile), so no later contender of this client
+        // holds the same key yet, and no other client makes keys under this lease. (A
+        // delete that failed may still land later: then later contenders take another
+        // key, below.) A plain delete costs the server less than a guarded `Txn`.
         let k = ticket.locator.clone();
         let deleted = match own {
-            Some(own) => delete_incarnation(&self.inner, &k, own, Vec::new()).await,
+            Some(_) => {
+                let key = k.clone();
+                self.inner
+                    .call(Counter::Write, "release", true, move |mut c: etcd::KvClient| {
+                        let k = key.clone();
+                        async move { c.delete(k, None).await }
+                    })
+                    .await
+                    .map(drop)
+            }
             None => {
                 let key = k.clone();
                 let deleted = self

@@ -286,22 +286,25 @@ async fn vanished_after_an_earlier_release(ctx: Ctx, kill: bool) -> CaseResult {
 /// The delay is kept by the contenders waiting when the holder vanished, those of the
 /// holder's own client too: a second contender of the same client waits its local turn
 /// while an operator deletes the holder's entry (the holder watches its hold, as one
-/// that stops work on loss does); it takes the lock no earlier than the delay after.
+/// that stops work on loss does, and drops its guard then: the client's turn passes on
+/// with the guard); it takes the lock no earlier than the delay after.
 pub async fn same_client_waiter_holds_off(ctx: Ctx) -> CaseResult {
     let a = ctx.client().await?;
     let options = LockOptions::new().lock_delay(DELAY);
-    let held = std::sync::Arc::new(a.lock_with("res", options.clone()).await?);
-    // The holder stops its work when the lock is lost (the usual pattern).
-    let watcher = {
-        let held = held.clone();
-        tokio::spawn(async move { held.lost().await })
-    };
+    let held = a.lock_with("res", options.clone()).await?;
+    let resource = held.fence().resource().to_owned();
+    // The holder stops its work and drops its guard when the lock is lost (the usual
+    // pattern).
+    let watcher = tokio::spawn(async move {
+        held.lost().await;
+        drop(held);
+    });
     let (ac, o) = (a.clone(), options.clone());
     let mut waiting = tokio::spawn(async move { ac.lock_with("res", o).await });
     settle().await;
     still_waiting(&mut waiting, "a second contender of a took a held lock").await?;
     let deleted = Instant::now();
-    ctx.factory().operator_delete(held.fence().resource()).await?;
+    ctx.factory().operator_delete(&resource).await?;
     let next = within(LONG, "the second contender takes the lock", waiting).await???;
     let waited = deleted.elapsed();
     within(LONG, "the deleted holder sees its loss", watcher).await??;
@@ -508,11 +511,13 @@ pub async fn same_client_release_with_a_watched_hold_hands_over_at_once(ctx: Ctx
 pub async fn same_client_waiter_cancelled_during_hold_off(ctx: Ctx) -> CaseResult {
     let a = ctx.client().await?;
     let options = LockOptions::new().lock_delay(DELAY);
-    let held = std::sync::Arc::new(a.lock_with("res", options.clone()).await?);
-    let watcher = {
-        let held = held.clone();
-        tokio::spawn(async move { held.lost().await })
-    };
+    let held = a.lock_with("res", options.clone()).await?;
+    let resource = held.fence().resource().to_owned();
+    // Dropped once lost, as a holder that stops its work does: the turn passes on.
+    let watcher = tokio::spawn(async move {
+        held.lost().await;
+        drop(held);
+    });
     let (ac, o) = (a.clone(), options.clone());
     let first = tokio::spawn(async move { ac.lock_with("res", o).await });
     settle().await;
@@ -520,7 +525,7 @@ pub async fn same_client_waiter_cancelled_during_hold_off(ctx: Ctx) -> CaseResul
     let mut second = tokio::spawn(async move { ac.lock_with("res", o).await });
     settle().await;
     let deleted = Instant::now();
-    ctx.factory().operator_delete(held.fence().resource()).await?;
+    ctx.factory().operator_delete(&resource).await?;
     within(LONG, "the deleted holder sees its loss", watcher).await??;
     // The first waiter takes its turn and holds off; cancel it then.
     tokio::time::sleep(DELAY / 3).await;

@@ -1,9 +1,14 @@
 //! Per-name local queueing: within one client, contenders for the same lock or election
 //! reach the server one at a time, so a client never has two contenders for one name.
 //!
-//! A turn is given up when its entry is gone: removed, or gone with its session. The
-//! latter needs no task per grant: a local contender waiting for the turn watches the
-//! granted holder's session, and takes the turn over once that session is over.
+//! A turn is given up when its contender's removal is confirmed (the guard released or
+//! dropped), or when its session ended (the entry went with it). An entry seen gone
+//! otherwise (an operator deleted it, a fence was refused) keeps the turn until the
+//! guard's own removal: so while a contender's removal may still reach the server, no
+//! other contender of this client holds an entry it could reach — on etcd the client's
+//! entries for one name share a key, removed by a plain delete. A session's end needs no
+//! task per grant: a local contender waiting for the turn watches the granted holder's
+//! session, and takes the turn over once that session is over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -94,6 +99,10 @@ pub(crate) struct LocalTurn {
     granted: bool,
     /// Whether its removal has begun: the entry's deletion seen from now on is ours.
     releasing: bool,
+    /// When its granted entry was seen gone before its removal began (deleted by
+    /// someone else): recorded for the next local contender's lock-delay when the turn
+    /// ends.
+    vanished: Option<Instant>,
 }
 
 impl Drop for LocalTurn {
@@ -130,11 +139,11 @@ fn end_turn(turn: &SharedTurn, how: TurnEnd) {
         return;
     }
     let vanished = match how {
-        TurnEnd::Gone => !t.releasing,
-        TurnEnd::WithSession => true,
-        TurnEnd::Removed | TurnEnd::Unseen => false,
+        TurnEnd::Gone if !t.releasing => Some(Instant::now()),
+        TurnEnd::WithSession => Some(t.vanished.unwrap_or_else(Instant::now)),
+        TurnEnd::Gone | TurnEnd::Removed | TurnEnd::Unseen => t.vanished,
     };
-    *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = vanished.then(Instant::now);
+    *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = vanished;
 }
 
 /// Gives `turn` up after this client removed its entry (once; later calls do nothing).
@@ -142,11 +151,21 @@ pub(crate) fn release_turn(turn: &SharedTurn) {
     end_turn(turn, TurnEnd::Removed);
 }
 
-/// Gives `turn` up because its entry was seen gone — deleted by someone else, unless
-/// this client's removal of it had begun ([`releasing`]). A grant's vanishing is
-/// recorded for the next local contender ([`vanished_at`]).
+/// Records that `turn`'s entry was seen gone — deleted by someone else, unless this
+/// client's removal of it had begun ([`releasing`]). The turn is kept until the
+/// contender's own removal ([`release_turn`]) or its session's end; a grant's vanishing
+/// is then recorded for the next local contender ([`vanished_at`]).
 pub(crate) fn lose_turn(turn: &SharedTurn) {
-    end_turn(turn, TurnEnd::Gone);
+    if crate::mutants::active(crate::mutants::Mutant::TurnFreedOnLoss) {
+        end_turn(turn, TurnEnd::Gone);
+        return;
+    }
+    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).as_mut()
+        && t.granted
+        && !t.releasing
+    {
+        t.vanished.get_or_insert_with(Instant::now);
+    }
 }
 
 /// Gives `turn` up because its session ended (its entry went with it): a grant's
@@ -238,6 +257,7 @@ impl LocalQueue {
                         _guard: guard,
                         granted: false,
                         releasing: false,
+                        vanished: None,
                     })));
                 }
                 _ = async {
@@ -273,6 +293,7 @@ impl LocalQueue {
             _guard: guard,
             granted: false,
             releasing: false,
+            vanished: None,
         }))))
     }
 }

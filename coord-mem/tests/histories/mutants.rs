@@ -13,9 +13,23 @@ where
     F: Fn(u64) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = bool> + Send + 'static,
 {
+    caught_with_all(&[mutant], what, history)
+}
+
+/// As [`caught_with`], with several mutants switched on together (a bug that takes two
+/// slips to do harm).
+#[cfg(feature = "mutants")]
+pub(crate) fn caught_with_all<F, Fut>(all: &[coord_core::mutants::Mutant], what: &str, history: F) -> String
+where
+    F: Fn(u64) -> Fut + Copy + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
     use coord_core::mutants;
     let plan = plan();
-    mutants::set(mutant, true);
+    let mutant = all;
+    for m in all {
+        mutants::set(*m, true);
+    }
     let (mut caught, mut tried) = (0usize, 0usize);
     block_on(async {
         let mut seeds = plan.seeds.clone();
@@ -37,7 +51,9 @@ where
             next += parallel() as u64;
         }
     });
-    mutants::set(mutant, false);
+    for m in all {
+        mutants::set(*m, false);
+    }
     assert!(
         caught > 0,
         "the {what} mutant ({mutant:?}) was never caught in {tried} seeds"
@@ -87,7 +103,14 @@ pub(crate) fn library_mutants_are_caught() {
         "own entry unchecked",
         beliefs(Kind::Lock),
     );
-    caught_with(Mutant::LeaveByKey, "leave by key", beliefs(Kind::Lock));
+    // A removal by key alone (as etcd's plain delete) is safe while a lost guard keeps
+    // its client's turn until its own release; with the turn freed at the loss, the lost
+    // guard's late removal deletes the client's next contender (the turn rule's mutant).
+    caught_with_all(
+        &[Mutant::LeaveByKey, Mutant::TurnFreedOnLoss],
+        "turn freed on loss, removal by key",
+        beliefs(Kind::Lock),
+    );
     caught_with(Mutant::TakeWithoutReceipt, "take without a receipt", queue);
     caught_with(Mutant::TakeUnchecked, "take unchecked", queue);
 }
