@@ -15,9 +15,8 @@ pub enum Mutant {
     /// confirming its own entry still exists.
     OwnEntryUnchecked,
     /// The in-memory queue removes a contender's entry by key alone, not by the
-    /// incarnation it created — as etcd's plain delete does. Harmless while the turn
-    /// rule holds; with [`Mutant::TurnFreedOnLoss`], a late removal deletes a newer
-    /// contender of the client.
+    /// incarnation it created: a late removal deletes a newer contender of the client
+    /// that made the same key.
     LeaveByKey,
     /// A queue's take removes its item without the taker lock's fence and without
     /// checking the item's version.
@@ -66,11 +65,11 @@ pub enum Mutant {
     /// each release wakes the whole queue (a thundering herd the benchmarks' smoke form
     /// must fail on).
     HerdWake,
-    /// A contender's local turn is given up as soon as its granted entry is seen gone
-    /// (deleted by an operator), not at its own removal: the client's next contender on
-    /// the name makes the same etcd key again, and the lost guard's release — a plain
-    /// delete of that key — removes the new grant's entry.
-    TurnFreedOnLoss,
+    /// The backend is not told when a granted entry is seen deleted by someone else
+    /// ([`ContenderQueue::entry_lost`](crate::raw::ContenderQueue::entry_lost) skipped):
+    /// on etcd the client's next contender for the name makes the same key again, and
+    /// the lost guard's release — a plain delete — removes the new grant's entry.
+    LossUntold,
 }
 
 impl Mutant {
@@ -92,7 +91,7 @@ impl Mutant {
         Mutant::WatchNotRearmed,
         Mutant::ExtraRequestPerLock,
         Mutant::HerdWake,
-        Mutant::TurnFreedOnLoss,
+        Mutant::LossUntold,
     ];
 
     fn bit(self) -> u32 {

@@ -65,8 +65,10 @@
 //!
 //! Token = the contender key's `create_revision`, unique and increasing across the
 //! cluster's history. Guarded writes are `Txn(If create_revision(own key) == token,
-//! Then …)`; release deletes by key *and* create revision, so a stale release can never
-//! delete a newer holder's key.
+//! Then …)`. A release is a plain delete of the key (as Go's); a stale release can never
+//! delete a newer holder's key: only this client makes keys under its lease, and its
+//! later contenders take another key whenever a delete may still land (an entry lost to
+//! someone else, a delete failed or cut off).
 //!
 //! # Capabilities
 //!
@@ -77,7 +79,8 @@
 //! # Round trips
 //!
 //! Uncontended `lock`: one `Txn` (create if absent + read the queue); `release`: one
-//! `Txn` (delete if create revision matches). A background watch on the holder's own key
+//! delete (with a lock-delay: one `Txn`, the delete if the create revision matches and
+//! the release mark). A background watch on the holder's own key
 //! (to report `Lost` if an operator deletes it) is not on the critical path.
 //!
 //! # Examples

@@ -2,10 +2,12 @@
 //! key is `<dir>/<lease id hex>`, created under the client's lease by one `Txn` (create
 //! if `create_revision == 0`, and read the queue). A release is a plain delete of the
 //! key, as Go's: the engine keeps this client's local turn at the name until the removal
-//! is confirmed, even after an operator deleted the entry, so no later contender of this
-//! client has made the same key again by then. (With a lock-delay the delete is guarded
-//! by the entry's create revision and writes the release mark in the same `Txn`.) A
-//! delete that failed may still be applied later (sent again on another member, the
+//! is confirmed, and when an entry is lost to someone else (an operator's delete) this
+//! client's later contenders move to another key first (`entry_lost`), so no later
+//! contender of this client holds the key a release may still delete. (With a
+//! lock-delay the delete is guarded by the entry's create revision and writes the
+//! release mark in the same `Txn`.) A delete that failed or was cut off may still be
+//! applied later (sent again on another member, the
 //! first one can land after the second), after this client's next contender made the
 //! same key: so after any failed removal, the client's later contenders use
 //! `<dir>/<lease id hex>-<n>` with a new `n`, which no earlier delete names. (Keys are
@@ -91,6 +93,55 @@ fn mark_read(spec: &QueueSpec, dir: &str) -> Option<etcd::TxnOp> {
 /// The release mark in the answer to [`mark_read`], if any.
 fn mark_of(read: Option<etcd::GetResponse>) -> Option<ReleaseMark> {
     ReleaseMark::decode(read?.kvs().first()?.value())
+}
+
+/// Bumps the client's key epoch when dropped armed: a removal cut off before its
+/// answer (its future dropped) may still land, so later contenders take another key.
+struct EpochOnDrop<'a>(Option<&'a Inner>);
+
+impl EpochOnDrop<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for EpochOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0 {
+            inner.bump_key_epoch();
+        }
+    }
+}
+
+/// One read-only `Txn`: `own`'s key (keys only), then `more`. The read's revision and
+/// the answers to `more`, in order.
+///
+/// # Errors
+///
+/// `SessionLost` when `own` (that incarnation) is not there; the request's errors.
+async fn read_with_own(
+    inner: &Inner,
+    op: &'static str,
+    own: &QueueEntry,
+    more: Vec<etcd::TxnOp>,
+) -> Result<(i64, std::vec::IntoIter<etcd::GetResponse>)> {
+    let mut ops = vec![etcd::TxnOp::get(
+        own.path.clone(),
+        Some(etcd::GetOptions::new().with_keys_only()),
+    )];
+    ops.extend(more);
+    let resp = inner
+        .call(Counter::Read, op, false, move |mut c: etcd::KvClient| {
+            let ops = ops.clone();
+            async move { c.txn(etcd::Txn::new().and_then(ops)).await }
+        })
+        .await?;
+    let mut ranges = gets(&resp).collect::<Vec<_>>().into_iter();
+    let mine = ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from));
+    if mine.is_none_or(|kv| kv.create_rev != own.token.get() as i64) {
+        return Err(own_gone());
+    }
+    Ok((header_rev(resp.header()), ranges))
 }
 
 /// Deletes `key` if it is still `own`'s incarnation (its create revision), with `also`
@@ -327,29 +378,12 @@ impl ContenderQueue for EtcdClient {
             // created before `below` — the contender right ahead and whether anything is
             // ahead of it — never the whole queue.
             // With a lock-delay, the queue's release mark too.
-            let mut ops = vec![
-                etcd::TxnOp::get(own.path.clone(), Some(etcd::GetOptions::new().with_keys_only())),
-                etcd::TxnOp::get(spec.counted_prefix(&dir), Some(newest(2, Some(below - 1)))),
-            ];
+            let mut ops = vec![etcd::TxnOp::get(
+                spec.counted_prefix(&dir),
+                Some(newest(2, Some(below - 1))),
+            )];
             ops.extend(mark_read(spec, &dir));
-            let resp = self
-                .inner
-                .call(
-                    Counter::Read,
-                    "read queue",
-                    false,
-                    move |mut c: etcd::KvClient| {
-                        let ops = ops.clone();
-                        async move { c.txn(etcd::Txn::new().and_then(ops)).await }
-                    },
-                )
-                .await?;
-            let seen_at = header_rev(resp.header());
-            let mut ranges = gets(&resp);
-            let mine = ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from));
-            if mine.is_none_or(|kv| kv.create_rev != own_rev) {
-                return Err(own_gone());
-            }
+            let (seen_at, mut ranges) = read_with_own(&self.inner, "read queue", own, ops).await?;
             let older: Vec<Kv> = ranges
                 .next()
                 .map(|g| g.kvs().iter().filter_map(Kv::from).collect())
@@ -375,29 +409,8 @@ impl ContenderQueue for EtcdClient {
         // One read-only round trip on one key (the queue's mark too, with a
         // lock-delay): O(1), where a sorted range read fetches the whole queue.
         let dir = self.queue_dir(&ticket.queue);
-        let mut ops = vec![etcd::TxnOp::get(
-            own.path.clone(),
-            Some(etcd::GetOptions::new().with_keys_only()),
-        )];
-        ops.extend(mark_read(&ticket.queue, &dir));
-        let resp = self
-            .inner
-            .call(
-                Counter::Read,
-                "confirm contender",
-                false,
-                move |mut c: etcd::KvClient| {
-                    let ops = ops.clone();
-                    async move { c.txn(etcd::Txn::new().and_then(ops)).await }
-                },
-            )
-            .await?;
-        let seen_at = header_rev(resp.header());
-        let mut ranges = gets(&resp);
-        let mine = ranges.next().and_then(|g| g.kvs().first().and_then(Kv::from));
-        if mine.is_none_or(|kv| kv.create_rev != own.token.get() as i64) {
-            return Err(own_gone());
-        }
+        let ops = mark_read(&ticket.queue, &dir).into_iter().collect();
+        let (seen_at, mut ranges) = read_with_own(&self.inner, "confirm contender", own, ops).await?;
         Ok(Ahead {
             entries: Vec::new(),
             seen_at: seen_at as u64,
@@ -604,14 +617,22 @@ impl ContenderQueue for EtcdClient {
         Ok(kv.and_then(|kv| ReleaseMark::decode(&kv.value)))
     }
 
+    fn entry_lost(&self, _ticket: &Ticket) {
+        // The lost guard's release (a plain delete of this key) may still come: later
+        // contenders of this client take another key.
+        self.inner.bump_key_epoch();
+    }
+
     async fn leave(&self, ticket: &Ticket, own: Option<&QueueEntry>) -> Result<()> {
-        // A plain delete of the key: this client's contender that made it holds the
-        // local turn at the name until this removal is confirmed (also when the entry
-        // was deleted by someone else meanwhile), so no later contender of this client
-        // holds the same key yet, and no other client makes keys under this lease. (A
-        // delete that failed may still land later: then later contenders take another
-        // key, below.) A plain delete costs the server less than a guarded `Txn`.
+        // A plain delete of the key, as Go's: no later contender of this client holds
+        // the same key while it may land — the contender that made it holds the local
+        // turn at the name until this removal is confirmed; an entry lost to someone
+        // else moved the client to another key first (`entry_lost`); and a delete that
+        // failed, or was cut off before its answer, may still land later: later
+        // contenders take another key then too (below). No other client makes keys under
+        // this lease. A plain delete costs the server less than a guarded `Txn`.
         let k = ticket.locator.clone();
+        let cut_off = EpochOnDrop(Some(&self.inner));
         let deleted = match own {
             Some(_) => {
                 let key = k.clone();
@@ -648,6 +669,7 @@ impl ContenderQueue for EtcdClient {
                 deleted.map(drop)
             }
         };
+        cut_off.disarm();
         if deleted.is_err() {
             self.inner.bump_key_epoch();
         }

@@ -163,15 +163,7 @@ async fn children_and_mark(
         })
         .await?;
     let mut results = results.into_iter();
-    let mark = match results.next() {
-        Some(zk::MultiReadResult::Data { data, .. }) => ReleaseMark::decode(&data),
-        Some(zk::MultiReadResult::Error {
-            err: zk::Error::NoNode,
-        })
-        | None => None,
-        Some(zk::MultiReadResult::Error { err }) => return Err(map_at(err, "list contenders", false, dir)),
-        Some(other) => return Err(unexpected(other)),
-    };
+    let mark = mark_of(results.next(), "list contenders", dir)?;
     let children = match results.next() {
         Some(zk::MultiReadResult::Children { children }) => children,
         Some(zk::MultiReadResult::Error {
@@ -182,6 +174,20 @@ async fn children_and_mark(
         Some(other) => return Err(unexpected(other)),
     };
     Ok((children, mark))
+}
+
+/// The release mark in a multiRead's answer to the queue directory's data (`dir`): none
+/// when the directory is gone.
+fn mark_of(result: Option<zk::MultiReadResult>, op: &'static str, dir: &str) -> Result<Option<ReleaseMark>> {
+    match result {
+        Some(zk::MultiReadResult::Data { data, .. }) => Ok(ReleaseMark::decode(&data)),
+        Some(zk::MultiReadResult::Error {
+            err: zk::Error::NoNode,
+        })
+        | None => Ok(None),
+        Some(zk::MultiReadResult::Error { err }) => Err(map_at(err, op, false, dir)),
+        Some(other) => Err(unexpected(other)),
+    }
 }
 
 fn unexpected(result: zk::MultiReadResult) -> Error {
@@ -418,17 +424,7 @@ impl ContenderQueue for ZkClient {
                 })
                 .await?;
             let mut results = results.into_iter();
-            let mark = match results.next() {
-                Some(zk::MultiReadResult::Data { data, .. }) => ReleaseMark::decode(&data),
-                Some(zk::MultiReadResult::Error {
-                    err: zk::Error::NoNode,
-                })
-                | None => None,
-                Some(zk::MultiReadResult::Error { err }) => {
-                    return Err(map_at(err, "confirm contender", false, &dir));
-                }
-                Some(other) => return Err(unexpected(other)),
-            };
+            let mark = mark_of(results.next(), "confirm contender", &dir)?;
             let stat = match results.next() {
                 Some(zk::MultiReadResult::Data { stat, .. }) => Some(stat),
                 Some(zk::MultiReadResult::Error {

@@ -11,7 +11,8 @@ use tokio::sync::watch;
 
 use crate::engine::client_core::{ClientCore, origin_of};
 use crate::engine::local_queue::{
-    LocalQueue, SharedTurn, granted, lose_turn, release_turn, releasing, session_ended_turn, vanished_at,
+    LocalQueue, SharedTurn, granted, is_releasing, lose_turn, release_turn, releasing, session_ended_turn,
+    vanished_at,
 };
 use crate::engine::marked_holds::{Marked, NEXT_MARKED};
 use crate::engine::removal::{self, Detached, ended, over};
@@ -470,16 +471,22 @@ pub(crate) async fn acquire(
         backend.session(),
         generation,
         {
-            let (backend, own, turn) = (backend.clone(), own.clone(), contender.turn.clone());
-            move |gone| watch_own_entry(backend, own, generation, gone, turn)
+            let (backend, ticket, own, turn) = (
+                backend.clone(),
+                contender.ticket.clone(),
+                own.clone(),
+                contender.turn.clone(),
+            );
+            move |gone| watch_own_entry(backend, ticket, own, gone, turn)
         },
         {
             // A refused fence proves the entry gone: the turn is free, as when the entry
             // watch sees the deletion.
+            let (backend, ticket) = (backend.clone(), contender.ticket.clone());
             let turn = Arc::downgrade(&contender.turn);
             move || {
                 if let Some(turn) = turn.upgrade() {
-                    lose_turn(&turn);
+                    entry_lost(&*backend, &ticket, &turn);
                 }
             }
         },
@@ -843,12 +850,24 @@ fn free_slot(local: &LocalQueue, key: &str, session: &watch::Receiver<SessionSta
     }
 }
 
+/// A grant's entry seen gone without this client removing it: the backend is told
+/// ([`ContenderQueue::entry_lost`]: on etcd, later contenders of the client take another
+/// key, out of the lost guard's release's reach), then the local turn is given up —
+/// unless the contender's removal had begun, which gives it up itself.
+fn entry_lost(backend: &dyn Backend, ticket: &Ticket, turn: &Turn) {
+    if !is_releasing(turn) && !mutants::active(Mutant::LossUntold) {
+        backend.entry_lost(ticket);
+    }
+    lose_turn(turn);
+}
+
 /// Watches a grant's entry once someone waits on its hold, on a task of its own: its
-/// deletion (by an operator) makes the hold `Lost` and frees the local turn. The task
-/// ends then, when the entry's session is over (the hold shows that by itself), or when
-/// every watch of the hold is dropped. Nothing runs for a hold nobody waits on; the
-/// session's end frees the turn through the local queue.
-fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, gone: EntryGone, turn: Turn) {
+/// deletion (by an operator) makes the hold `Lost` and frees the local turn
+/// ([`entry_lost`]). The task ends then, when the entry's session is over (the hold
+/// shows that by itself), or when every watch of the hold is dropped. Nothing runs for a
+/// hold nobody waits on; the session's end frees the turn through the local queue.
+fn watch_own_entry(backend: Arc<dyn Backend>, ticket: Ticket, own: QueueEntry, gone: EntryGone, turn: Turn) {
+    let generation = ticket.generation;
     tokio::spawn(async move {
         let mut session = backend.session();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
@@ -858,7 +877,7 @@ fn watch_own_entry(backend: Arc<dyn Backend>, own: QueueEntry, generation: u64, 
                     Ok(()) => {
                         tracing::debug!(entry = %own.path, "coord.own_entry_gone");
                         // The turn first: whoever hears of the loss finds it free.
-                        lose_turn(&turn);
+                        entry_lost(&*backend, &ticket, &turn);
                         gone.set();
                         return;
                     }

@@ -1,14 +1,13 @@
 //! Per-name local queueing: within one client, contenders for the same lock or election
 //! reach the server one at a time, so a client never has two contenders for one name.
 //!
-//! A turn is given up when its contender's removal is confirmed (the guard released or
-//! dropped), or when its session ended (the entry went with it). An entry seen gone
-//! otherwise (an operator deleted it, a fence was refused) keeps the turn until the
-//! guard's own removal: so while a contender's removal may still reach the server, no
-//! other contender of this client holds an entry it could reach — on etcd the client's
-//! entries for one name share a key, removed by a plain delete. A session's end needs no
-//! task per grant: a local contender waiting for the turn watches the granted holder's
-//! session, and takes the turn over once that session is over.
+//! A turn is given up when its entry is gone: removed, or gone with its session, or
+//! seen deleted by someone else — then only after the backend was told
+//! ([`ContenderQueue::entry_lost`](crate::raw::ContenderQueue::entry_lost): etcd moves
+//! the client's later contenders to a key the lost guard's release cannot reach). Once
+//! the contender's own removal has begun, the turn is given up by that removal alone. A
+//! session's end needs no task per grant: a local contender waiting for the turn watches
+//! the granted holder's session, and takes the turn over once that session is over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -99,10 +98,6 @@ pub(crate) struct LocalTurn {
     granted: bool,
     /// Whether its removal has begun: the entry's deletion seen from now on is ours.
     releasing: bool,
-    /// When its granted entry was seen gone before its removal began (deleted by
-    /// someone else): recorded for the next local contender's lock-delay when the turn
-    /// ends.
-    vanished: Option<Instant>,
 }
 
 impl Drop for LocalTurn {
@@ -131,19 +126,26 @@ enum TurnEnd {
 }
 
 fn end_turn(turn: &SharedTurn, how: TurnEnd) {
-    let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+    let mut held = turn.lock().unwrap_or_else(|p| p.into_inner());
+    // An entry seen gone once its removal began: that removal ends the turn (a delete
+    // it sent may still land; no later contender of the client may hold the key then).
+    if how == TurnEnd::Gone && held.as_ref().is_some_and(|t| t.releasing) {
+        return;
+    }
+    let Some(t) = held.take() else {
         return;
     };
+    drop(held);
     if !t.granted || how == TurnEnd::Unseen {
         // Only a grant's end says anything about the next grant.
         return;
     }
     let vanished = match how {
-        TurnEnd::Gone if !t.releasing => Some(Instant::now()),
-        TurnEnd::WithSession => Some(t.vanished.unwrap_or_else(Instant::now)),
-        TurnEnd::Gone | TurnEnd::Removed | TurnEnd::Unseen => t.vanished,
+        TurnEnd::Gone => !t.releasing,
+        TurnEnd::WithSession => true,
+        TurnEnd::Removed | TurnEnd::Unseen => false,
     };
-    *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = vanished;
+    *t.slot.vanished.lock().unwrap_or_else(|p| p.into_inner()) = vanished.then(Instant::now);
 }
 
 /// Gives `turn` up after this client removed its entry (once; later calls do nothing).
@@ -151,21 +153,22 @@ pub(crate) fn release_turn(turn: &SharedTurn) {
     end_turn(turn, TurnEnd::Removed);
 }
 
-/// Records that `turn`'s entry was seen gone — deleted by someone else, unless this
-/// client's removal of it had begun ([`releasing`]). The turn is kept until the
-/// contender's own removal ([`release_turn`]) or its session's end; a grant's vanishing
-/// is then recorded for the next local contender ([`vanished_at`]).
+/// Gives `turn` up because its entry was seen gone — deleted by someone else — unless
+/// this client's removal of it had begun ([`releasing`]): then the removal gives it up.
+/// The caller has told the backend first ([`ContenderQueue::entry_lost`]). A grant's
+/// vanishing is recorded for the next local contender ([`vanished_at`]).
+///
+/// [`ContenderQueue::entry_lost`]: crate::raw::ContenderQueue::entry_lost
 pub(crate) fn lose_turn(turn: &SharedTurn) {
-    if crate::mutants::active(crate::mutants::Mutant::TurnFreedOnLoss) {
-        end_turn(turn, TurnEnd::Gone);
-        return;
-    }
-    if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).as_mut()
-        && t.granted
-        && !t.releasing
-    {
-        t.vanished.get_or_insert_with(Instant::now);
-    }
+    end_turn(turn, TurnEnd::Gone);
+}
+
+/// Whether `turn`'s removal has begun ([`releasing`]).
+pub(crate) fn is_releasing(turn: &SharedTurn) -> bool {
+    turn.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|t| t.releasing)
 }
 
 /// Gives `turn` up because its session ended (its entry went with it): a grant's
@@ -257,7 +260,6 @@ impl LocalQueue {
                         _guard: guard,
                         granted: false,
                         releasing: false,
-                        vanished: None,
                     })));
                 }
                 _ = async {
@@ -293,7 +295,6 @@ impl LocalQueue {
             _guard: guard,
             granted: false,
             releasing: false,
-            vanished: None,
         }))))
     }
 }

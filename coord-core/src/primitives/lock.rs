@@ -27,8 +27,7 @@ use crate::raw::{Admission, EntryClass, QueueSpec};
 ///
 /// Within one client, contenders for the same name queue locally and reach the server
 /// one at a time (the lock is not reentrant: a second `lock` on the same client waits
-/// for the first guard's release or drop — also when the first guard is `Lost` because
-/// someone deleted its entry, or until its session ends).
+/// for the first guard's release, drop or loss).
 ///
 /// # Examples
 ///

@@ -610,6 +610,14 @@ pub trait ContenderQueue: Send + Sync {
     /// Cancel-safe (a read).
     async fn ahead(&self, ticket: &Ticket, own: &QueueEntry) -> Result<Ahead>;
 
+    /// A granted entry of `ticket` was seen gone without this client removing it (an
+    /// operator deleted it, a fenced write was refused): called before the client's next
+    /// contender for the queue may join. A backend whose removal names the key alone
+    /// (etcd's plain delete) moves this client's later contenders to another key here,
+    /// so the lost guard's release can never remove one of them. The default does
+    /// nothing (entries named per contender, or removed by incarnation).
+    fn entry_lost(&self, _ticket: &Ticket) {}
+
     /// After the one counted entry ahead of `own` went ([`Position::Next`]): confirms
     /// `own` is still there, with the queue's [`ReleaseMark`] when its spec has a
     /// lock-delay, and nothing else. Nothing can be ahead any more (entries are ordered

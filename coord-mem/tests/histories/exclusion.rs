@@ -811,8 +811,7 @@ pub(crate) fn lock_histories() {
 
 /// The lock and the election under a nemesis of frequent entry deletes (holders' and
 /// waiters'): the log, and what every handle said, judged as for the other families.
-/// The mutants `OwnEntryUnchecked`, and `LeaveByKey` with `TurnFreedOnLoss`, are caught
-/// under this nemesis.
+/// The mutants `OwnEntryUnchecked` and `LeaveByKey` are caught under this nemesis.
 #[test]
 pub(crate) fn entry_delete_histories() {
     let _one = one_at_a_time();

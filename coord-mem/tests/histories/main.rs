@@ -51,9 +51,8 @@
 //!   tenth of the TTL). Two more rules use the operator's log (each deleted entry's
 //!   token and when): no grant is handed out for an entry the operator deleted more than
 //!   the margin before (mutant `OwnEntryUnchecked`), and no handle says `Lost` while its
-//!   session is intact unless the operator deleted its entry (mutants `LeaveByKey` with
-//!   `TurnFreedOnLoss`: a lost guard's turn freed at once, its late removal by key then
-//!   deleting the client's next entry); losses within two TTLs of a session change of
+//!   session is intact unless the operator deleted its entry (mutant `LeaveByKey`: coord
+//!   removing a live entry of its own); losses within two TTLs of a session change of
 //!   the client are not judged by that rule. `entry_delete_histories` runs the lock and
 //!   the election under a nemesis of frequent entry deletes, where the two mutants are
 //!   caught.

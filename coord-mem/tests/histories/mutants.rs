@@ -103,14 +103,7 @@ pub(crate) fn library_mutants_are_caught() {
         "own entry unchecked",
         beliefs(Kind::Lock),
     );
-    // A removal by key alone (as etcd's plain delete) is safe while a lost guard keeps
-    // its client's turn until its own release; with the turn freed at the loss, the lost
-    // guard's late removal deletes the client's next contender (the turn rule's mutant).
-    caught_with_all(
-        &[Mutant::LeaveByKey, Mutant::TurnFreedOnLoss],
-        "turn freed on loss, removal by key",
-        beliefs(Kind::Lock),
-    );
+    caught_with(Mutant::LeaveByKey, "leave by key", beliefs(Kind::Lock));
     caught_with(Mutant::TakeWithoutReceipt, "take without a receipt", queue);
     caught_with(Mutant::TakeUnchecked, "take unchecked", queue);
 }
