@@ -178,10 +178,11 @@ async fn nodes(inner: &Inner, paths: &[String]) -> Result<Vec<Option<Node>>> {
 
 /// Reads every key under `prefix` (segment-wise), sorted by key.
 async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
-    // One state of the whole directory (see `children_with_data`), then the prefix: a
-    // list is a snapshot that existed, also above 64 keys.
+    // One state of the prefix's keys (see `children_with_data`): a list is a snapshot
+    // that existed, also above 64 keys; writes to other keys do not disturb it.
     let dir = config_dir(inner);
-    let mut entries: Vec<Entry> = crate::session::children_with_data(inner, &dir, "list")
+    let keep = |name: &str| key_matches_prefix(&key_of(name), prefix);
+    let mut entries: Vec<Entry> = crate::session::children_with_data(inner, &dir, keep, "list")
         .await?
         .into_iter()
         .map(|(name, value, stat)| Entry {
@@ -189,7 +190,6 @@ async fn read_entries(inner: &Inner, prefix: &str) -> Result<Vec<Entry>> {
             value,
             version: version(&stat),
         })
-        .filter(|e| key_matches_prefix(&e.key, prefix))
         .collect();
     entries.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(entries)

@@ -148,7 +148,7 @@ impl InstanceStore for ZkClient {
 /// Reads every instance under `dir` (ids are the child names).
 async fn read_instances(inner: &Inner, dir: &str) -> Result<BTreeMap<String, ServiceInstance>> {
     // One state of the whole service, also above 64 instances.
-    let read = crate::session::children_with_data(inner, dir, "instances").await?;
+    let read = crate::session::children_with_data(inner, dir, |_| true, "instances").await?;
     let mut out = BTreeMap::new();
     for (id, bytes, stat) in read {
         if stat.ephemeral_owner == 0 {

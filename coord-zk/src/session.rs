@@ -450,83 +450,82 @@ pub(crate) const CHUNK: usize = 64;
 /// the read gives up (`Unavailable`: the nodes kept changing).
 const CONSISTENT_ATTEMPTS: usize = 5;
 
-/// Every child of `dir` with its data and stat, as they all were at one moment: the
-/// children and their data take at least two requests (more than [`CHUNK`] nodes,
-/// more), and a write between them would make a mix of two states. So the read is
-/// checked: the directory's child version (`cversion`) must be the same after the data
-/// as before (no child created or deleted meanwhile), and with several data requests,
-/// every request but the last is read again after the last and must find each node at
-/// the same `mzxid` (unchanged meanwhile). Then every node read was as read at the
-/// moment of the last data request. Read again otherwise, up to
-/// [`CONSISTENT_ATTEMPTS`] times.
+/// Every child of `dir` that `keep` selects (by name), with its data and stat, as they
+/// all were at one moment.
+///
+/// The names come first (one `getChildren`); then every chunk of up to [`CHUNK`] nodes is
+/// read in one `multi` that lists the directory again, atomically with the data. A chunk
+/// whose listing selects exactly the names asked for read them at one moment. With
+/// several chunks, every chunk but the last is read again after the last and must find
+/// the same selected names and each node at the same `mzxid` (unchanged meanwhile).
+/// Then every node read was as read at the moment of the last chunk. Otherwise the read
+/// starts again from the newest listing, up to [`CONSISTENT_ATTEMPTS`] times.
+///
+/// Only the selected nodes are judged: writes to the directory's other children (other
+/// keys of a namespace) never make a read start again.
 ///
 /// # Errors
 ///
-/// `Unavailable` (retryable) when the directory kept changing through every attempt;
-/// otherwise as [`data_of`].
+/// `Unavailable` (retryable) when the selected nodes kept changing through every
+/// attempt; otherwise as [`data_of`].
 pub(crate) async fn children_with_data(
     inner: &Inner,
     dir: &str,
+    keep: impl Fn(&str) -> bool,
     op: &'static str,
 ) -> Result<Vec<(String, Vec<u8>, zk::Stat)>> {
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
+    let mut names: Vec<String> = children(inner, dir, op).await?;
+    names.retain(|n| keep(n));
+    names.sort();
+    let split_silently = coord_core::mutants::active(coord_core::mutants::Mutant::RereadSplitSilently);
     for attempt in 0..CONSISTENT_ATTEMPTS {
-        if attempt > 0 {
+        if attempt > 1 {
             backoff.wait().await;
         }
-        let d = dir.to_owned();
-        let (children, before) = match inner
-            .call(
-                Counter::Read,
-                op,
-                false,
-                |zk| async move { zk.get_children(&d).await },
-            )
-            .await?
-        {
-            Ok(read) => read,
-            Err(zk::Error::NoNode) => return Ok(Vec::new()),
-            Err(e) => return Err(map_at(e, op, false, dir)),
+        let paths: Vec<String> = names.iter().map(|c| format!("{dir}/{c}")).collect();
+        let read = listed_data_of(inner, dir, &paths, op).await?;
+        let Some(read) = read else {
+            return Ok(Vec::new()); // the directory is gone
         };
-        let paths: Vec<String> = children.iter().map(|c| format!("{dir}/{c}")).collect();
-        let data = data_of(inner, &paths, op).await?;
-        let split_silently = coord_core::mutants::active(coord_core::mutants::Mutant::RereadSplitSilently);
+        let selected = |listing: &[String]| {
+            let mut l: Vec<String> = listing.iter().filter(|n| keep(n)).cloned().collect();
+            l.sort();
+            l
+        };
+        let newest = read.last().map(|(l, _)| selected(l)).unwrap_or_default();
+        let data: Vec<_> = read.iter().flat_map(|(_, d)| d.iter().cloned()).collect();
         if split_silently {
-            return Ok(children
+            return Ok(names
                 .into_iter()
                 .zip(data)
                 .filter_map(|(name, d)| d.map(|(bytes, stat)| (name, bytes, stat)))
                 .collect());
         }
+        if read.iter().any(|(listing, _)| selected(listing) != names) {
+            tracing::debug!(dir, attempt, "coord.zk.dir_children_changed: read again");
+            names = newest;
+            continue;
+        }
         if paths.len() > CHUNK {
             // Every chunk but the last, again: unchanged since its first read?
             let earlier = &paths[..paths.len() - last_chunk_len(paths.len())];
-            let again = data_of(inner, earlier, op).await?;
+            let again = listed_data_of(inner, dir, earlier, op).await?.unwrap_or_default();
+            let same_names = again.iter().all(|(listing, _)| selected(listing) == names);
             let same = again
                 .iter()
+                .flat_map(|(_, d)| d.iter())
                 .zip(&data)
                 .all(|(a, b)| a.as_ref().map(|(_, s)| s.mzxid) == b.as_ref().map(|(_, s)| s.mzxid));
-            if !same {
+            if !same_names || !same || again.is_empty() {
                 tracing::debug!(dir, attempt, "coord.zk.dir_read_changed: read again");
+                if let Some((listing, _)) = again.last() {
+                    names = selected(listing);
+                }
                 continue;
             }
         }
-        let after = {
-            let d = dir.to_owned();
-            inner
-                .call_mapped(
-                    Counter::Read,
-                    op,
-                    false,
-                    |zk| async move { zk.check_stat(&d).await },
-                )
-                .await?
-        };
-        if after.map(|s| s.cversion) != Some(before.cversion) {
-            tracing::debug!(dir, attempt, "coord.zk.dir_children_changed: read again");
-            continue;
-        }
-        return Ok(children
+        return Ok(names
             .into_iter()
             .zip(data)
             .filter_map(|(name, d)| d.map(|(bytes, stat)| (name, bytes, stat)))
@@ -539,6 +538,77 @@ pub(crate) async fn children_with_data(
              nothing was read — retry"
         ),
     ))
+}
+
+/// A chunk's read: `dir`'s children and the data of the chunk's nodes, at one moment.
+type ListedChunk = (Vec<String>, Vec<Option<(Vec<u8>, zk::Stat)>>);
+
+/// Reads `paths` in chunks of [`CHUNK`], each chunk one `multi` that also lists `dir`
+/// (so the listing and the data are of one moment); every chunk is sent at once. With no
+/// paths, one `multi` lists `dir` alone. `None` when `dir` does not exist.
+async fn listed_data_of(
+    inner: &Inner,
+    dir: &str,
+    paths: &[String],
+    op: &'static str,
+) -> Result<Option<Vec<ListedChunk>>> {
+    let chunks: Vec<Vec<String>> = if paths.is_empty() {
+        vec![Vec::new()]
+    } else {
+        paths.chunks(CHUNK).map(<[String]>::to_vec).collect()
+    };
+    for _ in 1..chunks.len() {
+        inner.stats.incr(Counter::Txn);
+    }
+    let d = dir.to_owned();
+    let answers = inner
+        .call_mapped(Counter::Txn, op, false, |zk| async move {
+            let mut pending = Vec::with_capacity(chunks.len());
+            for chunk in &chunks {
+                let mut reader = zk.new_multi_reader();
+                reader.add_get_children(&d)?;
+                for p in chunk {
+                    reader.add_get_data(p)?;
+                }
+                pending.push((reader.commit(), chunk.clone()));
+            }
+            let mut answers = Vec::with_capacity(pending.len());
+            for (answer, chunk) in pending {
+                answers.push((answer.await?, chunk));
+            }
+            Ok(answers)
+        })
+        .await?;
+    let mut out = Vec::with_capacity(answers.len());
+    for (results, chunk) in answers {
+        let mut results = results.into_iter();
+        let listing = match results.next() {
+            Some(zk::MultiReadResult::Children { children }) => children,
+            Some(zk::MultiReadResult::Error {
+                err: zk::Error::NoNode,
+            }) => return Ok(None),
+            Some(zk::MultiReadResult::Error { err }) => return Err(map_at(err, op, false, dir)),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("ZooKeeper answered a listing of {dir} with something else; retry"),
+                ));
+            }
+        };
+        let mut data = Vec::with_capacity(chunk.len());
+        for (result, path) in results.zip(&chunk) {
+            data.push(match result {
+                zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => None,
+                zk::MultiReadResult::Error { err } => return Err(map_at(err, op, false, path)),
+                _ => None,
+            });
+        }
+        out.push((listing, data));
+    }
+    Ok(Some(out))
 }
 
 /// How many paths the last [`CHUNK`] of a read of `n` paths holds.

@@ -282,10 +282,19 @@ fn main() -> anyhow::Result<()> {
                         // Up to three runs until the checker catches it: whether a take is
                         // dropped right after its removal landed is up to timing.
                         let mut report = recipes::run(&env).await;
-                        for _ in 0..2 {
+                        for again in 1..3 {
                             if report.as_ref().map_or(true, |r| !r.violations.is_empty()) {
                                 break;
                             }
+                            // A fresh namespace: the counter and the logs start empty,
+                            // as the checker assumes.
+                            let env = Env {
+                                namespace: coord_testkit::env::unique_namespace(&format!(
+                                    "coord-faults-{n}-{again}"
+                                )),
+                                proxies: Arc::new(ProxyMap::default()),
+                                ..env
+                            };
                             report = recipes::run(&env).await;
                         }
                         mutants::set(Mutant::TakeWithoutReceipt, false);
