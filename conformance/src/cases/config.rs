@@ -580,3 +580,66 @@ pub async fn contended_puts_all_succeed(ctx: Ctx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A list of one prefix is not disturbed by writes to other keys: while four clients
+/// create, rewrite and delete keys under `churn/` as fast as they can, 30 lists of
+/// `mine/` (70 keys: more than one read chunk on ZooKeeper) each succeed with exactly
+/// its keys. Only connection trouble (a member killed under the suite on a cluster) is
+/// read again; a list refused because other keys kept changing fails the case.
+pub async fn list_ignores_writes_to_other_keys(ctx: Ctx) -> CaseResult {
+    let reader = ctx.client().await?;
+    let mut expected = Vec::new();
+    for i in 0..70u32 {
+        let key = format!("mine/{i:03}");
+        reader.put(&key, i.to_string().into_bytes()).await?;
+        expected.push(key);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut churners = Vec::new();
+    for (i, c) in ctx.clients(4).await?.into_iter().enumerate() {
+        let stop = stop.clone();
+        churners.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let key = format!("churn/{i}/{}", n % 8);
+                // Creates and deletes change the directory's children; puts of a key
+                // that exists change a node. Errors here are not the case's subject.
+                let _ = c.put(&key, n.to_string().into_bytes()).await;
+                if n.is_multiple_of(2) {
+                    let _ = c.delete(&key).await;
+                }
+            }
+        }));
+    }
+    let mut outcome = Ok(());
+    let mut lists = 0;
+    while lists < 30 {
+        match within(Duration::from_secs(30), "a list under churn", reader.list("mine")).await? {
+            Ok(entries) => {
+                let keys: Vec<String> = entries.into_iter().map(|e| e.key).collect();
+                if keys != expected {
+                    outcome = Err(anyhow::anyhow!("list(mine) under churn = {keys:?}"));
+                    break;
+                }
+                lists += 1;
+            }
+            Err(e)
+                if e.outcome_unknown() || matches!(e.kind(), ErrorKind::SessionLost | ErrorKind::Timeout) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                outcome = Err(anyhow::anyhow!(
+                    "list(mine) failed while only other keys changed (after {lists} lists): {e}"
+                ));
+                break;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for c in churners {
+        let _ = within(Duration::from_secs(30), "a churner stops", c).await?;
+    }
+    outcome
+}

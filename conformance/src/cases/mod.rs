@@ -426,6 +426,7 @@ pub fn all() -> Vec<Case> {
         case!(config::list_prefix_is_segment_wise),
         case!(config::commit_all_or_nothing),
         case!(config::contended_puts_all_succeed),
+        case!(config::list_ignores_writes_to_other_keys),
         case!(config::watch_snapshot_then_ordered_changes, EVERY_WATCH_EVENT),
         case!(config::watch_delivers_final_value),
         case!(config::watch_key_is_segment_wise),
