@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{bail, ensure};
+use anyhow::{Context as _, bail, ensure};
 use coord_core::{HoldState, Lock};
 use tokio::sync::Mutex;
 
@@ -89,6 +89,22 @@ pub async fn try_lock_none_when_held(ctx: Ctx) -> CaseResult {
         got.is_some(),
         "try_lock failed on a free lock: a failed try_lock left a contender behind"
     );
+    Ok(())
+}
+
+/// A guard dropped without a release is released in the background; a `try_lock` on the
+/// same client right after the drop waits for that release (within a try's deadline)
+/// instead of answering `None` for a lock nobody holds. Ten rounds.
+pub async fn try_lock_after_dropping_own_guard_gets_it(ctx: Ctx) -> CaseResult {
+    let c = ctx.client().await?;
+    let mut held = c.lock("res").await?;
+    for round in 1..=10 {
+        drop(held);
+        held = c.try_lock("res").await?.with_context(|| {
+            format!("round {round}: try_lock answered None right after this client dropped its own guard")
+        })?;
+    }
+    held.release().await?;
     Ok(())
 }
 

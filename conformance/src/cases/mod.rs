@@ -167,6 +167,13 @@ const DELAY: Needs = Needs {
     },
     ..Needs::NONE
 };
+const REPLY_LOSS: Needs = Needs {
+    faults: Faults {
+        reply_loss: true,
+        ..Needs::NONE.faults
+    },
+    ..Needs::NONE
+};
 const REPLY_LOSS_AND_KILL: Needs = Needs {
     faults: Faults {
         reply_loss: true,
@@ -250,6 +257,7 @@ pub fn all() -> Vec<Case> {
         case!(lock::revocation_reaches_the_holder),
         case!(lock::acquire_and_release),
         case!(lock::try_lock_none_when_held),
+        case!(lock::try_lock_after_dropping_own_guard_gets_it),
         case!(lock::holder_is_visible),
         case!(lock::mutual_exclusion_under_contention),
         case!(lock::fifo_order),
@@ -361,6 +369,10 @@ pub fn all() -> Vec<Case> {
         case!(
             two_phase::landed_decision_is_reported_after_session_loss,
             REPLY_LOSS_AND_KILL
+        ),
+        case!(
+            two_phase::coordinator_rides_out_lost_replies_before_deciding,
+            REPLY_LOSS
         ),
         case!(fencing::holder_guarded_write_succeeds),
         case!(fencing::stale_lock_holder_is_fenced, KILL),

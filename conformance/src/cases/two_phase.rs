@@ -7,23 +7,47 @@ use anyhow::{bail, ensure};
 use coord_core::{Decision, ErrorKind};
 
 use crate::harness::{CaseResult, Ctx};
-use crate::util::{eventually, settle, within};
+use crate::util::{eventually, retrying, settle, within};
 
 const LONG: Duration = Duration::from_secs(30);
 const QUICK: Duration = Duration::from_secs(10);
+
+/// Coordinates transaction `t` as a caller would through an outage: `coordinate` fails
+/// at once with `Unavailable` (retryable, nothing written) while the session is
+/// suspended — a member killed under the suite on a cluster — or when a step goes
+/// unanswered past the `try` deadline (a quarter of the session timeout) on a busy
+/// machine; it is called again then.
+async fn coordinate(
+    client: coord_core::Client,
+    participants: &'static [&'static str],
+    deadline: Duration,
+) -> coord_core::Result<Decision> {
+    loop {
+        match client
+            .two_phase_commit("t")?
+            .coordinate(participants, deadline)
+            .await
+        {
+            Err(e) if e.kind() == ErrorKind::Unavailable && e.is_retryable() && !e.outcome_unknown() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
 
 /// Every participant votes commit: the coordinator and both participants get `Commit`,
 /// and it stays readable.
 pub async fn all_commit_commits(ctx: Ctx) -> CaseResult {
     let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
-    let txn = c.two_phase_commit("t")?;
-    let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2"], LONG).await });
+    let coordinator = tokio::spawn(coordinate(c, &["p1", "p2"], LONG));
     let t1 = p1.two_phase_commit("t")?;
-    let v1 = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
+    let v1 = tokio::spawn(async move { retrying(|| t1.vote("p1", true, LONG)).await });
+    let t2 = p2.two_phase_commit("t")?;
     let d2 = within(
         QUICK,
         "p2 learns the decision",
-        p2.two_phase_commit("t")?.vote("p2", true, LONG),
+        retrying(|| t2.vote("p2", true, LONG)),
     )
     .await??;
     ensure!(d2 == Decision::Commit, "p2 got {d2:?}");
@@ -36,14 +60,14 @@ pub async fn all_commit_commits(ctx: Ctx) -> CaseResult {
 /// One participant votes abort: everyone gets `Abort`, without waiting for the deadline.
 pub async fn one_abort_aborts(ctx: Ctx) -> CaseResult {
     let [c, p1, p2] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
-    let txn = c.two_phase_commit("t")?;
-    let coordinator = tokio::spawn(async move { txn.coordinate(&["p1", "p2"], LONG).await });
+    let coordinator = tokio::spawn(coordinate(c, &["p1", "p2"], LONG));
     let t1 = p1.two_phase_commit("t")?;
-    let v1 = tokio::spawn(async move { t1.vote("p1", true, LONG).await });
+    let v1 = tokio::spawn(async move { retrying(|| t1.vote("p1", true, LONG)).await });
+    let t2 = p2.two_phase_commit("t")?;
     let d2 = within(
         QUICK,
         "p2 learns the decision",
-        p2.two_phase_commit("t")?.vote("p2", false, LONG),
+        retrying(|| t2.vote("p2", false, LONG)),
     )
     .await??;
     ensure!(d2 == Decision::Abort);
@@ -56,13 +80,12 @@ pub async fn one_abort_aborts(ctx: Ctx) -> CaseResult {
 /// coordinator's deadline, for the coordinator and the participant that voted commit.
 pub async fn missing_vote_aborts_at_the_deadline(ctx: Ctx) -> CaseResult {
     let (c, p1) = (ctx.client().await?, ctx.client().await?);
-    let txn = c.two_phase_commit("t")?;
-    let coordinator =
-        tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(1)).await });
+    let coordinator = tokio::spawn(coordinate(c, &["p1", "p2"], Duration::from_secs(1)));
+    let t1 = p1.two_phase_commit("t")?;
     let d1 = within(
         QUICK,
         "p1 learns the decision",
-        p1.two_phase_commit("t")?.vote("p1", true, LONG),
+        retrying(|| t1.vote("p1", true, LONG)),
     )
     .await??;
     ensure!(d1 == Decision::Abort, "p1 got {d1:?} with p2's vote missing");
@@ -113,9 +136,7 @@ pub async fn vote_goes_with_the_session(ctx: Ctx) -> CaseResult {
     ctx.factory().crash(&p1).await?;
     // Past the session timeout: p1's vote is gone before the coordinator looks.
     tokio::time::sleep(ctx.expiry_wait()).await;
-    let txn = c.two_phase_commit("t")?;
-    let coordinator =
-        tokio::spawn(async move { txn.coordinate(&["p1", "p2"], Duration::from_secs(2)).await });
+    let coordinator = tokio::spawn(coordinate(c.clone(), &["p1", "p2"], Duration::from_secs(2)));
     let d2 = within(
         LONG,
         "p2's decision",
@@ -145,23 +166,17 @@ pub async fn vote_goes_with_the_session(ctx: Ctx) -> CaseResult {
 pub async fn one_coordinator_at_a_time(ctx: Ctx) -> CaseResult {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let generation = a.session().borrow().generation;
-    // A step that goes unanswered past the `try` deadline (a quarter of the session
-    // timeout) on a busy machine says `Unavailable`, retryable, nothing written: each
-    // coordinator asks again, as a caller would. Of the two, exactly one must then be
-    // refused with `AlreadyExists` and the other decide `Abort` (no votes).
-    async fn coordinate(client: coord_core::Client, limit: Duration) -> coord_core::Result<Decision> {
-        loop {
-            match client.two_phase_commit("t")?.coordinate(&["p1"], limit).await {
-                Err(e) if e.kind() == ErrorKind::Unavailable && e.is_retryable() && !e.outcome_unknown() => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                other => return other,
-            }
-        }
-    }
-    let first = tokio::spawn(coordinate(a.clone(), Duration::from_secs(3)));
+    // Each coordinator asks again through `Unavailable` (see `coordinate`). Of the two,
+    // exactly one must then be refused with `AlreadyExists` and the other decide `Abort`
+    // (no votes).
+    let first = tokio::spawn(coordinate(a.clone(), &["p1"], Duration::from_secs(3)));
     settle().await;
-    let second = within(QUICK * 2, "the second coordinator", coordinate(b.clone(), QUICK)).await?;
+    let second = within(
+        QUICK * 2,
+        "the second coordinator",
+        coordinate(b.clone(), &["p1"], QUICK),
+    )
+    .await?;
     let first = within(QUICK, "the first coordinator decides", first).await??;
     let (refused, decided) = match (first, second) {
         (decided, Err(e)) if e.kind() == ErrorKind::AlreadyExists => ("second", decided),
@@ -270,5 +285,29 @@ pub async fn landed_decision_is_reported_after_session_loss(ctx: Ctx) -> CaseRes
     let (d1, d2) = within(QUICK, "the votes return", votes).await??;
     ensure!(d1? == Decision::Commit && d2? == Decision::Commit);
     ensure!(o.two_phase_commit("t")?.decision().await? == Some(Decision::Commit));
+    Ok(())
+}
+
+/// A coordinator never says the decision's outcome is unknown while it wrote no
+/// decision, nor that another coordinator runs when only its own earlier entry is still
+/// being removed. The reply to its lock entry's join is lost (applied): like a `try_*`,
+/// it fails fast — `Unavailable`, retryable, no unknown decision — and removes the entry
+/// in the background (the next two replies lost too). Called again, it waits for that
+/// removal instead of answering `AlreadyExists`, and decides `Abort` at its deadline
+/// (p1 never votes).
+pub async fn coordinator_rides_out_lost_replies_before_deciding(ctx: Ctx) -> CaseResult {
+    let (c, o) = (ctx.client().await?, ctx.client().await?);
+    ctx.factory().lose_replies(&c, 3).await?;
+    let decided = within(
+        QUICK,
+        "the coordinator's decision",
+        coordinate(c.clone(), &["p1"], Duration::from_secs(1)),
+    )
+    .await?;
+    match decided {
+        Ok(d) => ensure!(d == Decision::Abort, "decided {d:?} with p1's vote missing"),
+        Err(e) => bail!("the coordinator gave up before deciding: {e}"),
+    }
+    ensure!(o.two_phase_commit("t")?.decision().await? == Some(Decision::Abort));
     Ok(())
 }

@@ -548,6 +548,16 @@ async fn local_turn(
     // whose turn it is has an entry on the server (slot 0).
     match local.try_turn(&key, &session_rx) {
         Some(turn) => Some((turn, 0, false)),
+        // Held only by this client's own entry being removed (a guard dropped or
+        // released, a try cut short): nobody holds the name, so a try waits for that
+        // removal — within a try's deadline — rather than report it held.
+        None if !wait && local.being_removed(&key) => {
+            let deadline = try_deadline(core.backend.session_timeout());
+            tokio::time::timeout(deadline, local.turn(&key, session_rx))
+                .await
+                .ok()
+                .map(|turn| (turn, 0, false))
+        }
         None if !wait => None,
         None => Some((local.turn(&key, session_rx).await, 0, true)),
     }

@@ -70,6 +70,9 @@ struct Slot {
     /// When the last turn ended because its entry vanished (its session ended, or it
     /// was deleted) rather than by a removal: lock-delay for the next local contender.
     vanished: Mutex<Option<Instant>>,
+    /// Whether the turn's holder is this client's entry being removed ([`releasing`]):
+    /// the name is not held by anyone local, only not free yet.
+    removing: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Slot {
@@ -78,6 +81,7 @@ impl Default for Slot {
             turn: Arc::default(),
             holder: watch::channel(None).0,
             vanished: Mutex::new(None),
+            removing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -182,6 +186,7 @@ pub(crate) fn session_ended_turn(turn: &SharedTurn) {
 pub(crate) fn releasing(turn: &SharedTurn) {
     if let Some(t) = turn.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
         t.releasing = true;
+        t.slot.removing.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -255,6 +260,7 @@ impl LocalQueue {
             let holder = holders.borrow_and_update().clone();
             tokio::select! {
                 guard = &mut lock => {
+                    slot.removing.store(false, std::sync::atomic::Ordering::SeqCst);
                     return Arc::new(Mutex::new(Some(LocalTurn {
                         slot,
                         _guard: guard,
@@ -277,6 +283,15 @@ impl LocalQueue {
         }
     }
 
+    /// Whether `name`'s turn is held only by this client's entry being removed (a
+    /// released or dropped grant, a try cut short): free once the removal ends.
+    pub(crate) fn being_removed(&self, name: &str) -> bool {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .get(name)
+            .is_some_and(|(slot, _)| slot.removing.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
     /// This client's turn at `name` if nobody else local holds it (a granted holder
     /// whose session is over does not).
     pub(crate) fn try_turn(
@@ -290,6 +305,7 @@ impl LocalQueue {
             take_over(&h, false);
         }
         let guard = slot.turn.clone().try_lock_owned().ok()?;
+        slot.removing.store(false, std::sync::atomic::Ordering::SeqCst);
         Some(Arc::new(Mutex::new(Some(LocalTurn {
             slot,
             _guard: guard,

@@ -60,7 +60,9 @@ pub trait Lock: Send + Sync {
     async fn lock(&self, name: &str) -> Result<LockGuard>;
 
     /// Takes the lock if it is free now; returns `None` if another contender holds it or
-    /// is queued ahead.
+    /// is queued ahead. This client's own entry still being removed (a guard dropped
+    /// without a release, a try cut short) is nobody's hold: the try waits for that
+    /// removal, up to a quarter of the session timeout, then answers.
     ///
     /// # Errors
     ///

@@ -247,8 +247,11 @@ impl TwoPhaseCommit {
     /// out an outage to start); `Fenced` when this coordinator lost its lock and no
     /// decision was written (it decided nothing — a decision written by an attempt whose
     /// answer was lost is read and returned instead);
-    /// `Unavailable`/`Timeout` — with [`outcome_unknown`](Error::outcome_unknown) when
-    /// the decision may have been written (read it with [`TwoPhaseCommit::decision`]);
+    /// `Unavailable`/`Timeout` — with [`outcome_unknown`](Error::outcome_unknown) only
+    /// when the decision may have been written (read it with
+    /// [`TwoPhaseCommit::decision`]); once it holds the coordinator lock, connection
+    /// trouble (a member down, a leader election) is ridden out: the plan and the
+    /// decision are sent again (a failure before deciding is never an unknown decision);
     /// `Closed`.
     ///
     /// # Cancel safety
@@ -286,8 +289,11 @@ impl TwoPhaseCommit {
             return Ok(decided);
         }
         let lock = coordinator_queue(&self.name);
+        // A failed try leaves no lock entry behind (removed in the background) and no
+        // decision: its error never says the decision's outcome is unknown.
         let gate = acquire(self.client.core(), lock, Vec::new(), false)
-            .await?
+            .await
+            .map_err(|e| e.with_outcome_unknown(false))?
             .map(|g| LockGuard::new(self.name.clone(), g))
             .ok_or_else(|| {
                 Error::new(
@@ -296,13 +302,7 @@ impl TwoPhaseCommit {
                 )
             })?;
         let decided = async {
-            self.client
-                .commit(
-                    Txn::new()
-                        .fenced_by(gate.fence())
-                        .put(self.plan_key(), participants.join(",").into_bytes()),
-                )
-                .await?;
+            self.write_plan(participants, gate.fence()).await?;
             let outcome = match tokio::time::timeout(deadline, self.votes(participants)).await {
                 Ok(r) => r?,
                 Err(_) => Decision::Abort,
@@ -314,6 +314,29 @@ impl TwoPhaseCommit {
             tracing::warn!(error = %e, "coord.two_phase_coordinator_release_refused");
         }
         decided
+    }
+
+    /// Persists the plan under `fence`, through connection trouble: a put of the same
+    /// value under the same fence is safe to send again, and no plan is a decision — so
+    /// a failure here is never an unknown decision.
+    async fn write_plan(&self, participants: &[&str], fence: Fence) -> Result<()> {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let txn = Txn::new()
+                .fenced_by(fence.clone())
+                .put(self.plan_key(), participants.join(",").into_bytes());
+            match self.client.commit(txn).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_retryable() && attempts < DECIDE_ATTEMPTS => {
+                    tracing::debug!(error = %e, "coord.transaction_plan_retry");
+                    backoff.wait().await;
+                }
+                // Nothing decided: the outcome of a plan write is no decision's.
+                Err(e) => return Err(e.with_outcome_unknown(false)),
+            }
+        }
     }
 
     /// Watches the votes until every participant voted commit (`Commit`) or one voted
