@@ -454,15 +454,16 @@ const CONSISTENT_ATTEMPTS: usize = 5;
 /// all were at one moment.
 ///
 /// The names come first (one `getChildren`); then every chunk of up to [`CHUNK`] nodes is
-/// read in one `multi` that lists the directory again, atomically with the data. A chunk
-/// whose listing selects exactly the names asked for read them at one moment. With
-/// several chunks, every chunk but the last is read again after the last and must find
-/// the same selected names and each node at the same `mzxid` (unchanged meanwhile).
+/// read in one `multi` (all sent at once), the last of which also lists the directory,
+/// atomically with its data. That listing must select exactly the names asked for, and
+/// every node must be found. With several chunks, every chunk but the last is read again
+/// after the last and must find each node at the same `mzxid` (unchanged meanwhile).
 /// Then every node read was as read at the moment of the last chunk. Otherwise the read
 /// starts again from the newest listing, up to [`CONSISTENT_ATTEMPTS`] times.
 ///
 /// Only the selected nodes are judged: writes to the directory's other children (other
-/// keys of a namespace) never make a read start again.
+/// keys of a namespace) never make a read start again; the directory is listed once per
+/// attempt, however many chunks.
 ///
 /// # Errors
 ///
@@ -475,26 +476,22 @@ pub(crate) async fn children_with_data(
     op: &'static str,
 ) -> Result<Vec<(String, Vec<u8>, zk::Stat)>> {
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
-    let mut names: Vec<String> = children(inner, dir, op).await?;
-    names.retain(|n| keep(n));
-    names.sort();
+    let selected = |listing: &[String]| {
+        let mut l: Vec<String> = listing.iter().filter(|n| keep(n)).cloned().collect();
+        l.sort();
+        l
+    };
+    let mut names = selected(&children(inner, dir, op).await?);
     let split_silently = coord_core::mutants::active(coord_core::mutants::Mutant::RereadSplitSilently);
     for attempt in 0..CONSISTENT_ATTEMPTS {
         if attempt > 1 {
             backoff.wait().await;
         }
         let paths: Vec<String> = names.iter().map(|c| format!("{dir}/{c}")).collect();
-        let read = listed_data_of(inner, dir, &paths, op).await?;
-        let Some(read) = read else {
+        let Some((listing, data)) = listed_data_of(inner, dir, &paths, true, op).await? else {
             return Ok(Vec::new()); // the directory is gone
         };
-        let selected = |listing: &[String]| {
-            let mut l: Vec<String> = listing.iter().filter(|n| keep(n)).cloned().collect();
-            l.sort();
-            l
-        };
-        let newest = read.last().map(|(l, _)| selected(l)).unwrap_or_default();
-        let data: Vec<_> = read.iter().flat_map(|(_, d)| d.iter().cloned()).collect();
+        let newest = selected(&listing.unwrap_or_default());
         if split_silently {
             return Ok(names
                 .into_iter()
@@ -502,7 +499,7 @@ pub(crate) async fn children_with_data(
                 .filter_map(|(name, d)| d.map(|(bytes, stat)| (name, bytes, stat)))
                 .collect());
         }
-        if read.iter().any(|(listing, _)| selected(listing) != names) {
+        if newest != names || data.iter().any(Option::is_none) {
             tracing::debug!(dir, attempt, "coord.zk.dir_children_changed: read again");
             names = newest;
             continue;
@@ -510,18 +507,17 @@ pub(crate) async fn children_with_data(
         if paths.len() > CHUNK {
             // Every chunk but the last, again: unchanged since its first read?
             let earlier = &paths[..paths.len() - last_chunk_len(paths.len())];
-            let again = listed_data_of(inner, dir, earlier, op).await?.unwrap_or_default();
-            let same_names = again.iter().all(|(listing, _)| selected(listing) == names);
-            let same = again
-                .iter()
-                .flat_map(|(_, d)| d.iter())
-                .zip(&data)
-                .all(|(a, b)| a.as_ref().map(|(_, s)| s.mzxid) == b.as_ref().map(|(_, s)| s.mzxid));
-            if !same_names || !same || again.is_empty() {
+            let again = listed_data_of(inner, dir, earlier, false, op)
+                .await?
+                .map(|(_, d)| d)
+                .unwrap_or_default();
+            let same = again.len() == earlier.len()
+                && again
+                    .iter()
+                    .zip(&data)
+                    .all(|(a, b)| a.as_ref().map(|(_, s)| s.mzxid) == b.as_ref().map(|(_, s)| s.mzxid));
+            if !same {
                 tracing::debug!(dir, attempt, "coord.zk.dir_read_changed: read again");
-                if let Some((listing, _)) = again.last() {
-                    names = selected(listing);
-                }
                 continue;
             }
         }
@@ -540,19 +536,24 @@ pub(crate) async fn children_with_data(
     ))
 }
 
-/// A chunk's read: `dir`'s children and the data of the chunk's nodes, at one moment.
-type ListedChunk = (Vec<String>, Vec<Option<(Vec<u8>, zk::Stat)>>);
+/// A read of nodes: with `list`, `dir`'s children as listed atomically with the last
+/// chunk's data; each node's data and stat (`None`: gone).
+type ListedData = (Option<Vec<String>>, Vec<Option<(Vec<u8>, zk::Stat)>>);
 
-/// Reads `paths` in chunks of [`CHUNK`], each chunk one `multi` that also lists `dir`
-/// (so the listing and the data are of one moment); every chunk is sent at once. With no
-/// paths, one `multi` lists `dir` alone. `None` when `dir` does not exist.
+/// Reads `paths` in chunks of [`CHUNK`], each chunk one `multi`, every chunk sent at
+/// once; with `list`, the last chunk's `multi` also lists `dir` (with no paths, one
+/// `multi` lists `dir` alone). `None` when the listed `dir` does not exist.
 async fn listed_data_of(
     inner: &Inner,
     dir: &str,
     paths: &[String],
+    list: bool,
     op: &'static str,
-) -> Result<Option<Vec<ListedChunk>>> {
+) -> Result<Option<ListedData>> {
     let chunks: Vec<Vec<String>> = if paths.is_empty() {
+        if !list {
+            return Ok(Some((None, Vec::new())));
+        }
         vec![Vec::new()]
     } else {
         paths.chunks(CHUNK).map(<[String]>::to_vec).collect()
@@ -561,42 +562,48 @@ async fn listed_data_of(
         inner.stats.incr(Counter::Txn);
     }
     let d = dir.to_owned();
+    let last = chunks.len() - 1;
     let answers = inner
         .call_mapped(Counter::Txn, op, false, |zk| async move {
             let mut pending = Vec::with_capacity(chunks.len());
-            for chunk in &chunks {
+            for (i, chunk) in chunks.iter().enumerate() {
                 let mut reader = zk.new_multi_reader();
-                reader.add_get_children(&d)?;
+                if list && i == last {
+                    reader.add_get_children(&d)?;
+                }
                 for p in chunk {
                     reader.add_get_data(p)?;
                 }
-                pending.push((reader.commit(), chunk.clone()));
+                pending.push(reader.commit());
             }
             let mut answers = Vec::with_capacity(pending.len());
-            for (answer, chunk) in pending {
-                answers.push((answer.await?, chunk));
+            for answer in pending {
+                answers.push(answer.await?);
             }
             Ok(answers)
         })
         .await?;
-    let mut out = Vec::with_capacity(answers.len());
-    for (results, chunk) in answers {
+    let mut listing = None;
+    let mut data = Vec::with_capacity(paths.len());
+    let mut paths = paths.iter();
+    for (i, results) in answers.into_iter().enumerate() {
         let mut results = results.into_iter();
-        let listing = match results.next() {
-            Some(zk::MultiReadResult::Children { children }) => children,
-            Some(zk::MultiReadResult::Error {
-                err: zk::Error::NoNode,
-            }) => return Ok(None),
-            Some(zk::MultiReadResult::Error { err }) => return Err(map_at(err, op, false, dir)),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("ZooKeeper answered a listing of {dir} with something else; retry"),
-                ));
-            }
-        };
-        let mut data = Vec::with_capacity(chunk.len());
-        for (result, path) in results.zip(&chunk) {
+        if list && i == last {
+            listing = match results.next() {
+                Some(zk::MultiReadResult::Children { children }) => Some(children),
+                Some(zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                }) => return Ok(None),
+                Some(zk::MultiReadResult::Error { err }) => return Err(map_at(err, op, false, dir)),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("ZooKeeper answered a listing of {dir} with something else; retry"),
+                    ));
+                }
+            };
+        }
+        for (result, path) in results.zip(paths.by_ref()) {
             data.push(match result {
                 zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
                 zk::MultiReadResult::Error {
@@ -606,9 +613,8 @@ async fn listed_data_of(
                 _ => None,
             });
         }
-        out.push((listing, data));
     }
-    Ok(Some(out))
+    Ok(Some((listing, data)))
 }
 
 /// How many paths the last [`CHUNK`] of a read of `n` paths holds.

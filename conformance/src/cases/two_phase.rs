@@ -292,12 +292,13 @@ pub async fn landed_decision_is_reported_after_session_loss(ctx: Ctx) -> CaseRes
 /// decision, nor that another coordinator runs when only its own earlier entry is still
 /// being removed. The reply to its lock entry's join is lost (applied): like a `try_*`,
 /// it fails fast — `Unavailable`, retryable, no unknown decision — and removes the entry
-/// in the background (the next two replies lost too). Called again, it waits for that
-/// removal instead of answering `AlreadyExists`, and decides `Abort` at its deadline
+/// in the background (the next seven replies lost too, so the removal outlasts a try's
+/// deadline). Called again, it waits for that removal and says `Unavailable` while it
+/// lasts — never `AlreadyExists` — and, called again, decides `Abort` at its deadline
 /// (p1 never votes).
 pub async fn coordinator_rides_out_lost_replies_before_deciding(ctx: Ctx) -> CaseResult {
     let (c, o) = (ctx.client().await?, ctx.client().await?);
-    ctx.factory().lose_replies(&c, 3).await?;
+    ctx.factory().lose_replies(&c, 8).await?;
     let decided = within(
         QUICK,
         "the coordinator's decision",

@@ -424,7 +424,7 @@ pub(crate) async fn acquire(
     }
     // Whether this acquisition waited for someone ahead: a local contender for the name,
     // or an entry on the server (a hand-off, in the metrics).
-    let Some((turn, slot, mut waited)) = local_turn(core, &queue, session_rx, wait).await else {
+    let Some((turn, slot, mut waited)) = local_turn(core, &queue, session_rx, wait).await? else {
         return Ok(None);
     };
     // Lock-delay on this client: a contender that waited its local turn after the
@@ -528,12 +528,18 @@ pub(crate) async fn acquire(
 
 /// This client's turn at `queue` and its slot, and whether it waited for a local
 /// contender; `None` when it would have to wait and `wait` is off.
+///
+/// # Errors
+///
+/// Without `wait`, while waiting for this client's own entry's removal: `Unavailable`
+/// when the session becomes suspended or the removal outlasts a try's deadline;
+/// `SessionLost`, `Closed`.
 async fn local_turn(
     core: &ClientCore,
     queue: &QueueSpec,
     session_rx: watch::Receiver<SessionStatus>,
     wait: bool,
-) -> Option<(Turn, Slot, bool)> {
+) -> Result<Option<(Turn, Slot, bool)>> {
     // One local queue for every recipe, keyed by the queue's directory and class.
     let local = &core.contenders;
     let key = format!("{}\0{}", queue.dir, queue.class);
@@ -542,24 +548,45 @@ async fn local_turn(
         // takes the client's first free slot (never waits locally), and the server
         // orders them.
         let (turn, slot) = free_slot(local, &key, &session_rx);
-        return Some((turn, slot, false));
+        return Ok(Some((turn, slot, false)));
     }
     // An exclusive grant: the client's contenders take turns locally, and only the one
     // whose turn it is has an entry on the server (slot 0).
     match local.try_turn(&key, &session_rx) {
-        Some(turn) => Some((turn, 0, false)),
+        Some(turn) => Ok(Some((turn, 0, false))),
         // Held only by this client's own entry being removed (a guard dropped or
         // released, a try cut short): nobody holds the name, so a try waits for that
         // removal — within a try's deadline — rather than report it held.
+        // It waits as a try does: not through an outage (`Unavailable` at once when the
+        // session is suspended), and a removal still under way at the deadline is said
+        // so (`Unavailable`, retryable) — never `None`, which would claim a holder.
         None if !wait && local.being_removed(&key) => {
             let deadline = try_deadline(core.backend.session_timeout());
-            tokio::time::timeout(deadline, local.turn(&key, session_rx))
-                .await
-                .ok()
-                .map(|turn| (turn, 0, false))
+            let mut session = session_rx.clone();
+            let generation = session.borrow().generation;
+            let waited = unless_suspended(&mut session, generation, false, deadline, async {
+                Ok(local.turn(&key, session_rx).await)
+            })
+            .await;
+            match waited {
+                Ok(turn) => Ok(Some((turn, 0, false))),
+                Err(e)
+                    if e.kind() != ErrorKind::Unavailable
+                        || session.borrow().state == SessionState::Suspended =>
+                {
+                    Err(e)
+                }
+                Err(_) if local.being_removed(&key) => Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "this client's earlier entry for the name is still being removed (connection \
+                     trouble?); try again",
+                )),
+                // Another local contender took the turn meanwhile.
+                Err(_) => Ok(None),
+            }
         }
-        None if !wait => None,
-        None => Some((local.turn(&key, session_rx).await, 0, true)),
+        None if !wait => Ok(None),
+        None => Ok(Some((local.turn(&key, session_rx).await, 0, true))),
     }
 }
 

@@ -284,12 +284,14 @@ impl LocalQueue {
     }
 
     /// Whether `name`'s turn is held only by this client's entry being removed (a
-    /// released or dropped grant, a try cut short): free once the removal ends.
+    /// released or dropped grant, a try cut short) and no other local contender waits
+    /// for it: free once the removal ends.
     pub(crate) fn being_removed(&self, name: &str) -> bool {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots
-            .get(name)
-            .is_some_and(|(slot, _)| slot.removing.load(std::sync::atomic::Ordering::SeqCst))
+        slots.get(name).is_some_and(|(slot, users)| {
+            // One user: the removing turn itself (a waiter would be a second).
+            *users == 1 && slot.removing.load(std::sync::atomic::Ordering::SeqCst)
+        })
     }
 
     /// This client's turn at `name` if nobody else local holds it (a granted holder
