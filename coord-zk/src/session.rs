@@ -667,45 +667,11 @@ pub(crate) async fn data_of(
     paths: &[String],
     op: &'static str,
 ) -> Result<Vec<Option<(Vec<u8>, zk::Stat)>>> {
-    if paths.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::with_capacity(paths.len());
     // Every chunk's multiRead is sent at once (zookeeper-client sends a request when it
     // is made; the server answers a session's requests in order): one round trip, not
     // one per chunk.
-    let chunks: Vec<Vec<String>> = paths.chunks(CHUNK).map(<[String]>::to_vec).collect();
-    for _ in 1..chunks.len() {
-        inner.stats.incr(Counter::Txn);
-    }
-    let answers = inner
-        .call_mapped(Counter::Txn, op, false, |zk| async move {
-            let mut pending = Vec::with_capacity(chunks.len());
-            for chunk in &chunks {
-                let mut reader = zk.new_multi_reader();
-                for p in chunk {
-                    reader.add_get_data(p)?;
-                }
-                pending.push(reader.commit());
-            }
-            let mut answers = Vec::with_capacity(pending.len());
-            for answer in pending {
-                answers.push(answer.await?);
-            }
-            Ok(answers)
-        })
-        .await?;
-    for (results, chunk_paths) in answers.into_iter().zip(paths.chunks(CHUNK)) {
-        for (result, path) in results.into_iter().zip(chunk_paths) {
-            out.push(match result {
-                zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
-                zk::MultiReadResult::Error {
-                    err: zk::Error::NoNode,
-                } => None,
-                zk::MultiReadResult::Error { err } => return Err(map_at(err, op, false, path)),
-                _ => None,
-            });
-        }
-    }
-    Ok(out)
+    Ok(listed_data_of(inner, "", paths, false, op)
+        .await?
+        .map(|(_, data)| data)
+        .unwrap_or_default())
 }
