@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use coord_core::{Election, HoldState, LeaderEvent};
+use coord_core::{Election, LeaderEvent};
 use futures::StreamExt;
 
 use crate::harness::{CaseResult, Ctx};
@@ -21,7 +21,7 @@ pub async fn sole_candidate_leads(ctx: Ctx) -> CaseResult {
         a.campaign("svc", b"node-a".to_vec()),
     )
     .await??;
-    ensure!(l.state() == HoldState::Held);
+    crate::util::held("a new leader", || l.state()).await?;
     ensure!(l.value() == b"node-a");
     let seen = b.leader("svc").await?.context("leader() is None while a leads")?;
     ensure!(

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, ensure};
-use coord_core::{ConfigStore, HoldState, Txn};
+use coord_core::{ConfigStore, Txn};
 
 use crate::harness::{CaseResult, Ctx};
 use crate::util::{settle, stays_pending, still_waiting, within};
@@ -21,7 +21,8 @@ pub async fn readers_share_writer_waits(ctx: Ctx) -> CaseResult {
     let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
     let ra = within(QUICK, "a reads", a.rw_lock("doc")?.read()).await??;
     let rb = within(QUICK, "b reads while a reads", b.rw_lock("doc")?.read()).await??;
-    ensure!(ra.state() == HoldState::Held && rb.state() == HoldState::Held);
+    crate::util::held("reader a", || ra.state()).await?;
+    crate::util::held("reader b", || rb.state()).await?;
     a.commit(Txn::new().fenced_by(ra.fence()).put("seen", b"a".to_vec()))
         .await?;
     ensure!(
