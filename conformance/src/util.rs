@@ -6,25 +6,35 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use futures::{Stream, StreamExt};
 
-/// Checks that a hold is valid: `Held`, or `Suspended` only while the connection is in
-/// trouble (a member killed under the suite on a cluster) and `Held` again within 10 s.
-/// `Lost` fails, as does a suspension that does not pass (said as `unavailable`: the
-/// harness runs such a case again on a cluster).
+/// Checks that a hold is valid: `Held` — or, on a cluster whose members the suite kills,
+/// `Suspended` while the connection is in trouble (a member down) and `Held` again
+/// within 10 s. Without member faults a suspension is a failure: nothing should trouble
+/// the connection. `Lost` fails; a suspension that does not pass is said as
+/// `unavailable` (the harness runs such a case again on a cluster).
 ///
 /// # Errors
 ///
-/// When the hold is `Lost`, or still `Suspended` after 10 s.
+/// When the hold is `Lost`, `Suspended` with no member faults, or still `Suspended`
+/// after 10 s.
 ///
 /// # Cancel safety
 ///
 /// Cancel-safe: it only reads the state.
-pub async fn held(what: &str, state: impl Fn() -> coord_core::HoldState) -> anyhow::Result<()> {
+pub async fn held(
+    ctx: &crate::harness::Ctx,
+    what: &str,
+    state: impl Fn() -> coord_core::HoldState,
+) -> anyhow::Result<()> {
     use coord_core::HoldState;
+    let member_faults = ctx.factory().cluster().is_ok();
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match state() {
             HoldState::Held => return Ok(()),
             HoldState::Lost => bail!("{what}: the hold is Lost"),
+            HoldState::Suspended if !member_faults => {
+                bail!("{what}: the hold is Suspended though no member is down")
+            }
             HoldState::Suspended if tokio::time::Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -21,7 +21,7 @@ pub async fn sole_candidate_leads(ctx: Ctx) -> CaseResult {
         a.campaign("svc", b"node-a".to_vec()),
     )
     .await??;
-    crate::util::held("a new leader", || l.state()).await?;
+    crate::util::held(&ctx, "a new leader", || l.state()).await?;
     ensure!(l.value() == b"node-a");
     let seen = b.leader("svc").await?.context("leader() is None while a leads")?;
     ensure!(

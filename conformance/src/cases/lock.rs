@@ -65,7 +65,7 @@ pub async fn acquire_and_release(ctx: Ctx) -> CaseResult {
     let c = ctx.client().await?;
     let g = c.lock("res").await?;
     ensure!(g.token().get() > 0, "token must be positive");
-    crate::util::held("a fresh guard", || g.state()).await?;
+    crate::util::held(&ctx, "a fresh guard", || g.state()).await?;
     ensure!(g.name() == "res");
     g.release().await?;
     let again = c.try_lock("res").await?;
@@ -1180,7 +1180,7 @@ pub async fn revocation_reaches_the_holder(ctx: Ctx) -> CaseResult {
         other.revocation_requested(),
     )
     .await?;
-    crate::util::held("a request is not a loss", || held.state()).await?;
+    crate::util::held(&ctx, "a request is not a loss", || held.state()).await?;
     still_waiting(&mut waiter, "the waiter took a lock only asked to go").await?;
     let token = held.token();
     held.release().await?;

@@ -21,8 +21,8 @@ pub async fn readers_share_writer_waits(ctx: Ctx) -> CaseResult {
     let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
     let ra = within(QUICK, "a reads", a.rw_lock("doc")?.read()).await??;
     let rb = within(QUICK, "b reads while a reads", b.rw_lock("doc")?.read()).await??;
-    crate::util::held("reader a", || ra.state()).await?;
-    crate::util::held("reader b", || rb.state()).await?;
+    crate::util::held(&ctx, "reader a", || ra.state()).await?;
+    crate::util::held(&ctx, "reader b", || rb.state()).await?;
     a.commit(Txn::new().fenced_by(ra.fence()).put("seen", b"a".to_vec()))
         .await?;
     ensure!(

@@ -20,8 +20,8 @@ pub async fn at_most_permits_hold(ctx: Ctx) -> CaseResult {
     let [a, b, c] = <[_; 3]>::try_from(ctx.clients(3).await?).map_err(|_| anyhow::anyhow!("3 clients"))?;
     let la = within(QUICK, "a acquires", a.semaphore("pool", 2)?.acquire()).await??;
     let lb = within(QUICK, "b acquires beside a", b.semaphore("pool", 2)?.acquire()).await??;
-    crate::util::held("lease a", || la.state()).await?;
-    crate::util::held("lease b", || lb.state()).await?;
+    crate::util::held(&ctx, "lease a", || la.state()).await?;
+    crate::util::held(&ctx, "lease b", || lb.state()).await?;
     ensure!(
         c.semaphore("pool", 2)?.try_acquire().await?.is_none(),
         "try_acquire got a third lease of two"
@@ -156,7 +156,7 @@ pub async fn concurrent_tries_on_an_idle_semaphore_all_hold(ctx: Ctx) -> CaseRes
         .release()
         .await?;
     let got = within(QUICK, "the waiter gets the released permit", waiter).await???;
-    crate::util::held("the lease", || got.state()).await?;
+    crate::util::held(&ctx, "the lease", || got.state()).await?;
     got.release().await?;
     for l in leases {
         l.release().await?;
