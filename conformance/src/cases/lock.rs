@@ -621,12 +621,11 @@ pub async fn refused_fence_means_lost(ctx: Ctx) -> CaseResult {
         old.state()
     );
     within(QUICK, "the refused guard's lost() resolves", old.lost()).await?;
-    ensure!(
-        other.state() == HoldState::Held,
-        "a guard still held was declared {:?} with the one refused beside it",
+    crate::util::held(&ctx, "a guard still held, with the one refused beside it", || {
         other.state()
-    );
-    ensure!(new.state() == HoldState::Held);
+    })
+    .await?;
+    crate::util::held(&ctx, "the next client's guard", || new.state()).await?;
     // A fenced write with the live guard still goes through.
     a.commit(Txn::new().fenced_by(other.fence()).put("k", b"fresh".to_vec()))
         .await?;
@@ -639,7 +638,7 @@ pub async fn refused_fence_means_lost(ctx: Ctx) -> CaseResult {
         a.lock(&format!("res{attempt}")),
     )
     .await??;
-    ensure!(again.state() == HoldState::Held);
+    crate::util::held(&ctx, "the same client's new guard", || again.state()).await?;
 
     // An election: a refused proclaim ends the leadership.
     let mut leading = a.campaign("elected", b"one".to_vec()).await?;

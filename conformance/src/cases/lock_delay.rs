@@ -129,7 +129,7 @@ pub async fn deleted_holder_holds_off(ctx: Ctx) -> CaseResult {
         seen_waiting,
         "inspect never showed b holding off (for {waited:?})"
     );
-    ensure!(granted.state() == HoldState::Held);
+    crate::util::held(&ctx, "b's guard after the lock-delay", || granted.state()).await?;
     // b releases: c, behind it, takes the lock at once.
     still_waiting(&mut c_waits, "c took a held lock").await?;
     let released = Instant::now();
@@ -486,7 +486,7 @@ pub async fn same_client_release_with_a_watched_hold_hands_over_at_once(ctx: Ctx
     for round in 0..3 {
         let name = format!("res-{round}");
         let held = a.lock_with(&name, LockOptions::new().lock_delay(LONG)).await?;
-        ensure!(held.state() == HoldState::Held);
+        crate::util::held(&ctx, "a fresh guard", || held.state()).await?;
         let (ac, n) = (a.clone(), name.clone());
         let mut waiting =
             tokio::spawn(async move { ac.lock_with(&n, LockOptions::new().lock_delay(LONG)).await });

@@ -347,7 +347,7 @@ pub async fn delayed_link_keeps_working(ctx: Ctx) -> CaseResult {
         anyhow::Ok(w.await??)
     })
     .await??;
-    ensure!(ga.state() == HoldState::Held);
+    crate::util::held(&ctx, "a's guard over the slow link", || ga.state()).await?;
     ctx.factory().delay(&a, Duration::ZERO).await?;
     ensure!(
         a.session().borrow().generation == generation,
