@@ -87,6 +87,44 @@ impl KvStore for EtcdClient {
             .collect())
     }
 
+    async fn first_in(&self, dir: &str, from: &str, to: &str, limit: usize) -> Result<(Vec<Entry>, usize)> {
+        // One range read with a limit: etcd sorts by key and counts the whole range.
+        let root = self.config_root();
+        let end = format!("{root}{dir}/{to}");
+        let from = format!("{root}{dir}/{from}");
+        let resp = self
+            .inner
+            .call(Counter::Read, "list", false, move |mut c: etcd::KvClient| {
+                let from = from.clone();
+                let options = etcd::GetOptions::new().with_range(end.clone());
+                // A limit of 0 means none to etcd: count only then.
+                let options = if limit == 0 {
+                    options.with_count_only()
+                } else {
+                    options.with_limit(limit as i64)
+                };
+                async move { c.get(from, Some(options)).await }
+            })
+            .await?;
+        let count = usize::try_from(resp.count()).unwrap_or(usize::MAX);
+        let entries = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let key = std::str::from_utf8(kv.key())
+                    .ok()?
+                    .strip_prefix(&root)?
+                    .to_owned();
+                Some(Entry {
+                    key,
+                    value: kv.value().to_vec(),
+                    version: version(kv.mod_revision()),
+                })
+            })
+            .collect();
+        Ok((entries, count))
+    }
+
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
         let root = self.config_root();
         let full = |k: &str| format!("{root}{k}");

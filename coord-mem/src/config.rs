@@ -61,6 +61,40 @@ impl KvStore for MemClient {
             .map_err(|e| e.with_operation("list"))
     }
 
+    async fn first_in(&self, dir: &str, from: &str, to: &str, limit: usize) -> Result<(Vec<Entry>, usize)> {
+        let root = self.config_root();
+        let scan = format!("{root}/{dir}/");
+        let (start, end) = (format!("{scan}{from}"), format!("{scan}{to}"));
+        self.inner
+            .call(Counter::Read, |s| {
+                // Keys only, past the first `limit`: no value is copied for the count.
+                let mut first = Vec::new();
+                let mut count = 0;
+                for (k, d) in s.range(&scan) {
+                    if k.as_str() < start.as_str() {
+                        continue;
+                    }
+                    if k.as_str() >= end.as_str() {
+                        break;
+                    }
+                    let Some(rel) = Self::config_key(&root, k) else {
+                        continue;
+                    };
+                    count += 1;
+                    if first.len() < limit {
+                        first.push(Entry {
+                            key: rel.to_owned(),
+                            value: d.value.clone(),
+                            version: version(d),
+                        });
+                    }
+                }
+                (first, count)
+            })
+            .await
+            .map_err(|e| e.with_operation("list"))
+    }
+
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {
         let root = self.config_root();
         self.inner

@@ -62,6 +62,10 @@ fn key_of(name: &str) -> String {
     name.replace(':', "/")
 }
 
+/// How many times [`KvStore::first_in`] reads again when a node it listed went
+/// before its data was read.
+const FIRST_BELOW_ATTEMPTS: usize = 5;
+
 fn config_dir(inner: &Inner) -> String {
     inner.path("config")
 }
@@ -904,6 +908,55 @@ impl KvStore for ZkClient {
 
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>> {
         read_entries(&self.inner, prefix).await
+    }
+
+    async fn first_in(&self, dir: &str, from: &str, to: &str, limit: usize) -> Result<(Vec<Entry>, usize)> {
+        // The directory's names (no data), then the data of the first `limit` only, as
+        // Curator's queue does. A node gone before its data was read: read again.
+        let below = format!("{dir}/");
+        let config = config_dir(&self.inner);
+        let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
+        for attempt in 0..FIRST_BELOW_ATTEMPTS {
+            if attempt > 0 {
+                backoff.wait().await;
+            }
+            let mut keys: Vec<String> = crate::session::children(&self.inner, &config, "list")
+                .await?
+                .iter()
+                .map(|name| key_of(name))
+                .filter(|key| {
+                    key.strip_prefix(&below)
+                        .is_some_and(|rest| from <= rest && rest < to)
+                })
+                .collect();
+            keys.sort();
+            let count = keys.len();
+            keys.truncate(limit);
+            let paths: Vec<String> = keys.iter().map(|k| node_path(&self.inner, k)).collect();
+            let data = crate::session::data_of(&self.inner, &paths, "list").await?;
+            if data.iter().any(Option::is_none) {
+                continue;
+            }
+            let entries = keys
+                .into_iter()
+                .zip(data)
+                .filter_map(|(key, d)| {
+                    d.map(|(value, stat)| Entry {
+                        key,
+                        value,
+                        version: version(&stat),
+                    })
+                })
+                .collect();
+            return Ok((entries, count));
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the first keys below {dir:?} kept going while they were read ({FIRST_BELOW_ATTEMPTS} attempts); \
+                 nothing was read — retry"
+            ),
+        ))
     }
 
     async fn commit(&self, txn: Txn) -> Result<Vec<OpResult>> {

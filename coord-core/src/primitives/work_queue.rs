@@ -19,7 +19,7 @@ use crate::name::{validate_name, validate_value};
 use crate::primitives::config::ConfigStore;
 use crate::primitives::lock::{LockGuard, no_grant};
 use crate::primitives::view::{Layout, RecipeKind, RecipeView, matching, split_role};
-use crate::raw::{Admission, Backoff, EntryClass, QueueSpec};
+use crate::raw::{Admission, Backoff, EntryClass, KvStore, QueueSpec};
 use crate::session::SessionState;
 use crate::txn::Txn;
 use crate::types::{ConfigEvent, Entry};
@@ -176,7 +176,7 @@ impl DistributedQueue {
                     None => (0, None),
                     Some(v) => (parse_seq(&self.tail_key(), &v.value)?, Some(v.version)),
                 };
-                let held = self.items().await?.len();
+                let (_, held) = self.oldest().await?;
                 if held >= self.max_items as usize {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
@@ -216,11 +216,7 @@ impl DistributedQueue {
     ///
     /// Cancel-safe (a read).
     pub async fn len(&self) -> Result<usize> {
-        Ok(self
-            .items()
-            .await
-            .map_err(|e| e.with_operation("queue len"))?
-            .len())
+        Ok(self.oldest().await.map_err(|e| e.with_operation("queue len"))?.1)
     }
 
     /// Whether the queue holds no item now.
@@ -355,13 +351,13 @@ impl DistributedQueue {
     /// Under the taker lock `gate`: puts back what earlier takes left in receipts, then
     /// takes the oldest item (waiting for one with `wait`); the item and its receipt.
     async fn take_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<(Vec<u8>, String)>> {
-        // One read of the queue's keys: its receipts and its items.
+        // Its receipts and its oldest item, read at once.
         let (receipts, items) = self.contents().await?;
         let oldest = if !receipts.is_empty() && !mutants::active(Mutant::TakeWithoutReceipt) {
             self.put_back_receipts(gate, receipts).await?;
             self.oldest_under(gate, wait).await?
         } else {
-            match items.into_iter().next() {
+            match items {
                 Some(oldest) => Some(oldest),
                 None => self.oldest_under(gate, wait).await?,
             }
@@ -372,24 +368,21 @@ impl DistributedQueue {
         self.remove_under(gate, oldest).await
     }
 
-    /// The queue's receipts and items now (each oldest first), in one read.
-    async fn contents(&self) -> Result<(Vec<Entry>, Vec<Entry>)> {
-        let (items, taken) = (
-            format!("{}/", self.items_prefix()),
-            format!("{}/", self.receipts_prefix()),
-        );
-        let (mut receipts, mut queued) = (Vec::new(), Vec::new());
-        for e in self.client.list(&self.name).await? {
-            if e.key
-                .strip_prefix(&taken)
-                .is_some_and(|r| parse_receipt(r).is_some())
-            {
-                receipts.push(e);
-            } else if e.key.strip_prefix(&items).is_some_and(is_seq) {
-                queued.push(e);
-            }
-        }
-        Ok((receipts, queued))
+    /// The queue's receipts (oldest first) and its oldest item now: the receipts are
+    /// few (one per take cut short), the items are not read beyond the oldest.
+    async fn contents(&self) -> Result<(Vec<Entry>, Option<Entry>)> {
+        let taken = format!("{}/", self.receipts_prefix());
+        let (listed, (oldest, _)) =
+            futures::future::try_join(self.client.list(&self.receipts_prefix()), self.oldest()).await?;
+        let receipts = listed
+            .into_iter()
+            .filter(|e| {
+                e.key
+                    .strip_prefix(&taken)
+                    .is_some_and(|r| parse_receipt(r).is_some())
+            })
+            .collect();
+        Ok((receipts, oldest))
     }
 
     /// Deletes `receipt` once its take returned the item, then releases the taker lock,
@@ -464,24 +457,27 @@ impl DistributedQueue {
         Ok(())
     }
 
-    /// The items now, oldest first: the keys right under `<name>/items/` whose last
-    /// segment is a sequence number (never the keys of a queue whose name extends this
-    /// one's, such as `<name>/items`).
-    async fn items(&self) -> Result<Vec<Entry>> {
+    /// The oldest item now and how many items there are: the keys right under
+    /// `<name>/items/` that are sequence numbers (digits), read without reading them all.
+    async fn oldest(&self) -> Result<(Option<Entry>, usize)> {
         let prefix = format!("{}/", self.items_prefix());
-        Ok(self
-            .client
-            .list(&self.items_prefix())
-            .await?
-            .into_iter()
-            .filter(|e| e.key.strip_prefix(&prefix).is_some_and(is_seq))
-            .collect())
+        // The first by key, not every item: sequence keys are digits, so the range
+        // `0`..`:` holds them all and never the keys of a queue whose name extends this
+        // one's (`<name>/items/items/…`).
+        let (first, count) =
+            KvStore::first_in(&**self.client.backend(), &self.items_prefix(), "0", ":", 1).await?;
+        Ok((
+            first
+                .into_iter()
+                .find(|e| e.key.strip_prefix(&prefix).is_some_and(is_seq)),
+            count,
+        ))
     }
 
     /// The oldest item while holding the taker lock `gate`; waits for one with `wait`.
     async fn oldest_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<Entry>> {
         loop {
-            let Some(oldest) = self.items().await?.into_iter().next() else {
+            let Some(oldest) = self.oldest().await?.0 else {
                 if !wait {
                     return Ok(None);
                 }
@@ -521,12 +517,10 @@ impl DistributedQueue {
                 Ok(_) => return self.delivered(gate, oldest.value, receipt),
                 // Removed by someone else (an operator, a client outside the taker
                 // lock): the next one.
-                Err(e) if e.kind() == ErrorKind::VersionMismatch => {
-                    match self.items().await?.into_iter().next() {
-                        Some(next) => oldest = next,
-                        None => return Ok(None),
-                    }
-                }
+                Err(e) if e.kind() == ErrorKind::VersionMismatch => match self.oldest().await?.0 {
+                    Some(next) => oldest = next,
+                    None => return Ok(None),
+                },
                 Err(e) if e.kind() == ErrorKind::Fenced => return Err(gate_lost()),
                 Err(e) if e.outcome_unknown() => return self.resolve_unknown(gate, oldest, receipt, e).await,
                 Err(e) => return Err(e),

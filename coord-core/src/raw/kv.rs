@@ -89,6 +89,38 @@ pub trait KvStore: Send + Sync {
     /// Cancel-safe (a read).
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>>;
 
+    /// The first `limit` keys `<dir>/<rest>` with `from <= rest < to` (byte order),
+    /// sorted by key, and how many such keys there are in all: a queue's oldest items and
+    /// its length without reading every item. `limit` 0 counts only. Each key read was
+    /// as read at one moment; the count may be of a moment just before or after.
+    ///
+    /// The default reads the whole [`KvStore::list`] of `dir`; backends override it with
+    /// a read whose cost does not grow with the values in the range.
+    ///
+    /// # Errors
+    ///
+    /// As [`KvStore::list`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe (a read).
+    async fn first_in(&self, dir: &str, from: &str, to: &str, limit: usize) -> Result<(Vec<Entry>, usize)> {
+        let below = format!("{dir}/");
+        let mut all: Vec<Entry> = self
+            .list(dir)
+            .await?
+            .into_iter()
+            .filter(|e| {
+                e.key
+                    .strip_prefix(&below)
+                    .is_some_and(|rest| from <= rest && rest < to)
+            })
+            .collect();
+        let count = all.len();
+        all.truncate(limit);
+        Ok((all, count))
+    }
+
     /// Applies `txn` atomically: every check holds (fences first: `Fenced`; then
     /// versions: `VersionMismatch`) and every operation is applied, or nothing is.
     ///
