@@ -345,6 +345,7 @@ pub fn all() -> Vec<Case> {
         case!(queue::push_beyond_the_bound_fails),
         case!(queue::dropped_take_leaves_nothing),
         case!(queue::nested_names_keep_their_items),
+        case!(queue::push_and_len_cost_does_not_grow_with_the_queue),
         case!(queue::dropped_takes_lose_no_item),
         case!(queue::closing_after_dropped_takes_loses_no_item),
         case!(queue::crashed_consumer_passes_on, CRASH),

@@ -424,3 +424,30 @@ pub async fn closing_after_dropped_takes_loses_no_item(ctx: Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// A push and a `len` cost the same requests with 400 items queued as with 10: neither
+/// reads every item (ZooKeeper read them in one `multi` per 64 items before).
+pub async fn push_and_len_cost_does_not_grow_with_the_queue(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let q = a.queue("jobs", 1_000)?;
+    let mut costs = Vec::new();
+    for target in [10u64, 400] {
+        while (q.len().await? as u64) < target - 1 {
+            q.push(b"x".to_vec()).await?;
+        }
+        let before = a.stats();
+        q.push(b"x".to_vec()).await?;
+        let push = a.stats().since(&before).data_requests();
+        let before = a.stats();
+        ensure!(q.len().await? as u64 == target, "len after pushing to {target}");
+        let len = a.stats().since(&before).data_requests();
+        costs.push((target, push, len));
+    }
+    println!("[{}] queue requests (items, push, len): {costs:?}", a.kind());
+    let ((_, push10, len10), (_, push400, len400)) = (costs[0], costs[1]);
+    ensure!(
+        push400 <= push10 && len400 <= len10,
+        "requests grew with the queue: {costs:?} (items, push, len)"
+    );
+    Ok(())
+}
