@@ -24,7 +24,11 @@ use crate::session::SessionState;
 use crate::txn::Txn;
 use crate::types::{ConfigEvent, Entry};
 
-/// The most items a queue may be configured to hold: every take lists the items.
+/// The most items a queue may be configured to hold. A push, a take and `len` read the
+/// oldest item and a count, never every item; but on ZooKeeper the count is a listing
+/// of the names in the namespace's one config directory (about 40 bytes per item, no
+/// values): at 10,000 items about 400 KB per call, well under ZooKeeper's 1 MB packet
+/// limit, which a listing of ~25,000 names would pass.
 pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 
 /// A bounded FIFO queue of byte items (Curator's `DistributedQueue`, Go's
