@@ -24,11 +24,16 @@ use crate::session::SessionState;
 use crate::txn::Txn;
 use crate::types::{ConfigEvent, Entry};
 
+/// How many keys one read of the oldest item fetches (more when keys that are no items
+/// sort among them).
+const OLDEST_PAGE: usize = 4;
+
 /// The most items a queue may be configured to hold. A push, a take and `len` read the
-/// oldest item and a count, never every item; but on ZooKeeper the count is a listing
-/// of the names in the namespace's one config directory (about 40 bytes per item, no
-/// values): at 10,000 items about 400 KB per call, well under ZooKeeper's 1 MB packet
-/// limit, which a listing of ~25,000 names would pass.
+/// oldest item and a count, never every item's value; but on ZooKeeper the count is a
+/// listing of the names in the namespace's one config directory (every key of the
+/// namespace, each name its key's length plus 4 bytes): 10,000 items of a queue with a
+/// short name list in about 400 KB; ZooKeeper refuses a listing past its 1 MB packet
+/// limit, which a namespace of ~25,000 such keys passes.
 pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 
 /// A bounded FIFO queue of byte items (Curator's `DistributedQueue`, Go's
@@ -46,8 +51,10 @@ pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 ///
 /// # Limits
 ///
-/// Meant for tens to thousands of items, not as a message broker: every take lists the
-/// queue's items, and takes run one at a time.
+/// Meant for tens to thousands of items, not as a message broker: takes run one at a
+/// time. A push, a take and `len` read the tail, the oldest item and a count — never
+/// every item's value. Keys a foreign writer puts right under an item's key
+/// (`<name>/items/<seq>/…`) count as items in `len` and the bound.
 ///
 /// # Delivery
 ///
@@ -176,11 +183,8 @@ impl DistributedQueue {
                 // The tail first, then the items: a push between the two moves the tail,
                 // and this one's transaction fails and reads again — so the count it
                 // checks is never below the truth.
-                let (seq, tail) = match self.client.get(&self.tail_key()).await? {
-                    None => (0, None),
-                    Some(v) => (parse_seq(&self.tail_key(), &v.value)?, Some(v.version)),
-                };
-                let (_, held) = self.oldest().await?;
+                let (seq, tail) = self.tail().await?;
+                let held = self.count((seq, tail)).await?;
                 if held >= self.max_items as usize {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
@@ -220,7 +224,9 @@ impl DistributedQueue {
     ///
     /// Cancel-safe (a read).
     pub async fn len(&self) -> Result<usize> {
-        Ok(self.oldest().await.map_err(|e| e.with_operation("queue len"))?.1)
+        async { self.count(self.tail().await?).await }
+            .await
+            .map_err(|e| e.with_operation("queue len"))
     }
 
     /// Whether the queue holds no item now.
@@ -376,7 +382,7 @@ impl DistributedQueue {
     /// few (one per take cut short), the items are not read beyond the oldest.
     async fn contents(&self) -> Result<(Vec<Entry>, Option<Entry>)> {
         let taken = format!("{}/", self.receipts_prefix());
-        let (listed, (oldest, _)) =
+        let (listed, oldest) =
             futures::future::try_join(self.client.list(&self.receipts_prefix()), self.oldest()).await?;
         let receipts = listed
             .into_iter()
@@ -461,27 +467,74 @@ impl DistributedQueue {
         Ok(())
     }
 
-    /// The oldest item now and how many items there are: the keys right under
-    /// `<name>/items/` that are sequence numbers (digits), read without reading them all.
-    async fn oldest(&self) -> Result<(Option<Entry>, usize)> {
+    /// The queue's tail now: the next sequence number (0 with no tail yet) and the tail
+    /// key's version (`None`: no tail).
+    async fn tail(&self) -> Result<(u64, Option<crate::Version>)> {
+        Ok(match self.client.get(&self.tail_key()).await? {
+            None => (0, None),
+            Some(v) => (parse_seq(&self.tail_key(), &v.value)?, Some(v.version)),
+        })
+    }
+
+    /// The range of item keys, as `first_in` bounds: item keys are 20 digits, each below
+    /// the tail `seq` when there is one (keys of a queue whose name extends this one's,
+    /// `<name>/items/7/…`, sort outside it). With no tail (deleted by hand while items
+    /// remain), every 20-digit key.
+    fn item_range(tail: (u64, Option<crate::Version>)) -> (String, String) {
+        let to = match tail {
+            (seq, Some(_)) => format!("{seq:020}"),
+            (_, None) => format!("{}\u{1}", "9".repeat(20)),
+        };
+        (format!("{:020}", 0), to)
+    }
+
+    /// The oldest item now: the first key right under `<name>/items/` that is a
+    /// sequence number below the tail, read without reading every item. A key that is no
+    /// item but sorts among them (one nested under an item's key) is passed over.
+    async fn oldest(&self) -> Result<Option<Entry>> {
+        let tail = self.tail().await?;
         let prefix = format!("{}/", self.items_prefix());
-        // The first by key, not every item: sequence keys are digits, so the range
-        // `0`..`:` holds them all and never the keys of a queue whose name extends this
-        // one's (`<name>/items/items/…`).
-        let (first, count) =
-            KvStore::first_in(&**self.client.backend(), &self.items_prefix(), "0", ":", 1).await?;
-        Ok((
-            first
-                .into_iter()
-                .find(|e| e.key.strip_prefix(&prefix).is_some_and(is_seq)),
-            count,
-        ))
+        let (mut from, to) = Self::item_range(tail);
+        loop {
+            let (page, _) = KvStore::first_in(
+                &**self.client.backend(),
+                &self.items_prefix(),
+                &from,
+                &to,
+                OLDEST_PAGE,
+            )
+            .await?;
+            let full = page.len() == OLDEST_PAGE;
+            let mut last = None;
+            for e in page {
+                if e.key.strip_prefix(&prefix).is_some_and(is_seq) {
+                    return Ok(Some(e));
+                }
+                last = Some(e.key);
+            }
+            match last.and_then(|k| k.strip_prefix(&prefix).map(str::to_owned)) {
+                // Past the last key passed over.
+                Some(rest) if full => from = format!("{rest}\0"),
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// How many items the queue holds (keys in the item range of `tail`): a count, no
+    /// value read.
+    async fn count(&self, tail: (u64, Option<crate::Version>)) -> Result<usize> {
+        let (from, to) = Self::item_range(tail);
+        Ok(
+            KvStore::first_in(&**self.client.backend(), &self.items_prefix(), &from, &to, 0)
+                .await?
+                .1,
+        )
     }
 
     /// The oldest item while holding the taker lock `gate`; waits for one with `wait`.
     async fn oldest_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<Entry>> {
         loop {
-            let Some(oldest) = self.oldest().await?.0 else {
+            let Some(oldest) = self.oldest().await? else {
                 if !wait {
                     return Ok(None);
                 }
@@ -521,7 +574,7 @@ impl DistributedQueue {
                 Ok(_) => return self.delivered(gate, oldest.value, receipt),
                 // Removed by someone else (an operator, a client outside the taker
                 // lock): the next one.
-                Err(e) if e.kind() == ErrorKind::VersionMismatch => match self.oldest().await?.0 {
+                Err(e) if e.kind() == ErrorKind::VersionMismatch => match self.oldest().await? {
                     Some(next) => oldest = next,
                     None => return Ok(None),
                 },

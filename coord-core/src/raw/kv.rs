@@ -89,10 +89,13 @@ pub trait KvStore: Send + Sync {
     /// Cancel-safe (a read).
     async fn list(&self, prefix: &str) -> Result<Vec<Entry>>;
 
-    /// The first `limit` keys `<dir>/<rest>` with `from <= rest < to` (byte order),
-    /// sorted by key, and how many such keys there are in all: a queue's oldest items and
-    /// its length without reading every item. `limit` 0 counts only. Each key read was
-    /// as read at one moment; the count may be of a moment just before or after.
+    /// The first `limit` keys `<dir>/<rest>` with `from <= rest < to` (byte order; at
+    /// any depth below `dir`), sorted by key, and how many such keys there are in all: a
+    /// queue's oldest items and its length without reading every item. `limit` 0 counts
+    /// only; meant for small limits (one request). Each entry is as it was at some moment
+    /// during the call, and the count of some moment too — not necessarily one moment
+    /// for all (ZooKeeper lists names, then reads data): a key created meanwhile that
+    /// sorts before the entries may be missing.
     ///
     /// The default reads the whole [`KvStore::list`] of `dir`; backends override it with
     /// a read whose cost does not grow with the values in the range.
