@@ -346,6 +346,7 @@ pub fn all() -> Vec<Case> {
         case!(queue::dropped_take_leaves_nothing),
         case!(queue::nested_names_keep_their_items),
         case!(queue::push_and_len_cost_does_not_grow_with_the_queue),
+        case!(queue::keys_among_the_items_are_not_items),
         case!(queue::dropped_takes_lose_no_item),
         case!(queue::closing_after_dropped_takes_loses_no_item),
         case!(queue::crashed_consumer_passes_on, CRASH),

@@ -296,6 +296,37 @@ pub async fn nested_names_keep_their_items(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// A queue whose name extends this one's with a digit (`jobs/items/0`), and a foreign
+/// key right under the items that is no sequence number (`jobs/items/0-note`), sort
+/// among the item keys: neither is counted, taken or waited for as an item of `jobs`.
+pub async fn keys_among_the_items_are_not_items(ctx: Ctx) -> CaseResult {
+    use coord_core::ConfigStore as _;
+    let a = ctx.client().await?;
+    let (outer, inner) = (a.queue("jobs", 10)?, a.queue("jobs/items/0", 10)?);
+    inner.push(b"inner".to_vec()).await?;
+    a.put("jobs/items/0-note", b"not an item".to_vec()).await?;
+    ensure!(
+        outer.len().await? == 0,
+        "jobs counts keys that are no items of it"
+    );
+    ensure!(
+        outer.try_take().await?.is_none(),
+        "jobs took a key that is no item of it"
+    );
+    outer.push(b"outer".to_vec()).await?;
+    ensure!(outer.len().await? == 1, "len of jobs = {}", outer.len().await?);
+    ensure!(
+        within(QUICK, "take of jobs", outer.take()).await?? == b"outer".to_vec(),
+        "jobs' take returned something else"
+    );
+    ensure!(within(QUICK, "take of jobs/items/0", inner.take()).await?? == b"inner".to_vec());
+    ensure!(
+        a.get("jobs/items/0-note").await?.is_some(),
+        "the foreign key was taken"
+    );
+    Ok(())
+}
+
 /// A consumer that polls with a short timeout — `timeout(0..2t, take())` in a loop, `t`
 /// a take's time —
 /// dropping every take that does not finish in time, at whatever point it stands — loses
