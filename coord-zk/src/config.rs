@@ -38,7 +38,6 @@ use coord_core::{
 };
 use futures::stream::BoxStream;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -990,6 +989,11 @@ impl KvStore for ZkClient {
     }
 
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
+        // One server watch and one re-read per change for every stream of this client
+        // watching the prefix (see `fanout`).
+        if let Some(joined) = self.inner.config_feeds.join(prefix).await {
+            return joined;
+        }
         let inner = self.inner.clone();
         let dir = config_dir(&inner);
         // Arm the watch before the snapshot so no change after the snapshot is missed.
@@ -1000,16 +1004,16 @@ impl KvStore for ZkClient {
             dir: dir.clone(),
             known: entries.iter().map(|e| (e.key.clone(), e.clone())).collect(),
         };
-        let (tx, rx) = mpsc::channel(256);
+        let (stream, fan) = inner.config_feeds.start(prefix);
         tokio::spawn(watch::follow(
             inner,
             dir,
             watcher,
             ConfigEvent::Snapshot(entries),
             follower,
-            tx,
+            fan,
         ));
-        Ok(coord_core::raw::batched(rx))
+        Ok(stream)
     }
 }
 

@@ -152,6 +152,7 @@
 mod config;
 mod connection;
 mod error;
+mod fanout;
 mod options;
 mod queue;
 mod registry;

@@ -7,7 +7,6 @@ use async_trait::async_trait;
 use coord_core::raw::{Counter, InstanceStore, InstanceTracker, RegistryStore};
 use coord_core::{Error, ErrorKind, RegistryEvent, Result, ServiceInstance};
 use futures::stream::BoxStream;
-use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
 use crate::ZkClient;
@@ -173,6 +172,11 @@ impl RegistryStore for ZkClient {
     }
 
     async fn watch_instances(&self, dir: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
+        // One server watch and one re-read per change for every stream of this client
+        // watching the service (see `fanout`).
+        if let Some(joined) = self.inner.registry_feeds.join(dir).await {
+            return joined;
+        }
         let dir = dir.to_owned();
         let inner = self.inner.clone();
         // Arm the watch before the snapshot so no change after the snapshot is missed.
@@ -183,9 +187,9 @@ impl RegistryStore for ZkClient {
             dir: dir.clone(),
             known,
         };
-        let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(watch::follow(inner, dir, watcher, first, follower, tx));
-        Ok(coord_core::raw::batched(rx))
+        let (stream, fan) = inner.registry_feeds.start(&dir);
+        tokio::spawn(watch::follow(inner, dir, watcher, first, follower, fan));
+        Ok(stream)
     }
 }
 

@@ -41,6 +41,10 @@ pub(crate) struct Inner {
     /// The incarnation markers of config keys this client made or read with their
     /// children: key node path → (`czxid`, marker name). See `config.rs`.
     pub(crate) markers: crate::config::MarkerCache,
+    /// The config watches of this client, one per prefix, shared by its streams.
+    pub(crate) config_feeds: crate::fanout::Feeds<coord_core::ConfigEvent>,
+    /// The registry watches of this client, one per service, shared by its streams.
+    pub(crate) registry_feeds: crate::fanout::Feeds<coord_core::RegistryEvent>,
 }
 
 impl std::ops::Deref for Inner {
@@ -80,6 +84,8 @@ impl Inner {
             acked: Mutex::new((1, Instant::now())),
             state,
             markers: Default::default(),
+            config_feeds: Default::default(),
+            registry_feeds: Default::default(),
         })
     }
 

@@ -42,9 +42,9 @@ use std::time::Duration;
 use coord_core::raw::{Backoff, Counter};
 use coord_core::{Error, ErrorKind, Result, SessionState};
 use futures::FutureExt as _;
-use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
+use crate::fanout::Fanout;
 use crate::session::Inner;
 
 /// Rounds of re-reads a batch may be held for while notifications keep arriving,
@@ -93,6 +93,9 @@ enum Next {
     Nodes(Vec<zk::WatchedEvent>),
     /// Reconnected: changes during the outage may not have been replayed.
     Reconnected,
+    /// A stream joined: everything is read again, and the state at the consistent
+    /// point that ends the round is its snapshot.
+    Refresh,
     /// The session ended.
     Ended,
 }
@@ -119,16 +122,19 @@ fn drain(
 }
 
 /// Sends `first`, then follows `watcher` (armed on `dir` before `first` was read) with
-/// `follower` until the stream is dropped or the client closed.
+/// `follower` until every stream of `fan` is dropped or the client closed. A stream
+/// that joins gets the state at the end of a read that started after it joined.
 pub(crate) async fn follow<F: DirFollower>(
     inner: Arc<Inner>,
     dir: String,
     mut watcher: zk::PersistentWatcher,
     first: F::Event,
     mut follower: F,
-    tx: mpsc::Sender<Result<Vec<F::Event>>>,
-) {
-    if tx.send(Ok(vec![first])).await.is_err() {
+    mut fan: Fanout<F::Event>,
+) where
+    F::Event: Clone,
+{
+    if !fan.send(vec![first]) {
         return;
     }
     let mut stash: Option<zk::WatchedEvent> = None;
@@ -139,6 +145,8 @@ pub(crate) async fn follow<F: DirFollower>(
         loop {
             let next = if let Some(batch) = carry.take() {
                 Next::Nodes(batch)
+            } else if fan.has_pending() {
+                Next::Refresh
             } else {
                 loop {
                     let event = match stash.take() {
@@ -146,7 +154,7 @@ pub(crate) async fn follow<F: DirFollower>(
                         None => {
                             let e = tokio::select! {
                                 e = watcher.changed() => e,
-                                _ = tx.closed() => return,
+                                joined = fan.next_join() => if joined { break Next::Refresh } else { return },
                             };
                             inner.stats.incr(Counter::WatchEvent);
                             e
@@ -168,20 +176,31 @@ pub(crate) async fn follow<F: DirFollower>(
                     }
                 }
             };
-            let mut batch = match next {
+            let (mut batch, mut rearm) = match next {
                 Next::Ended => break,
-                Next::Reconnected => None,
-                Next::Nodes(b) => Some(b),
+                Next::Reconnected => (None, true),
+                Next::Refresh => (None, false),
+                Next::Nodes(b) => (Some(b), false),
             };
+            fan.start_admitting();
             let mut held: Vec<F::Event> = Vec::new();
             let mut resynced = false;
             let mut rounds = 0;
             let session_ended = loop {
-                let Some(events) =
-                    read_batch(&inner, &dir, &mut follower, &mut watcher, batch.as_deref(), &tx).await
+                let Some(events) = read_batch(
+                    &inner,
+                    &dir,
+                    &mut follower,
+                    &mut watcher,
+                    batch.as_deref(),
+                    rearm,
+                    &mut fan,
+                )
+                .await
                 else {
                     return;
                 };
+                rearm = false;
                 let Some(events) = events else { break true };
                 if !resynced {
                     held.extend(events);
@@ -196,11 +215,12 @@ pub(crate) async fn follow<F: DirFollower>(
                 // again, everything is read again. A session event is the only thing
                 // `drain` leaves in `stash`.
                 if let Some(event) = stash.take() {
-                    match reconnected(&inner, &mut watcher, event, &tx).await {
+                    match reconnected(&inner, &mut watcher, event, &mut fan).await {
                         None => return,
                         Some(false) => break true,
                         Some(true) => {
                             batch = None;
+                            rearm = true;
                             continue;
                         }
                     }
@@ -229,24 +249,26 @@ pub(crate) async fn follow<F: DirFollower>(
                     tracing::debug!(dir = %dir, "coord.zk.dir_watch_storm: out of sync until a quiet read");
                     held.clear();
                     resynced = true;
-                    if tx.send(Ok(vec![F::resync()])).await.is_err() {
+                    if !fan.send(vec![F::resync()]) {
                         return;
                     }
                 }
             };
             if session_ended {
+                fan.defer_admitting();
                 break;
             }
             let out = if resynced { vec![follower.current()] } else { held };
-            if !out.is_empty() && tx.send(Ok(out)).await.is_err() {
+            if !out.is_empty() && !fan.send(out) {
                 return;
             }
+            fan.admit(|| follower.current(), F::resync);
         }
         if inner.is_closed() {
-            let _ = tx.send(Err(Error::closed())).await;
+            fan.fail(Error::closed());
             return;
         }
-        if tx.send(Ok(vec![F::resync()])).await.is_err() {
+        if !fan.send(vec![F::resync()]) {
             return;
         }
         // The ended session's watcher goes, with what it had queued.
@@ -257,11 +279,14 @@ pub(crate) async fn follow<F: DirFollower>(
         loop {
             tokio::select! {
                 c = inner.session.connected() => if c.is_err() {
-                    let _ = tx.send(Err(Error::closed())).await;
+                    fan.fail(Error::closed());
                     return;
                 },
-                _ = tx.closed() => return,
+                _ = fan.gone() => return,
             }
+            // Who joined until now is fed the snapshot read next.
+            let _ = fan.has_pending();
+            fan.start_admitting();
             let again = match arm(&inner, &dir).await {
                 Ok(w) => follower.resnapshot(&inner).await.map(|snap| (w, snap)),
                 Err(e) => Err(e),
@@ -269,9 +294,10 @@ pub(crate) async fn follow<F: DirFollower>(
             match again {
                 Ok((w, snapshot)) => {
                     watcher = w;
-                    if tx.send(Ok(vec![snapshot])).await.is_err() {
+                    if !fan.send(vec![snapshot]) {
                         return;
                     }
+                    fan.admit(|| follower.current(), F::resync);
                     break;
                 }
                 Err(e) => {
@@ -286,11 +312,11 @@ pub(crate) async fn follow<F: DirFollower>(
 /// Waits out the connection change that session event `event` reports: `Some(true)`
 /// once the session is connected again, `Some(false)` if it ended, `None` if the stream
 /// is gone. Node events meanwhile are dropped: the caller reads everything again.
-async fn reconnected<T>(
+async fn reconnected<E: Clone + Send + 'static>(
     inner: &Inner,
     watcher: &mut zk::PersistentWatcher,
     mut event: zk::WatchedEvent,
-    tx: &mpsc::Sender<T>,
+    fan: &mut Fanout<E>,
 ) -> Option<bool> {
     loop {
         match (event.event_type, event.session_state) {
@@ -305,7 +331,7 @@ async fn reconnected<T>(
         }
         event = tokio::select! {
             e = watcher.changed() => e,
-            _ = tx.closed() => return None,
+            _ = fan.gone() => return None,
         };
         inner.stats.incr(Counter::WatchEvent);
     }
@@ -320,17 +346,21 @@ fn distinct_paths(events: &[zk::WatchedEvent]) -> usize {
         .len()
 }
 
-/// The follower's events for `batch` (`None`: after a reconnect, re-armed first), read
-/// again on failure until it succeeds: `Some(None)` if the session ended first, `None`
-/// if the stream is gone or the client closed (the task ends).
+/// The follower's events for `batch` (`None`: everything; after a reconnect, `rearm`
+/// first), read again on failure until it succeeds: `Some(None)` if the session ended
+/// first, `None` if every stream is gone or the client closed (the task ends).
 async fn read_batch<F: DirFollower>(
     inner: &Inner,
     dir: &str,
     follower: &mut F,
     watcher: &mut zk::PersistentWatcher,
     batch: Option<&[zk::WatchedEvent]>,
-    tx: &mpsc::Sender<Result<Vec<F::Event>>>,
-) -> Option<Option<Vec<F::Event>>> {
+    rearm: bool,
+    fan: &mut Fanout<F::Event>,
+) -> Option<Option<Vec<F::Event>>>
+where
+    F::Event: Clone,
+{
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     let generation = inner.session.current().generation;
     // After a reconnect the watch is added again before the re-read: the client
@@ -339,7 +369,7 @@ async fn read_batch<F: DirFollower>(
     let mut rearmed = None;
     let events = loop {
         let attempt = async {
-            if batch.is_none()
+            if rearm
                 && rearmed.is_none()
                 && !coord_core::mutants::active(coord_core::mutants::Mutant::WatchNotRearmed)
             {
@@ -350,7 +380,7 @@ async fn read_batch<F: DirFollower>(
         match attempt.await {
             Ok(events) => break Some(events),
             Err(e) if e.kind() == ErrorKind::Closed => {
-                let _ = tx.send(Err(e)).await;
+                fan.fail(e);
                 return None;
             }
             Err(e) => {
@@ -362,7 +392,7 @@ async fn read_batch<F: DirFollower>(
                 }
                 tokio::select! {
                     _ = backoff.wait() => {}
-                    _ = tx.closed() => return None,
+                    _ = fan.gone() => return None,
                 }
             }
         }

@@ -643,3 +643,90 @@ pub async fn list_ignores_writes_to_other_keys(ctx: Ctx) -> CaseResult {
     }
     outcome
 }
+
+/// Several watches of one prefix on one client: each snapshot is taken between its own
+/// call and return (a later watch of the prefix is not handed an older state the client
+/// already saw), each stream gets every change, and the watches do not multiply the
+/// client's reads per change (ZooKeeper: one re-read per change for all of them).
+pub async fn watches_of_one_prefix_share_their_reads(ctx: Ctx) -> CaseResult {
+    const WATCHES: usize = 40;
+    const PUTS: u32 = 5;
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    let mut streams = Vec::new();
+    for i in 0..WATCHES {
+        // A write just before the call is in the snapshot; one just after is a change.
+        b.put("fan/before", i.to_string().into_bytes()).await?;
+        let mut w = a.watch("fan").await?;
+        a.put("fan/after", i.to_string().into_bytes()).await?;
+        match next_event(&mut w, QUICK, "snapshot").await? {
+            ConfigEvent::Snapshot(entries) => {
+                let value = |key: &str| {
+                    entries
+                        .iter()
+                        .find(|e| e.key == key)
+                        .map(|e| String::from_utf8_lossy(&e.value).into_owned())
+                };
+                ensure!(
+                    value("fan/before").as_deref() == Some(i.to_string().as_str()),
+                    "watch {i}: the snapshot shows fan/before = {:?}, written before the call as {i}",
+                    value("fan/before")
+                );
+                let before = i.checked_sub(1).map(|p| p.to_string());
+                ensure!(
+                    value("fan/after") == before,
+                    "watch {i}: the snapshot shows fan/after = {:?}, expected {before:?} (the write after the call folded in)",
+                    value("fan/after")
+                );
+            }
+            other => bail!("watch {i}: first event {other:?}, expected Snapshot"),
+        }
+        streams.push(w);
+    }
+    // Every stream sees the last write of the setup.
+    let last = (WATCHES - 1).to_string().into_bytes();
+    for (i, w) in streams.iter_mut().enumerate() {
+        until_value(w, "fan/after", &last)
+            .await
+            .with_context(|| format!("watch {i} after the setup"))?;
+    }
+    let before = a.stats();
+    for n in 0..PUTS {
+        let value = format!("put{n}").into_bytes();
+        b.put("fan/key", value.clone()).await?;
+        for (i, w) in streams.iter_mut().enumerate() {
+            until_value(w, "fan/key", &value)
+                .await
+                .with_context(|| format!("watch {i}, put {n}"))?;
+        }
+    }
+    let spent = a.stats().since(&before);
+    println!(
+        "[{}] {WATCHES} watches of one prefix, {PUTS} puts: {} requests, {} watches set",
+        a.kind(),
+        spent.data_requests(),
+        spent.watches_set
+    );
+    ensure!(
+        spent.data_requests() <= 2 * u64::from(PUTS) + 2,
+        "{} requests for {PUTS} puts seen by {WATCHES} watches of one client: the watches read each change apart",
+        spent.data_requests()
+    );
+    Ok(())
+}
+
+/// Reads `w` until `key` has `value` (in a put or a snapshot).
+async fn until_value(
+    w: &mut futures::stream::BoxStream<'static, coord_core::Result<ConfigEvent>>,
+    key: &str,
+    value: &[u8],
+) -> anyhow::Result<()> {
+    loop {
+        match next_event(w, QUICK, "a change").await? {
+            ConfigEvent::Put(e) if e.key == key && e.value == value => return Ok(()),
+            ConfigEvent::Snapshot(entries) if entries.iter().any(|e| e.key == key && e.value == value) => {
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+}

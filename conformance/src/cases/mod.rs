@@ -446,6 +446,7 @@ pub fn all() -> Vec<Case> {
         case!(config::watch_key_is_segment_wise),
         case!(config::watch_resync_on_gap, GAP),
         case!(config::watch_snapshot_is_taken_at_call),
+        case!(config::watches_of_one_prefix_share_their_reads),
         case!(config::watch_follows_changes_after_a_reconnect, SUSPEND),
         case!(config::applied_commit_is_never_reported_not_applied, LINKS),
         case!(cache::config_cache_follows_its_prefix),

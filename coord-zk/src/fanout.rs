@@ -1,0 +1,335 @@
+//! One directory watch shared by every stream of the client that watches the same
+//! prefix: one server watch, one re-read per change, however many watch it (a fleet's
+//! caches of one key are 1,000 streams on a handful of clients).
+//!
+//! - **Joining.** A stream that joins a running feed gets a snapshot no older than its
+//!   call: the feed reads everything again (a round like a reconnect's) and, at the
+//!   consistent point that ends that round, hands the joiner the follower's state as its
+//!   first event. The streams already there get only what changed.
+//! - **A slow reader holds up no one.** Each stream has a bounded queue of its own; a
+//!   stream whose queue is full is dropped from the feed, and once its reader has made
+//!   room it joins again with a `Resync` before its fresh snapshot — never a silent gap.
+//! - **Lifetime.** The feed ends when its last stream is dropped (the follow task sees
+//!   its joins channel close), or with the client (`Closed` to every stream).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use coord_core::{Error, Result};
+use futures::stream::BoxStream;
+use tokio::sync::mpsc;
+
+/// Batches queued for one stream before it counts as not keeping up.
+pub(crate) const STREAM_QUEUE: usize = 1024;
+
+/// What a stream is fed: batches of events (a batch is a consistent state, kept
+/// together by [`coord_core::raw::batched`]).
+pub(crate) type Queue<E> = mpsc::Sender<Result<Vec<E>>>;
+
+/// A stream asking to be fed.
+pub(crate) struct Joiner<E> {
+    queue: Queue<E>,
+    /// It was dropped for not keeping up: its first batch starts with a `Resync`.
+    after_gap: bool,
+}
+
+/// What every stream of a feed holds: the way to ask its follow task for a snapshot.
+/// When the last one is dropped the joins channel closes and the task ends.
+pub(crate) struct Feed<E> {
+    joins: mpsc::UnboundedSender<Joiner<E>>,
+}
+
+/// The feeds of one client, by what they watch.
+pub(crate) struct Feeds<E> {
+    by_key: Mutex<HashMap<String, Weak<Feed<E>>>>,
+}
+
+impl<E> Default for Feeds<E> {
+    fn default() -> Self {
+        Feeds {
+            by_key: Mutex::default(),
+        }
+    }
+}
+
+impl<E: Send + 'static> Feeds<E> {
+    /// A new stream on the running feed of `key`, if there is one: it returns once the
+    /// feed has read the state for its snapshot (its first event), so the snapshot is
+    /// taken between the call and the return, as a watch of its own would be.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` if the client closed meanwhile.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a stream dropped before it is fed leaves the feed on its next send.
+    pub(crate) async fn join(&self, key: &str) -> Option<Result<BoxStream<'static, Result<E>>>> {
+        let feed = self
+            .by_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .and_then(Weak::upgrade)?;
+        let (queue, mut rx) = mpsc::channel(STREAM_QUEUE);
+        feed.joins
+            .send(Joiner {
+                queue,
+                after_gap: false,
+            })
+            .ok()?;
+        // The feed ended before it fed this stream: start another.
+        let first = rx.recv().await?;
+        Some(first.map(|first| {
+            use futures::StreamExt as _;
+            let rest = stream_of(rx, feed);
+            Box::pin(futures::stream::iter(first.into_iter().map(Ok)).chain(rest))
+                as BoxStream<'static, Result<E>>
+        }))
+    }
+
+    /// Starts the feed of `key` with its first stream: returns that stream and the
+    /// fan-out its follow task sends through.
+    pub(crate) fn start(&self, key: &str) -> (BoxStream<'static, Result<E>>, Fanout<E>) {
+        let (feed, stream, fanout) = new_feed();
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        by_key.retain(|_, f| f.strong_count() > 0);
+        by_key.insert(key.to_owned(), Arc::downgrade(&feed));
+        (stream, fanout)
+    }
+}
+
+fn new_feed<E: Send + 'static>() -> (Arc<Feed<E>>, BoxStream<'static, Result<E>>, Fanout<E>) {
+    let (joins, joins_rx) = mpsc::unbounded_channel();
+    let rejoin = joins.downgrade();
+    let feed = Arc::new(Feed { joins });
+    let (queue, rx) = mpsc::channel(STREAM_QUEUE);
+    let fanout = Fanout {
+        live: vec![queue],
+        pending: Vec::new(),
+        admitting: Vec::new(),
+        joins: joins_rx,
+        rejoin,
+    };
+    (feed.clone(), stream_of(rx, feed), fanout)
+}
+
+/// A stream over `rx` that keeps `feed` alive as long as it is.
+fn stream_of<E: Send + 'static>(
+    rx: mpsc::Receiver<Result<Vec<E>>>,
+    feed: Arc<Feed<E>>,
+) -> BoxStream<'static, Result<E>> {
+    use futures::StreamExt as _;
+    Box::pin(coord_core::raw::batched(rx).map(move |item| {
+        let _alive = &feed;
+        item
+    }))
+}
+
+/// The follow task's side: the streams it feeds and those waiting for a snapshot.
+pub(crate) struct Fanout<E> {
+    /// Fed every batch.
+    live: Vec<Queue<E>>,
+    /// Waiting for a read that starts after they joined.
+    pending: Vec<Joiner<E>>,
+    /// Fed the follower's state at the consistent point that ends the current round.
+    admitting: Vec<Joiner<E>>,
+    joins: mpsc::UnboundedReceiver<Joiner<E>>,
+    /// For a stream dropped for not keeping up, to join again (weak: the streams'
+    /// feeds alone keep the task alive).
+    rejoin: mpsc::WeakUnboundedSender<Joiner<E>>,
+}
+
+impl<E: Clone + Send + 'static> Fanout<E> {
+    /// Sends `batch` to every live stream; `false` once no stream is left at all.
+    pub(crate) fn send(&mut self, batch: Vec<E>) -> bool {
+        let rejoin = &self.rejoin;
+        self.live.retain(|queue| offer(queue, rejoin, Ok(batch.clone())));
+        self.alive()
+    }
+
+    /// Whether any stream is left (each holds the feed, which holds the joins channel
+    /// open).
+    fn alive(&self) -> bool {
+        !self.joins.is_closed()
+    }
+
+    /// Whether streams wait for a fresh read.
+    pub(crate) fn has_pending(&mut self) -> bool {
+        while let Ok(j) = self.joins.try_recv() {
+            self.pending.push(j);
+        }
+        !self.pending.is_empty()
+    }
+
+    /// A read starts now: the streams pending until now are fed its outcome.
+    pub(crate) fn start_admitting(&mut self) {
+        self.admitting.append(&mut self.pending);
+    }
+
+    /// A round ended without a consistent point (the session ended): its joiners wait
+    /// for the next read, ahead of those who joined since.
+    pub(crate) fn defer_admitting(&mut self) {
+        let mut earlier = std::mem::take(&mut self.admitting);
+        earlier.append(&mut self.pending);
+        self.pending = earlier;
+    }
+
+    /// Feeds the streams admitted this round `snapshot` (the state at the consistent
+    /// point just reached) as their first event; they are live from now on.
+    pub(crate) fn admit(&mut self, snapshot: impl Fn() -> E, resync: impl Fn() -> E) {
+        if self.admitting.is_empty() {
+            return;
+        }
+        let snapshot = snapshot();
+        for joiner in std::mem::take(&mut self.admitting) {
+            let first = if joiner.after_gap {
+                vec![resync(), snapshot.clone()]
+            } else {
+                vec![snapshot.clone()]
+            };
+            if offer(&joiner.queue, &self.rejoin, Ok(first)) {
+                self.live.push(joiner.queue);
+            }
+        }
+    }
+
+    /// Ends every stream with `error`.
+    pub(crate) fn fail(&mut self, error: Error) {
+        let queues = self
+            .live
+            .drain(..)
+            .chain(self.pending.drain(..).map(|j| j.queue))
+            .chain(self.admitting.drain(..).map(|j| j.queue));
+        for queue in queues {
+            let _ = queue.try_send(Err(error.clone()));
+        }
+    }
+
+    /// Waits for a stream to join (`true`: it is pending) or for every stream to be
+    /// gone (`false`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a join received is kept.
+    pub(crate) async fn next_join(&mut self) -> bool {
+        match self.joins.recv().await {
+            Some(j) => {
+                self.pending.push(j);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Resolves once every stream is gone; joins meanwhile are kept pending.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe.
+    pub(crate) async fn gone(&mut self) {
+        while self.next_join().await {}
+    }
+}
+
+/// Offers `item` to `queue`: `true` if it is queued; a full queue is dropped and joins
+/// again (with a `Resync` first) once its reader made room; a closed one is dropped.
+fn offer<E: Send + 'static>(
+    queue: &Queue<E>,
+    rejoin: &mpsc::WeakUnboundedSender<Joiner<E>>,
+    item: Result<Vec<E>>,
+) -> bool {
+    match queue.try_send(item) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::debug!("coord.zk.watch_stream_lagging: resync once its reader catches up");
+            if let Some(joins) = rejoin.upgrade() {
+                let queue = queue.clone();
+                tokio::spawn(async move {
+                    // Room for the rejoin's first batch (only the feed sends on it).
+                    if queue.reserve().await.is_ok() {
+                        let _ = joins.send(Joiner {
+                            queue,
+                            after_gap: true,
+                        });
+                    }
+                });
+            }
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coord_core::ConfigEvent;
+    use futures::StreamExt as _;
+
+    fn put(n: usize) -> ConfigEvent {
+        ConfigEvent::Put(coord_core::Entry {
+            key: "k".into(),
+            value: n.to_string().into_bytes(),
+            version: coord_core::raw::version(n as u64 + 1, 0),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_falls_behind_resyncs_and_holds_up_no_one() {
+        let feeds = Feeds::default();
+        let (mut slow, mut fan) = feeds.start("k");
+        // A second stream, kept up to date.
+        let joining = tokio::spawn({
+            let feeds = std::sync::Arc::new(feeds);
+            async move {
+                let s = feeds.join("k").await;
+                (feeds, s)
+            }
+        });
+        assert!(fan.next_join().await);
+        fan.start_admitting();
+        fan.admit(|| ConfigEvent::Snapshot(Vec::new()), || ConfigEvent::Resync);
+        let (_feeds, fast) = joining.await.unwrap();
+        let mut fast = fast.unwrap().unwrap();
+        assert!(matches!(fast.next().await, Some(Ok(ConfigEvent::Snapshot(_)))));
+        // `slow` is not read: past its queue it is dropped from the feed, `fast` is not.
+        for n in 0..STREAM_QUEUE + 10 {
+            assert!(fan.send(vec![put(n)]));
+            assert!(
+                matches!(fast.next().await, Some(Ok(ConfigEvent::Put(_)))),
+                "fast stream, event {n}"
+            );
+        }
+        assert_eq!(fan.live.len(), 1, "the full stream is still fed");
+        // Its reader catches up: what was queued, then (once the feed admits it again) a
+        // Resync and a fresh snapshot, never a silent gap.
+        for n in 0..STREAM_QUEUE {
+            match slow.next().await {
+                Some(Ok(ConfigEvent::Put(e))) => assert_eq!(e.value, n.to_string().into_bytes()),
+                other => panic!("event {n}: {other:?}"),
+            }
+        }
+        let rejoined = tokio::time::timeout(std::time::Duration::from_secs(10), fan.next_join()).await;
+        assert_eq!(rejoined.ok(), Some(true));
+        fan.start_admitting();
+        let now = put(STREAM_QUEUE + 9);
+        fan.admit(|| ConfigEvent::Snapshot(Vec::new()), || ConfigEvent::Resync);
+        assert!(matches!(slow.next().await, Some(Ok(ConfigEvent::Resync))));
+        assert!(matches!(slow.next().await, Some(Ok(ConfigEvent::Snapshot(_)))));
+        assert!(fan.send(vec![now]));
+        assert!(matches!(slow.next().await, Some(Ok(ConfigEvent::Put(_)))));
+        assert!(matches!(fast.next().await, Some(Ok(ConfigEvent::Put(_)))));
+    }
+
+    #[tokio::test]
+    async fn the_feed_ends_with_its_last_stream() {
+        let feeds: Feeds<ConfigEvent> = Feeds::default();
+        let (stream, mut fan) = feeds.start("k");
+        assert!(fan.send(vec![ConfigEvent::Snapshot(Vec::new())]));
+        drop(stream);
+        assert!(!fan.send(vec![put(1)]), "a feed without streams goes on sending");
+        assert!(!fan.next_join().await);
+        assert!(feeds.join("k").await.is_none(), "joined a feed that ended");
+    }
+}
