@@ -56,9 +56,9 @@ mod options;
 use tracing::Instrument;
 
 pub use coord_core::{
-    Barrier, CacheView, CampaignOptions, Capabilities, Check, Client, ConfigCache, ConfigEvent, ConfigStore,
-    Decision, DistributedQueue, DoubleBarrier, Election, Entered, Entry, Error, ErrorKind, Fence,
-    FencingToken, Granted, Head, HoldState, HoldWatch, LEADER_LOSS_GRACE, LeaderEvent, LeaderInfo,
+    Barrier, CacheMap, CacheView, CampaignOptions, Capabilities, Check, Client, ConfigCache, ConfigEvent,
+    ConfigStore, Decision, DistributedQueue, DoubleBarrier, Election, Entered, Entry, Error, ErrorKind,
+    Fence, FencingToken, Granted, Head, HoldState, HoldWatch, LEADER_LOSS_GRACE, LeaderEvent, LeaderInfo,
     LeaderSelector, Leadership, Leading, Lease, Lock, LockDelayView, LockGuard, LockHolder, LockOptions,
     MAX_LOCK_DELAY, MAX_MEMBERS, MAX_NAME_LEN, MAX_PARTICIPANTS, MAX_PERMITS, MAX_QUEUE_ITEMS, MAX_TXN_BYTES,
     MAX_TXN_OPS, MAX_VALUE_LEN, Op, OpResult, Origin, Participant, ReadGuard, RecipeKind, RecipeView,

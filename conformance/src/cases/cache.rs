@@ -62,14 +62,14 @@ async fn converges<V, C>(
     mut check: impl FnMut(&CacheView<V>) -> anyhow::Result<()>,
 ) -> anyhow::Result<CacheView<V>>
 where
-    V: PartialEq + Debug,
+    V: Clone + PartialEq + Debug,
     C: Live<V>,
 {
     let deadline = tokio::time::Instant::now() + limit;
     let mut view = cache.view();
     loop {
         check(&view)?;
-        if view.in_sync() && view.entries() == truth {
+        if view.in_sync() && view.to_btree_map() == *truth {
             return Ok(view);
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -96,7 +96,7 @@ pub async fn config_cache_follows_its_prefix(ctx: Ctx) -> CaseResult {
     let view = cache.view();
     ensure!(view.in_sync(), "a new cache is not in sync: {view:?}");
     ensure!(
-        *view.entries() == config_truth(&a, "c").await?,
+        view.to_btree_map() == config_truth(&a, "c").await?,
         "a new cache does not hold the keys there: {view:?}"
     );
     ensure!(

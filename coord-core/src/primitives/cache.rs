@@ -6,7 +6,7 @@
 //! channel. [`ConfigCache`] follows [`ConfigStore::watch`] on a prefix,
 //! [`ServiceCache`] follows [`Registry::watch`] on a service.
 
-use std::collections::{BTreeMap, btree_map};
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use futures::stream::BoxStream;
@@ -21,12 +21,18 @@ use crate::primitives::registry::Registry;
 use crate::types::{ConfigEvent, Entry};
 use crate::types::{RegistryEvent, ServiceInstance};
 
+/// A cache's map: sorted by key, and persistent — a copy shares all but the path a
+/// change rewrites, so a view held while the cache moves on costs `O(log n)` per
+/// change, not a copy of the map.
+pub type CacheMap<V> = imbl::OrdMap<String, V>;
+
 /// What a cache holds at one moment: its map and whether the map is known to match the
 /// server. Cheap to clone (the map is shared).
 ///
-/// A view never changes; the cache publishes a new view on each change.
+/// A view never changes; the cache publishes a new view on each change. Holding a view
+/// does not make the cache copy its map: each change rewrites `O(log n)` of it.
 pub struct CacheView<V> {
-    entries: Arc<BTreeMap<String, V>>,
+    entries: CacheMap<V>,
     in_sync: bool,
     resyncs: u64,
 }
@@ -35,7 +41,7 @@ impl<V> CacheView<V> {
     /// An empty view, not in sync: what a cache folds its first snapshot into.
     fn empty() -> Self {
         CacheView {
-            entries: Arc::new(BTreeMap::new()),
+            entries: CacheMap::new(),
             in_sync: false,
             resyncs: 0,
         }
@@ -51,18 +57,18 @@ impl<V> CacheView<V> {
         self.entries.contains_key(key)
     }
 
-    /// The whole map, sorted by key.
-    pub fn entries(&self) -> &BTreeMap<String, V> {
+    /// The whole map, sorted by key (a persistent map: cloning it is `O(1)`).
+    pub fn entries(&self) -> &CacheMap<V> {
         &self.entries
     }
 
     /// Every key and value, sorted by key.
-    pub fn iter(&self) -> btree_map::Iter<'_, String, V> {
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &V)> + '_ {
         self.entries.iter()
     }
 
     /// Every value, sorted by key.
-    pub fn values(&self) -> btree_map::Values<'_, String, V> {
+    pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
         self.entries.values()
     }
 
@@ -93,16 +99,23 @@ impl<V> CacheView<V> {
     }
 }
 
+impl<V: Clone> CacheView<V> {
+    /// The map as a `BTreeMap` (a copy: `O(n)`).
+    pub fn to_btree_map(&self) -> BTreeMap<String, V> {
+        self.entries.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
 impl<V: Clone + PartialEq> CacheView<V> {
     /// Folds one change into the view; returns whether the view changed.
     fn apply(&mut self, change: Change<V>) -> bool {
         match change {
             Change::Snapshot(items) => {
-                let map: BTreeMap<String, V> = items.into_iter().collect();
-                if self.in_sync && *self.entries == map {
+                let map: CacheMap<V> = items.into_iter().collect();
+                if self.in_sync && self.entries == map {
                     return false;
                 }
-                self.entries = Arc::new(map);
+                self.entries = map;
                 self.in_sync = true;
                 true
             }
@@ -110,14 +123,14 @@ impl<V: Clone + PartialEq> CacheView<V> {
                 if self.entries.get(&key) == Some(&value) {
                     return false;
                 }
-                Arc::make_mut(&mut self.entries).insert(key, value);
+                self.entries.insert(key, value);
                 true
             }
             Change::Delete(key) => {
                 if !self.entries.contains_key(&key) {
                     return false;
                 }
-                Arc::make_mut(&mut self.entries).remove(&key);
+                self.entries.remove(&key);
                 true
             }
             Change::Resync => {
@@ -152,14 +165,14 @@ impl<V: std::fmt::Debug> std::fmt::Debug for CacheView<V> {
         f.debug_struct("CacheView")
             .field("in_sync", &self.in_sync)
             .field("resyncs", &self.resyncs)
-            .field("entries", &*self.entries)
+            .field("entries", &self.entries)
             .finish()
     }
 }
 
 impl<'a, V> IntoIterator for &'a CacheView<V> {
     type Item = (&'a String, &'a V);
-    type IntoIter = btree_map::Iter<'a, String, V>;
+    type IntoIter = imbl::ordmap::Iter<'a, String, V, imbl::shared_ptr::DefaultSharedPtr>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.entries.iter()
