@@ -991,7 +991,9 @@ impl KvStore for ZkClient {
     async fn watch(&self, prefix: &str) -> Result<BoxStream<'static, Result<ConfigEvent>>> {
         // One server watch and one re-read per change for every stream of this client
         // watching the prefix (see `fanout`).
-        if let Some(joined) = self.inner.config_feeds.join(prefix).await {
+        let connected = || self.inner.session.current().state == coord_core::SessionState::Connected;
+        let deadline = self.inner.options.request_deadline();
+        if let Some(joined) = self.inner.config_feeds.join(prefix, deadline, connected).await {
             return joined;
         }
         let inner = self.inner.clone();

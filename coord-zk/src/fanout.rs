@@ -57,14 +57,25 @@ impl<E: Send + 'static> Feeds<E> {
     /// feed has read the state for its snapshot (its first event), so the snapshot is
     /// taken between the call and the return, as a watch of its own would be.
     ///
+    /// The feed admits joiners at the end of its next consistent read. If none ends
+    /// within `deadline` (a request's deadline): with the session `connected()` (a storm
+    /// of writes keeps the feed from a consistent point), `None` — the caller starts a
+    /// watch of its own, as without sharing; otherwise `Timeout`, as a watch's first
+    /// request would end.
+    ///
     /// # Errors
     ///
-    /// `Closed` if the client closed meanwhile.
+    /// `Closed` if the client closed meanwhile; `Timeout` as above.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a stream dropped before it is fed leaves the feed on its next send.
-    pub(crate) async fn join(&self, key: &str) -> Option<Result<BoxStream<'static, Result<E>>>> {
+    pub(crate) async fn join(
+        &self,
+        key: &str,
+        deadline: std::time::Duration,
+        connected: impl Fn() -> bool,
+    ) -> Option<Result<BoxStream<'static, Result<E>>>> {
         let feed = self
             .by_key
             .lock()
@@ -78,8 +89,24 @@ impl<E: Send + 'static> Feeds<E> {
                 after_gap: false,
             })
             .ok()?;
-        // The feed ended before it fed this stream: start another.
-        let first = rx.recv().await?;
+        let first = match tokio::time::timeout(deadline, rx.recv()).await {
+            Ok(first) => first?,
+            Err(_) if connected() => {
+                tracing::debug!(
+                    key,
+                    "coord.zk.watch_join_slow: no consistent read in time; a watch of its own"
+                );
+                return None;
+            }
+            Err(_) => {
+                return Some(Err(Error::new(
+                    coord_core::ErrorKind::Timeout,
+                    format!(
+                        "no snapshot of {key:?} could be read within {deadline:?} (connection unavailable); retry"
+                    ),
+                )));
+            }
+        };
         Some(first.map(|first| {
             use futures::StreamExt as _;
             let rest = stream_of(rx, feed);
@@ -194,15 +221,22 @@ impl<E: Clone + Send + 'static> Fanout<E> {
         }
     }
 
-    /// Ends every stream with `error`.
+    /// Ends every stream with `error`: those fed, those waiting for a snapshot, those
+    /// asking to join again after falling behind (the joins channel is closed, so a
+    /// rejoin still on its way gets `error` from its own task). A full queue gets it
+    /// once its reader has made room.
     pub(crate) fn fail(&mut self, error: Error) {
+        self.joins.close();
+        while let Ok(j) = self.joins.try_recv() {
+            self.pending.push(j);
+        }
         let queues = self
             .live
             .drain(..)
             .chain(self.pending.drain(..).map(|j| j.queue))
             .chain(self.admitting.drain(..).map(|j| j.queue));
         for queue in queues {
-            let _ = queue.try_send(Err(error.clone()));
+            tell(queue, error.clone());
         }
     }
 
@@ -232,6 +266,15 @@ impl<E: Clone + Send + 'static> Fanout<E> {
     }
 }
 
+/// Ends `queue`'s stream with `error`, at once or once its reader has made room.
+fn tell<E: Send + 'static>(queue: Queue<E>, error: Error) {
+    if let Err(mpsc::error::TrySendError::Full(item)) = queue.try_send(Err(error)) {
+        tokio::spawn(async move {
+            let _ = queue.send(item).await;
+        });
+    }
+}
+
 /// Offers `item` to `queue`: `true` if it is queued; a full queue is dropped and joins
 /// again (with a `Resync` first) once its reader made room; a closed one is dropped.
 fn offer<E: Send + 'static>(
@@ -248,11 +291,15 @@ fn offer<E: Send + 'static>(
                 let queue = queue.clone();
                 tokio::spawn(async move {
                     // Room for the rejoin's first batch (only the feed sends on it).
-                    if queue.reserve().await.is_ok() {
-                        let _ = joins.send(Joiner {
+                    if queue.reserve().await.is_ok()
+                        && let Err(refused) = joins.send(Joiner {
                             queue,
                             after_gap: true,
-                        });
+                        })
+                    {
+                        // The feed failed meanwhile (the client closed): it ends every
+                        // stream so.
+                        tell(refused.0.queue, Error::closed());
                     }
                 });
             }
@@ -283,7 +330,7 @@ mod tests {
         let joining = tokio::spawn({
             let feeds = std::sync::Arc::new(feeds);
             async move {
-                let s = feeds.join("k").await;
+                let s = feeds.join("k", std::time::Duration::from_secs(10), || true).await;
                 (feeds, s)
             }
         });
@@ -330,6 +377,62 @@ mod tests {
         drop(stream);
         assert!(!fan.send(vec![put(1)]), "a feed without streams goes on sending");
         assert!(!fan.next_join().await);
-        assert!(feeds.join("k").await.is_none(), "joined a feed that ended");
+        assert!(
+            feeds
+                .join("k", std::time::Duration::from_secs(10), || true)
+                .await
+                .is_none(),
+            "joined a feed that ended"
+        );
+    }
+
+    /// A stream whose queue is full when the client closes gets `Closed` once its reader
+    /// has made room (a review found it silently ended).
+    #[tokio::test]
+    async fn a_full_stream_is_told_the_client_closed() {
+        let feeds: Feeds<ConfigEvent> = Feeds::default();
+        let (mut stream, mut fan) = feeds.start("k");
+        for n in 0..STREAM_QUEUE {
+            assert!(fan.send(vec![put(n)]));
+        }
+        fan.fail(Error::closed());
+        drop(fan);
+        for n in 0..STREAM_QUEUE {
+            assert!(
+                matches!(stream.next().await, Some(Ok(ConfigEvent::Put(_)))),
+                "event {n}"
+            );
+        }
+        let last = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await;
+        assert!(
+            matches!(&last, Ok(Some(Err(e))) if e.kind() == coord_core::ErrorKind::Closed),
+            "a stream whose queue was full when the client closed ends with {last:?}, not Closed"
+        );
+    }
+
+    /// A stream dropped from the feed for not keeping up, whose reader has not made room
+    /// yet when the client closes, gets `Closed` once it catches up (a review found it
+    /// ended after a gap with neither `Resync` nor `Closed`).
+    #[tokio::test]
+    async fn a_stream_waiting_to_rejoin_is_told_the_client_closed() {
+        let feeds: Feeds<ConfigEvent> = Feeds::default();
+        let (mut stream, mut fan) = feeds.start("k");
+        for n in 0..STREAM_QUEUE + 1 {
+            assert!(fan.send(vec![put(n)]));
+        }
+        assert!(fan.live.is_empty(), "the full stream is still fed");
+        fan.fail(Error::closed());
+        drop(fan);
+        for n in 0..STREAM_QUEUE {
+            assert!(
+                matches!(stream.next().await, Some(Ok(ConfigEvent::Put(_)))),
+                "event {n}"
+            );
+        }
+        let last = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await;
+        assert!(
+            matches!(&last, Ok(Some(Err(e))) if e.kind() == coord_core::ErrorKind::Closed),
+            "a stream that fell behind before the client closed ends with {last:?}, not Closed"
+        );
     }
 }

@@ -174,7 +174,9 @@ impl RegistryStore for ZkClient {
     async fn watch_instances(&self, dir: &str) -> Result<BoxStream<'static, Result<RegistryEvent>>> {
         // One server watch and one re-read per change for every stream of this client
         // watching the service (see `fanout`).
-        if let Some(joined) = self.inner.registry_feeds.join(dir).await {
+        let connected = || self.inner.session.current().state == coord_core::SessionState::Connected;
+        let deadline = self.inner.options.request_deadline();
+        if let Some(joined) = self.inner.registry_feeds.join(dir, deadline, connected).await {
             return joined;
         }
         let dir = dir.to_owned();

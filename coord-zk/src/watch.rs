@@ -182,6 +182,10 @@ pub(crate) async fn follow<F: DirFollower>(
                 Next::Refresh => (None, false),
                 Next::Nodes(b) => (Some(b), false),
             };
+            // Whoever joined until now is admitted at the consistent point ending this
+            // round: its reads all start after they joined. (Taken every round, so a
+            // prefix written without pause does not keep a joiner waiting.)
+            let _ = fan.has_pending();
             fan.start_admitting();
             let mut held: Vec<F::Event> = Vec::new();
             let mut resynced = false;

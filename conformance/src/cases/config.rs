@@ -730,3 +730,107 @@ async fn until_value(
         }
     }
 }
+
+/// A second watch of a prefix the client already watches returns while the prefix is
+/// being written without pause, as a first watch does. (A review found ZooKeeper's
+/// shared feed took a joiner only after a round with nothing left to carry: while a key
+/// was written faster than the client's read round trip, `watch()` did not return until
+/// the writes stopped.)
+pub async fn watch_joining_a_busy_prefix_returns(ctx: Ctx) -> CaseResult {
+    use futures::StreamExt as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (a, b) = (ctx.client().await?, ctx.client().await?);
+    b.put("busy/k", b"0".to_vec()).await?;
+    let mut first = a.watch("busy").await?;
+    // A slow link for the watching client: each of its reads spans several writes.
+    ctx.factory().delay(&a, Duration::from_millis(30)).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let _ = b.put("busy/k", n.to_string().into_bytes()).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            n
+        }
+    });
+    let reader = tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            while let Some(Ok(_)) = first.next().await {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A first watch of another prefix, for comparison.
+    let t = tokio::time::Instant::now();
+    let fresh = tokio::time::timeout(Duration::from_secs(10), a.watch("calm")).await;
+    let fresh_took = t.elapsed();
+    let seen_before = seen.load(Ordering::Relaxed);
+    let t = tokio::time::Instant::now();
+    let joining = a.watch("busy");
+    tokio::pin!(joining);
+    let joined = tokio::time::timeout(QUICK, &mut joining).await.is_ok();
+    let seen_during = seen.load(Ordering::Relaxed) - seen_before;
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.await.unwrap_or(0);
+    let after_stop = if joined {
+        None
+    } else {
+        let t2 = tokio::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), &mut joining).await;
+        Some((r.is_ok(), t2.elapsed()))
+    };
+    let took = t.elapsed();
+    reader.abort();
+    ctx.factory().delay(&a, Duration::ZERO).await.ok();
+    ensure!(
+        joined,
+        "a second watch of a prefix the client watches did not return within {QUICK:?} while another \
+         client wrote one key every 5 ms ({writes} writes; a first watch of another prefix took \
+         {fresh_took:?}, ok: {}; the first stream got {seen_during} events meanwhile); once the \
+         writes stopped it returned: {after_stop:?} (total {took:?})",
+        fresh.is_ok()
+    );
+    Ok(())
+}
+
+/// During an outage, a second watch of a prefix the client already watches fails (or
+/// returns) as a first watch does, instead of waiting the outage out (`Barrier::wait`
+/// documents `Unavailable`/`Timeout` "if the watch cannot start"; a review found a
+/// joiner of a shared ZooKeeper feed waited for the connection without a deadline).
+pub async fn watch_joining_during_an_outage_does_not_wait_it_out(ctx: Ctx) -> CaseResult {
+    let a = ctx.client().await?;
+    let _first = a.watch("o").await?;
+    let outage = ctx.session_timeout() * 5;
+    ctx.factory().suspend(&a, outage).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = tokio::time::Instant::now();
+    let (fresh, joined) = tokio::join!(
+        async {
+            let r = tokio::time::timeout(outage * 2, a.watch("p")).await;
+            (r.map(|r| r.map(drop).map_err(|e| e.kind())), t.elapsed())
+        },
+        async {
+            let r = tokio::time::timeout(outage * 2, a.watch("o")).await;
+            (r.map(|r| r.map(drop).map_err(|e| e.kind())), t.elapsed())
+        }
+    );
+    println!("outage {outage:?}: first watch {fresh:?}; joining watch {joined:?}");
+    ensure!(
+        joined.1 <= fresh.1 + ctx.session_timeout(),
+        "during an outage of {outage:?}, a first watch of another prefix ended after {:?} with {:?}; \
+         a second watch of the watched prefix waited {:?} (ended with {:?})",
+        fresh.1,
+        fresh.0,
+        joined.1,
+        joined.0
+    );
+    Ok(())
+}

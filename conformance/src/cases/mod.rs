@@ -447,6 +447,11 @@ pub fn all() -> Vec<Case> {
         case!(config::watch_resync_on_gap, GAP),
         case!(config::watch_snapshot_is_taken_at_call),
         case!(config::watches_of_one_prefix_share_their_reads),
+        case!(config::watch_joining_a_busy_prefix_returns, DELAY),
+        case!(
+            config::watch_joining_during_an_outage_does_not_wait_it_out,
+            SUSPEND
+        ),
         case!(config::watch_follows_changes_after_a_reconnect, SUSPEND),
         case!(config::applied_commit_is_never_reported_not_applied, LINKS),
         case!(cache::config_cache_follows_its_prefix),
