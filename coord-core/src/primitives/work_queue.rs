@@ -32,8 +32,10 @@ const OLDEST_PAGE: usize = 4;
 /// oldest item and a count, never every item's value; but on ZooKeeper the count is a
 /// listing of the names in the namespace's one config directory (every key of the
 /// namespace, each name its key's length plus 4 bytes): 10,000 items of a queue with a
-/// short name list in about 400 KB; ZooKeeper refuses a listing past its 1 MB packet
-/// limit, which a namespace of ~25,000 such keys passes.
+/// short name list in about 400 KB, read on every push and take. Past ~25,000 such keys
+/// the listing passes 1 MB: coord still reads it (40,000 keys measured), but Java
+/// clients (Curator, `zkCli.sh`) refuse a reply past their default `jute.maxbuffer`, so
+/// the namespace's config directory could no longer be listed next to them.
 pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 
 /// A bounded FIFO queue of byte items (Curator's `DistributedQueue`, Go's
