@@ -351,7 +351,7 @@ fn lock_floor(backend: &str) -> f64 {
     if backend == "zk" { 3.0 } else { 2.0 }
 }
 
-const COUNTS: [Count; 7] = [
+const COUNTS: [Count; 8] = [
     Count {
         id: "requests-per-cycle",
         scenario: "lock",
@@ -400,6 +400,16 @@ const COUNTS: [Count; 7] = [
         metric: "final_state",
         bar: "= 1",
         ok: |_, v| v == 1.0,
+    },
+    // Watches of one key on one client share their re-reads: one per put per client,
+    // whatever the number of watches (each re-reading on its own: one per watch).
+    Count {
+        id: "requests-per-put-per-client",
+        scenario: "fan-out",
+        subject: "coord",
+        metric: "requests_per_put_per_client",
+        bar: "≤ 1.5",
+        ok: |_, v| v <= 1.5,
     },
     Count {
         id: "caches-in-sync",
@@ -644,6 +654,17 @@ fn targets_table(rows: &[Row]) -> String {
                 |v| v <= 2.0,
             );
         }
+        if let (Some(c), Some(r)) = (
+            metric("fan-out", "coord", "all_delivered_p50_ms"),
+            metric("fan-out", "raw-same-watches", "all_delivered_p50_ms"),
+        ) {
+            check(
+                format!("{b}: fan-out: one put until every watcher has it, vs as many raw watches"),
+                Some(c / r),
+                "≤ 2×",
+                |v| v <= 2.0,
+            );
+        }
         check(
             format!("{b}: many-names (64 tasks, one client) vs pipelined raw floor"),
             metric("many-names", "coord", "x_raw-floor"),
@@ -825,8 +846,11 @@ fn render(
            before the storm; `views_out_of_sync` counts views published out of sync; `final_state` = 1 when \
            the cache ends on exactly the last values.\n\
          - `fan-out`: 1,000 config watches of one key over 8 clients; one put at a time until every watch has \
-           delivered it (`delivery_*` per watch, `all_delivered_p50_ms` for the last of them); \
-           `raw-one-watch` is one watch of one key with the same client library.\n\
+           delivered it (`delivery_*` per watch, `all_delivered_p50_ms` for the last of them, \
+           `requests_per_put_per_client` the watching clients' requests); \
+           `raw-same-watches` is the floor for as many watches: 1,000 raw watches of one key over 8 connections \
+           of the same client library (ZooKeeper: one-shot data watches armed before each put; etcd: a watch \
+           stream each); `raw-one-watch` is one watch of one key.\n\
          - `registry-scale`: 10,000 instances registered by 200 clients (each its own connection, sessions of \
            30 s), followed by one service cache: `all_seen_s` from the first registration until the cache holds \
            all, `heap_kib_per_instance` the live heap the cache and its watch keep per instance, then a tenth of \

@@ -344,6 +344,7 @@ pub async fn fan_out(t: &Target, watchers: usize, rounds: usize) -> Result<Vec<R
         Arc::new(Mutex::new(Latencies::default())),
     );
     let mut raw_lat = Latencies::default();
+    let stats_before: Vec<_> = readers.iter().map(|c| c.stats()).collect();
     for round in 1..=rounds {
         let value = round.to_string().into_bytes();
         let start = Instant::now();
@@ -368,6 +369,81 @@ pub async fn fan_out(t: &Target, watchers: usize, rounds: usize) -> Result<Vec<R
             r?;
         }
         all_lat.lock().await.push(start.elapsed());
+    }
+    // The watching clients' requests per put: one re-read per client with watches of
+    // the key shared (ZooKeeper), none where events carry the value; one per watch if
+    // each re-read on its own.
+    let requests: u64 = readers
+        .iter()
+        .zip(&stats_before)
+        .map(|(c, before)| c.stats().since(before).data_requests())
+        .sum();
+    let requests_per_put_per_client = requests as f64 / (rounds * CLIENTS) as f64;
+    // The floor for as many watches: the same number of raw watches of one key over as
+    // many connections of the same client library, one put at a time until every watch
+    // has fired.
+    let mut raw_all = Latencies::default();
+    let mut raw_each = Latencies::default();
+    match t.backend {
+        Backend::Mem => {}
+        Backend::Zk => {
+            let mut conns = Vec::new();
+            for _ in 0..CLIENTS {
+                conns.push(t.zk().await?);
+            }
+            let path = format!("/coord-bench/{name}-many");
+            zk_mkdir(&conns[0], &path).await?;
+            for _ in 0..rounds {
+                // One-shot data watches, armed before the clock starts.
+                let mut watches = Vec::new();
+                for i in 0..watchers {
+                    let (_, _, w) = conns[i % CLIENTS].get_and_watch_data(&path).await?;
+                    watches.push(w);
+                }
+                let start = Instant::now();
+                conns[0].set_data(&path, b"x", None).await?;
+                let fired = futures::future::join_all(watches.into_iter().map(|w| async move {
+                    w.changed().await;
+                    start.elapsed()
+                }))
+                .await;
+                for d in fired {
+                    raw_each.push(d);
+                }
+                raw_all.push(start.elapsed());
+            }
+        }
+        Backend::Etcd => {
+            let mut conns = Vec::new();
+            for _ in 0..CLIENTS {
+                conns.push(t.etcd().await?);
+            }
+            let k = format!("coord-bench/{name}-many");
+            let mut streams = Vec::new();
+            for i in 0..watchers {
+                let mut stream = conns[i % CLIENTS].watch(k.clone(), None).await?;
+                // The watch is created once its first response arrives.
+                while !stream.message().await?.context("a raw watch ended")?.created() {}
+                streams.push(stream);
+            }
+            for round in 0..rounds {
+                let start = Instant::now();
+                conns[0].put(k.clone(), round.to_string(), None).await?;
+                let fired = futures::future::join_all(streams.iter_mut().map(|s| async move {
+                    loop {
+                        let resp = s.message().await?.context("a raw watch ended")?;
+                        if !resp.events().is_empty() {
+                            return anyhow::Ok(start.elapsed());
+                        }
+                    }
+                }))
+                .await;
+                for d in fired {
+                    raw_each.push(d?);
+                }
+                raw_all.push(start.elapsed());
+            }
+        }
     }
     // The raw floor: one watch of one key with the same client library.
     match t.backend {
@@ -415,8 +491,18 @@ pub async fn fan_out(t: &Target, watchers: usize, rounds: usize) -> Result<Vec<R
             .with("watchers", watchers as f64)
             .with("delivery_p50_ms", one.ms(0.5))
             .with("delivery_p99_ms", one.ms(0.99))
-            .with("all_delivered_p50_ms", all.ms(0.5)),
+            .with("all_delivered_p50_ms", all.ms(0.5))
+            .with("requests_per_put_per_client", requests_per_put_per_client),
     ];
+    if raw_each.len() > 0 {
+        rows.push(
+            Row::new("fan-out", t.name(), "raw-same-watches")
+                .with("watchers", watchers as f64)
+                .with("delivery_p50_ms", raw_each.ms(0.5))
+                .with("delivery_p99_ms", raw_each.ms(0.99))
+                .with("all_delivered_p50_ms", raw_all.ms(0.5)),
+        );
+    }
     if raw_lat.len() > 0 {
         rows.push(
             Row::new("fan-out", t.name(), "raw-one-watch")
