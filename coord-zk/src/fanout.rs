@@ -3,9 +3,11 @@
 //! caches of one key are 1,000 streams on a handful of clients).
 //!
 //! - **Joining.** A stream that joins a running feed gets a snapshot no older than its
-//!   call: the feed reads everything again (a round like a reconnect's) and, at the
-//!   consistent point that ends that round, hands the joiner the follower's state as its
-//!   first event. The streams already there get only what changed.
+//!   call: the feed's next round reads everything again (as after a reconnect) and, at
+//!   the consistent point that ends it, hands the joiner the follower's state as its
+//!   first event; `watch` returns then. The streams already there get only what
+//!   changed. A joiner not admitted within the request deadline starts a watch of its
+//!   own (or fails `Timeout` while the connection is unavailable).
 //! - **A slow reader holds up no one.** Each stream has a bounded queue of its own; a
 //!   stream whose queue is full is dropped from the feed, and once its reader has made
 //!   room it joins again with a `Resync` before its fresh snapshot — never a silent gap.
@@ -181,11 +183,12 @@ impl<E: Clone + Send + 'static> Fanout<E> {
         !self.joins.is_closed()
     }
 
-    /// Whether streams wait for a fresh read.
+    /// Whether streams wait for a fresh read (joiners that gave up are dropped).
     pub(crate) fn has_pending(&mut self) -> bool {
         while let Ok(j) = self.joins.try_recv() {
             self.pending.push(j);
         }
+        self.pending.retain(|j| !j.queue.is_closed());
         !self.pending.is_empty()
     }
 

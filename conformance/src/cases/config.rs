@@ -834,3 +834,74 @@ pub async fn watch_joining_during_an_outage_does_not_wait_it_out(ctx: Ctx) -> Ca
     );
     Ok(())
 }
+
+/// A watch joining a prefix the client already watches, while other prefixes change
+/// and the client's link is slow, still gets a snapshot holding every write made before
+/// its call. (A review found ZooKeeper's shared feed could hand a joiner the state at
+/// the end of a round that read nothing — one of other prefixes' notifications — from
+/// before the joiner's call.)
+pub async fn watch_joining_beside_other_prefixes_is_fresh(ctx: Ctx) -> CaseResult {
+    use futures::StreamExt as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const JOINS: u32 = 20;
+    let (a, b, c, d) = (
+        ctx.client().await?,
+        ctx.client().await?,
+        ctx.client().await?,
+        ctx.client().await?,
+    );
+    b.put("fan/before", b"start".to_vec()).await?;
+    let mut first = a.watch("fan").await?;
+    let drain = tokio::spawn(async move { while let Some(Ok(_)) = first.next().await {} });
+    ctx.factory().delay(&a, Duration::from_millis(100)).await?;
+    // Another key of the prefix written without pause keeps the feed's rounds reading
+    // over the slow link; other prefixes, written as often, end rounds that read nothing
+    // of "fan".
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = |client: coord_core::Client, key: &'static str| {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let _ = client.put(key, n.to_string().into_bytes()).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let churns = [churn(c, "zz/x"), churn(d, "fan/k")];
+    let mut outcome = Ok(());
+    for i in 0..JOINS {
+        let value = format!("v{i}");
+        b.put("fan/before", value.clone().into_bytes()).await?;
+        let mut w = a.watch("fan").await?;
+        match next_event(&mut w, QUICK, "snapshot").await? {
+            ConfigEvent::Snapshot(entries) => {
+                let seen = entries
+                    .iter()
+                    .find(|e| e.key == "fan/before")
+                    .map(|e| String::from_utf8_lossy(&e.value).into_owned());
+                if seen.as_deref() != Some(value.as_str()) {
+                    outcome = Err(anyhow::anyhow!(
+                        "join {i}: the snapshot shows fan/before = {seen:?}, written as {value:?} before the call"
+                    ));
+                    break;
+                }
+            }
+            other => {
+                outcome = Err(anyhow::anyhow!(
+                    "join {i}: first event {other:?}, expected Snapshot"
+                ));
+                break;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for churn in churns {
+        let _ = churn.await;
+    }
+    drain.abort();
+    ctx.factory().delay(&a, Duration::ZERO).await?;
+    outcome
+}

@@ -448,6 +448,7 @@ pub fn all() -> Vec<Case> {
         case!(config::watch_snapshot_is_taken_at_call),
         case!(config::watches_of_one_prefix_share_their_reads),
         case!(config::watch_joining_a_busy_prefix_returns, DELAY),
+        case!(config::watch_joining_beside_other_prefixes_is_fresh, DELAY),
         case!(
             config::watch_joining_during_an_outage_does_not_wait_it_out,
             SUSPEND
