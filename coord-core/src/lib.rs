@@ -104,7 +104,7 @@ pub use granted::Granted;
 pub use hold::{HoldState, HoldWatch};
 pub use name::{MAX_NAME_LEN, MAX_VALUE_LEN, validate_name};
 pub use primitives::barrier::Barrier;
-pub use primitives::cache::{CacheMap, CacheView, ConfigCache, LiveCache, ServiceCache};
+pub use primitives::cache::{CacheIter, CacheMap, CacheView, ConfigCache, LiveCache, ServiceCache};
 pub use primitives::config::ConfigStore;
 pub use primitives::counter::SharedCounter;
 pub use primitives::double_barrier::{DoubleBarrier, Entered, MAX_MEMBERS};

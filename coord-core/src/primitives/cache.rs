@@ -21,10 +21,72 @@ use crate::primitives::registry::Registry;
 use crate::types::{ConfigEvent, Entry};
 use crate::types::{RegistryEvent, ServiceInstance};
 
-/// A cache's map: sorted by key, and persistent — a copy shares all but the path a
-/// change rewrites, so a view held while the cache moves on costs `O(log n)` per
-/// change, not a copy of the map.
-pub type CacheMap<V> = imbl::OrdMap<String, V>;
+/// A cache's map, sorted by key, and persistent: a copy shares everything but the path
+/// a change rewrites (`O(log n)` nodes of up to 16 entries each, copied with their
+/// values), so a view held while the cache moves on does not make each change copy
+/// the whole map. Cloning it is `O(1)`.
+#[derive(PartialEq, Eq)]
+pub struct CacheMap<V>(imbl::OrdMap<String, V>);
+
+impl<V> Clone for CacheMap<V> {
+    fn clone(&self) -> Self {
+        CacheMap(self.0.clone())
+    }
+}
+
+impl<V> CacheMap<V> {
+    fn new() -> Self {
+        CacheMap(imbl::OrdMap::new())
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.0.get(key)
+    }
+
+    /// Whether `key` is in the map.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    /// How many keys the map holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every key and value, sorted by key.
+    pub fn iter(&self) -> CacheIter<'_, V> {
+        CacheIter(self.0.iter())
+    }
+
+    /// Every key, sorted.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator + '_ {
+        self.0.keys()
+    }
+
+    /// Every value, sorted by key.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator + '_ {
+        self.0.values()
+    }
+}
+
+impl<V: Clone> CacheMap<V> {
+    /// The map as a `BTreeMap` (a copy: `O(n)`).
+    pub fn to_btree_map(&self) -> BTreeMap<String, V> {
+        self.0.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+impl<V: std::fmt::Debug> std::fmt::Debug for CacheMap<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.iter()).finish()
+    }
+}
 
 /// What a cache holds at one moment: its map and whether the map is known to match the
 /// server. Cheap to clone (the map is shared).
@@ -63,12 +125,12 @@ impl<V> CacheView<V> {
     }
 
     /// Every key and value, sorted by key.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &V)> + '_ {
+    pub fn iter(&self) -> CacheIter<'_, V> {
         self.entries.iter()
     }
 
     /// Every value, sorted by key.
-    pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator + '_ {
         self.entries.values()
     }
 
@@ -102,7 +164,7 @@ impl<V> CacheView<V> {
 impl<V: Clone> CacheView<V> {
     /// The map as a `BTreeMap` (a copy: `O(n)`).
     pub fn to_btree_map(&self) -> BTreeMap<String, V> {
-        self.entries.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.entries.to_btree_map()
     }
 }
 
@@ -111,7 +173,7 @@ impl<V: Clone + PartialEq> CacheView<V> {
     fn apply(&mut self, change: Change<V>) -> bool {
         match change {
             Change::Snapshot(items) => {
-                let map: CacheMap<V> = items.into_iter().collect();
+                let map = CacheMap(items.into_iter().collect());
                 if self.in_sync && self.entries == map {
                     return false;
                 }
@@ -123,14 +185,14 @@ impl<V: Clone + PartialEq> CacheView<V> {
                 if self.entries.get(&key) == Some(&value) {
                     return false;
                 }
-                self.entries.insert(key, value);
+                self.entries.0.insert(key, value);
                 true
             }
             Change::Delete(key) => {
                 if !self.entries.contains_key(&key) {
                     return false;
                 }
-                self.entries.remove(&key);
+                self.entries.0.remove(&key);
                 true
             }
             Change::Resync => {
@@ -172,12 +234,47 @@ impl<V: std::fmt::Debug> std::fmt::Debug for CacheView<V> {
 
 impl<'a, V> IntoIterator for &'a CacheView<V> {
     type Item = (&'a String, &'a V);
-    type IntoIter = imbl::ordmap::Iter<'a, String, V, imbl::shared_ptr::DefaultSharedPtr>;
+    type IntoIter = CacheIter<'a, V>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.iter()
+        CacheIter(self.entries.0.iter())
     }
 }
+
+impl<'a, V> IntoIterator for &'a CacheMap<V> {
+    type Item = (&'a String, &'a V);
+    type IntoIter = CacheIter<'a, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        CacheIter(self.0.iter())
+    }
+}
+
+/// The entries of a [`CacheMap`] or [`CacheView`], sorted by key.
+#[derive(Clone)]
+pub struct CacheIter<'a, V>(imbl::ordmap::Iter<'a, String, V, imbl::shared_ptr::DefaultSharedPtr>);
+
+impl<'a, V> Iterator for CacheIter<'a, V> {
+    type Item = (&'a String, &'a V);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<V> DoubleEndedIterator for CacheIter<'_, V> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back()
+    }
+}
+
+impl<V> ExactSizeIterator for CacheIter<'_, V> {}
+
+impl<V> std::iter::FusedIterator for CacheIter<'_, V> {}
 
 /// A watch event in the fold engine's terms.
 #[derive(Debug)]
