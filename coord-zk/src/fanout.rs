@@ -393,24 +393,7 @@ mod tests {
     /// has made room (a review found it silently ended).
     #[tokio::test]
     async fn a_full_stream_is_told_the_client_closed() {
-        let feeds: Feeds<ConfigEvent> = Feeds::default();
-        let (mut stream, mut fan) = feeds.start("k");
-        for n in 0..STREAM_QUEUE {
-            assert!(fan.send(vec![put(n)]));
-        }
-        fan.fail(Error::closed());
-        drop(fan);
-        for n in 0..STREAM_QUEUE {
-            assert!(
-                matches!(stream.next().await, Some(Ok(ConfigEvent::Put(_)))),
-                "event {n}"
-            );
-        }
-        let last = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await;
-        assert!(
-            matches!(&last, Ok(Some(Err(e))) if e.kind() == coord_core::ErrorKind::Closed),
-            "a stream whose queue was full when the client closed ends with {last:?}, not Closed"
-        );
+        closed_after_a_full_queue(STREAM_QUEUE, "whose queue was full when the client closed").await;
     }
 
     /// A stream dropped from the feed for not keeping up, whose reader has not made room
@@ -418,12 +401,22 @@ mod tests {
     /// ended after a gap with neither `Resync` nor `Closed`).
     #[tokio::test]
     async fn a_stream_waiting_to_rejoin_is_told_the_client_closed() {
+        closed_after_a_full_queue(STREAM_QUEUE + 1, "that fell behind before the client closed").await;
+    }
+
+    /// Sends `sent` batches to a stream nobody reads, fails the feed, then reads: the
+    /// queued events, then `Closed`.
+    async fn closed_after_a_full_queue(sent: usize, what: &str) {
         let feeds: Feeds<ConfigEvent> = Feeds::default();
         let (mut stream, mut fan) = feeds.start("k");
-        for n in 0..STREAM_QUEUE + 1 {
+        for n in 0..sent {
             assert!(fan.send(vec![put(n)]));
         }
-        assert!(fan.live.is_empty(), "the full stream is still fed");
+        assert_eq!(
+            fan.live.is_empty(),
+            sent > STREAM_QUEUE,
+            "only a stream past its queue leaves the feed"
+        );
         fan.fail(Error::closed());
         drop(fan);
         for n in 0..STREAM_QUEUE {
@@ -435,7 +428,7 @@ mod tests {
         let last = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await;
         assert!(
             matches!(&last, Ok(Some(Err(e))) if e.kind() == coord_core::ErrorKind::Closed),
-            "a stream that fell behind before the client closed ends with {last:?}, not Closed"
+            "a stream {what} ends with {last:?}, not Closed"
         );
     }
 }
