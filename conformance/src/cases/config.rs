@@ -321,13 +321,23 @@ pub async fn watch_snapshot_of_many_keys_is_one_moment(ctx: Ctx) -> CaseResult {
         }
     });
     let mut generations_seen = std::collections::BTreeSet::new();
-    // The writer under way first, so snapshots are taken while it commits.
-    within(QUICK, "the writer's first commits", async {
-        while committed.load(std::sync::atomic::Ordering::Relaxed) < 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
+    // The writer under way first, so snapshots are taken while it commits. A writer
+    // that failed says why (on a cluster, a member killed meanwhile: the harness runs
+    // the case again); a leader election may hold its commits up to the expiry wait.
+    within(
+        QUICK.max(ctx.expiry_wait()),
+        "the writer's first commits",
+        async {
+            while committed.load(std::sync::atomic::Ordering::Relaxed) < 2 && !storm.is_finished() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+    )
     .await?;
+    if storm.is_finished() {
+        let ended = storm.await.context("writer")?;
+        bail!("the writer ended before its second commit: {ended:?}");
+    }
     let during = committed.load(std::sync::atomic::Ordering::Relaxed);
     for i in 0..SNAPSHOTS {
         let mut w = reader.watch("many").await?;
