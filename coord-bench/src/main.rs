@@ -21,6 +21,7 @@ mod report;
 mod scale;
 mod soak;
 mod target;
+mod tenfold;
 mod waiters;
 
 use anyhow::Result;

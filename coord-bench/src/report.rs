@@ -10,7 +10,7 @@ use coord_testkit::{Cluster, ClusterOptions, Kind};
 
 use crate::measure::{self, Row, fmt, median};
 use crate::target::Target;
-use crate::{config, election, fence, lock, registry, scale, soak, waiters};
+use crate::{config, election, fence, lock, registry, scale, soak, tenfold, waiters};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -84,6 +84,8 @@ struct Sizes {
     fan_out_rounds: usize,
     fleet: [usize; 2],
     fence_s: f64,
+    /// The tenfold measures' smaller sizes (run once, after the rounds).
+    tenfold: tenfold::Sizes,
 }
 
 const FULL: Sizes = Sizes {
@@ -102,6 +104,15 @@ const FULL: Sizes = Sizes {
     fan_out_rounds: 20,
     fleet: [10_000, 200],
     fence_s: 3.0,
+    // Ten times these: 100k names, 100k instances, 10k watchers; the queue to its
+    // limit (`MAX_QUEUE_ITEMS`, 10k).
+    tenfold: tenfold::Sizes {
+        names: 10_000,
+        instances: 10_000,
+        members: 200,
+        watchers: 1_000,
+        items: 1_000,
+    },
 };
 
 const SMOKE: Sizes = Sizes {
@@ -120,6 +131,13 @@ const SMOKE: Sizes = Sizes {
     fan_out_rounds: 3,
     fleet: [100, 10],
     fence_s: 0.3,
+    tenfold: tenfold::Sizes {
+        names: 100,
+        instances: 50,
+        members: 10,
+        watchers: 20,
+        items: 20,
+    },
 };
 
 const SCENARIOS: [&str; 13] = [
@@ -268,6 +286,26 @@ pub async fn run(args: Args) -> Result<()> {
         all.push(rows);
     }
     let mut medians = medians(&all);
+    // The tenfold measures: once, each backend in turn.
+    let tenfold_wanted = |m: &str| {
+        args.only.is_empty()
+            || args
+                .only
+                .iter()
+                .any(|o| format!("tenfold-{m}").contains(o.as_str()))
+    };
+    let tenfold_ran = tenfold::MEASURES.iter().any(|m| tenfold_wanted(m));
+    if tenfold_ran {
+        for t in &targets {
+            let r = tenfold::run(t, sizes.tenfold, tenfold_wanted)
+                .await
+                .context("tenfold")?;
+            for row in &r {
+                println!("{}", row.result_line());
+            }
+            medians.extend(r);
+        }
+    }
     // The soak: once, every backend at the same time.
     let soak_minutes = if args.smoke { 0.1 } else { args.soak_minutes };
     let soak_ran =
@@ -288,7 +326,14 @@ pub async fn run(args: Args) -> Result<()> {
         }
         medians.extend(r);
     }
-    let report = render(&medians, rounds, args.smoke, started.elapsed(), &servers);
+    let report = render(
+        &medians,
+        rounds,
+        args.smoke,
+        started.elapsed(),
+        &servers,
+        soak_ran.then_some(soak_minutes),
+    );
     std::fs::write(&args.out, &report).with_context(|| format!("cannot write {}", args.out.display()))?;
     println!("{}", measure::markdown(&medians));
     println!("{}", targets_table(&medians));
@@ -684,6 +729,28 @@ fn targets_table(rows: &[Row]) -> String {
             |v| v <= 16384.0,
         );
     }
+    // No cliff at ten times the sizes: the per-item figures of the tenfold measures.
+    for b in ["mem", "zk", "etcd"] {
+        for r in rows
+            .iter()
+            .filter(|r| r.backend == b && r.scenario.starts_with("tenfold-") && r.subject == "10x")
+        {
+            for (k, v) in r.metrics.iter().filter(|(k, _)| k.starts_with("x_1x_")) {
+                let metric = &k["x_1x_".len()..];
+                let (bar, ok): (&str, fn(f64) -> bool) = if metric.starts_with("heap") {
+                    ("≤ 1.5×", |v| v <= 1.5)
+                } else {
+                    ("≤ 2×", |v| v <= 2.0)
+                };
+                check(
+                    format!("{b}: {}: {metric} at 10× over 1×", r.scenario),
+                    Some(*v),
+                    bar,
+                    ok,
+                );
+            }
+        }
+    }
     for (backend, work) in [
         ("postgres", "update"),
         ("postgres", "order"),
@@ -753,6 +820,7 @@ fn render(
     smoke: bool,
     took: std::time::Duration,
     servers: &[Cluster],
+    soak_minutes: Option<f64>,
 ) -> String {
     let date = sh("date -u +%Y-%m-%d");
     let cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
@@ -780,6 +848,12 @@ fn render(
          median) are the numbers to read: this machine is shared and noisy.\n\n",
         took.as_secs_f64()
     ));
+    if let Some(m) = soak_minutes {
+        s.push_str(&format!(
+            "The soak ran {} minutes; the tenfold measures once each, after the rounds.\n\n",
+            fmt(m)
+        ));
+    }
     s.push_str(&format!(
         "- Machine: {cores} cores ({}), {mem} GiB, {kernel}\n- ZooKeeper {zk}, standalone, `tickTime=100`, `forceSync=no`, `maxSessionTimeout=60000`, empty containers swept each minute as by default ({started})\n\
          - etcd: {etcd}, one member, `--unsafe-no-fsync`, heartbeat 50 ms, election timeout 250 ms ({started})\n\
@@ -855,6 +929,21 @@ fn render(
            30 s), followed by one service cache: `all_seen_s` from the first registration until the cache holds \
            all, `heap_kib_per_instance` the live heap the cache and its watch keep per instance, then a tenth of \
            the clients close at once and `gone_seen_s` runs until the cache has seen their instances go.\n\
+         - `tenfold-*`: run once, after the rounds, each backend in turn: each measure at a size (`1x`) and at \
+           ten times it (`10x`), one after the other; the `10x` row's `x_1x_…` is its per-item figure over the \
+           `1x` row's — 1 when each item costs the same at both sizes, 10 when one item costs what every item \
+           did at the smaller size (a cliff). `names`: one client, 64 tasks, each of 10,000 / 100,000 distinct \
+           lock names locked and released once (its first use: its lock directory made), `us_per_name`, \
+           `requests_per_name`, and `heap_bytes_kept_per_name`, what the client still holds once all are \
+           released. `instances`: `registry-scale` at 10,000 / 100,000 instances (200 clients at both sizes): \
+           time per instance to register, until the cache holds all, until it has seen a tenth go; heap per \
+           instance in the cache. `watchers`: 1,000 / 10,000 config watches of one key over 8 clients: time \
+           per watch to set up, the median over 5 puts of the time until every watch has the put, per \
+           watcher; heap per watch. `items`: one queue, 1,000 / 10,000 items pushed by 16 tasks then taken \
+           one at a time (`try_take`): time per push and per take, requests per take. The queue's larger \
+           size is its limit, `MAX_QUEUE_ITEMS` (10,000, for the reason given at that constant: on ZooKeeper \
+           every key of a namespace's config is one flat directory, listed on every push and take), not \
+           100,000. The targets: time per item at `10x` ≤ 2× that at `1x`, heap per item ≤ 1.5×.\n\
          - `soak`: run once, on every backend at the same time: four clients churn locks on 8 names (every \
            7th guard dropped instead of released), turns at one election, registrations under a service \
            cache and config puts under a config cache; every 10 s one of them is closed mid-operation and \
