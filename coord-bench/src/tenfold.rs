@@ -46,20 +46,42 @@ pub const MEASURES: [&str; 4] = ["names", "instances", "watchers", "items"];
 /// Every measure whose name `want` accepts, at `s` and ten times `s`, on `t`: for each,
 /// a row per size (subjects `1x` and `10x`), the `10x` row holding the ratios
 /// (`x_1x_<metric>`: its per-item figure over the `1x` row's).
-pub async fn run(t: &Target, s: Sizes, want: impl Fn(&str) -> bool) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
+///
+/// # Errors
+///
+/// A measure that fails ends the run, unless `keep_going`: then its size gets a row
+/// with `did_not_finish` = 1, the error is in the returned list, and the next measure
+/// runs.
+pub async fn run(
+    t: &Target,
+    s: Sizes,
+    want: impl Fn(&str) -> bool,
+    keep_going: bool,
+) -> Result<(Vec<Row>, Vec<String>)> {
+    let (mut rows, mut failures) = (Vec::new(), Vec::new());
     for m in MEASURES.into_iter().filter(|m| want(m)) {
         let mut pair = Vec::new();
         for (subject, k) in [("1x", 1), ("10x", 10)] {
             eprintln!("tenfold: {m} ×{k} on {}", t.name());
-            let row = match m {
+            let measured = match m {
                 "names" => names(t, s.names * k).await,
                 "instances" => instances(t, s.instances * k, s.members).await,
                 "watchers" => watchers(t, s.watchers * k).await,
                 _ => items(t, s.items * k).await,
             }
-            .with_context(|| format!("tenfold {m} ×{k} on {}", t.name()))?;
-            let mut row = row;
+            .with_context(|| format!("tenfold-{m} ×{k} on {}", t.name()));
+            let mut row = match measured {
+                Ok(row) => row,
+                Err(e) if keep_going => {
+                    eprintln!("{e:#}");
+                    failures.push(format!("{e:#}"));
+                    rows.push(
+                        Row::new(&format!("tenfold-{m}"), t.name(), subject).with("did_not_finish", 1.0),
+                    );
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             row.scenario = format!("tenfold-{m}");
             row.subject = subject.to_owned();
             pair.push(row);
@@ -78,9 +100,12 @@ pub async fn run(t: &Target, s: Sizes, want: impl Fn(&str) -> bool) -> Result<Ve
                 ten.set(&k, v);
             }
         }
+        // A row that did not finish goes after the size that did.
+        let failed = rows.pop_if(|r: &mut Row| r.scenario == format!("tenfold-{m}"));
         rows.extend(pair);
+        rows.extend(failed);
     }
-    Ok(rows)
+    Ok((rows, failures))
 }
 
 /// `names`: each of `n` names locked and released once, 64 at a time, by one client.
