@@ -482,3 +482,120 @@ pub async fn push_and_len_cost_does_not_grow_with_the_queue(ctx: Ctx) -> CaseRes
     );
     Ok(())
 }
+
+/// An operator deletes a queue's tail key while items remain (a clean-up by hand), then
+/// sets it back below an item: each next push goes after every item still queued —
+/// none overwritten, none ahead of older items.
+pub async fn tail_deleted_by_hand_keeps_order(ctx: Ctx) -> CaseResult {
+    use coord_core::ConfigStore as _;
+    let a = ctx.client().await?;
+    let q = a.queue("jobs", 10)?;
+    for i in 0..3u8 {
+        q.push(vec![i]).await?;
+    }
+    ensure!(within(QUICK, "the first take", q.take()).await?? == vec![0]);
+    ensure!(a.delete("jobs/tail").await?, "the tail was not there to delete");
+    let seq = within(QUICK, "a push after the tail was deleted", q.push(vec![3])).await??;
+    ensure!(
+        seq == 3,
+        "with its tail deleted, a push went to sequence {seq}, not 3"
+    );
+    a.put("jobs/tail", b"1".to_vec()).await?;
+    let seq = within(QUICK, "a push after the tail was set back", q.push(vec![4])).await??;
+    ensure!(
+        seq == 4,
+        "with its tail set back, a push went to sequence {seq}, not 4"
+    );
+    ensure!(
+        q.len().await? == 4,
+        "len = {} with 4 items queued",
+        q.len().await?
+    );
+    for i in 1..5u8 {
+        let item = within(QUICK, "take", q.take()).await??;
+        ensure!(
+            item == vec![i],
+            "took {item:?}, expected [{i}]: an item was overwritten or jumped"
+        );
+    }
+    ensure!(q.try_take().await?.is_none(), "an item left after all were taken");
+    Ok(())
+}
+
+/// An operator deletes the item a waiting take is about to remove (the taker's link
+/// slowed, the delete drawn between zero and twice a take's time, so that it falls
+/// before, between and after the take's read and its removal): the take waits on for
+/// the next item — it never fails for it — and takes it.
+pub async fn take_waits_on_when_an_operator_deletes_its_item(ctx: Ctx) -> CaseResult {
+    use coord_core::ConfigStore as _;
+    use rand::Rng as _;
+    const ROUNDS: usize = 100;
+    let (a, operator) = (ctx.client().await?, ctx.client().await?);
+    crate::util::slow_link(&ctx, &a, Duration::from_millis(1)).await?;
+    let (q, producer) = (a.queue("jobs", 10)?, operator.queue("jobs", 10)?);
+    // A take's time, from its call to its item.
+    producer.push(b"calibration".to_vec()).await?;
+    let started = tokio::time::Instant::now();
+    within(QUICK, "the first take", q.take()).await??;
+    let span = (started.elapsed() * 2).max(Duration::from_millis(4));
+    let mut deleted = 0;
+    for round in 0..ROUNDS {
+        let seq = producer.push(format!("first {round}").into_bytes()).await?;
+        let key = format!("jobs/items/{seq:020}");
+        let take = {
+            let q = q.clone();
+            tokio::spawn(async move { q.take().await })
+        };
+        let wait = span.mul_f64(rand::rng().random_range(0.0..1.0));
+        tokio::time::sleep(wait).await;
+        if !operator.delete(&key).await? {
+            // The take removed it first.
+            let item = within(QUICK, "the take", take).await???;
+            ensure!(
+                item == format!("first {round}").into_bytes(),
+                "round {round}: took {item:?}"
+            );
+            continue;
+        }
+        deleted += 1;
+        // Long enough for a take that lost the race to read the queue again and find it
+        // empty: it must wait on, not end.
+        tokio::time::sleep(span).await;
+        if take.is_finished() {
+            let ended = take.await?;
+            bail!("round {round}: its item deleted by hand, the take ended: {ended:?}");
+        }
+        producer.push(format!("second {round}").into_bytes()).await?;
+        let item = within(QUICK, "the take", take)
+            .await??
+            .map_err(|e| anyhow::anyhow!("round {round}: its item deleted by hand, the take failed: {e}"))?;
+        ensure!(
+            item == format!("second {round}").into_bytes(),
+            "round {round}: took {:?}, expected the second item",
+            String::from_utf8_lossy(&item)
+        );
+    }
+    ensure!(
+        deleted > 0,
+        "the operator never deleted an item first: the case tested nothing"
+    );
+    println!(
+        "[{}] {deleted} of {ROUNDS} items deleted by hand under a take",
+        a.kind()
+    );
+    Ok(())
+}
+
+/// An item written by hand at the last sequence number, with no tail: a push says it
+/// cannot go after it — it neither panics nor loops.
+pub async fn push_after_the_last_sequence_fails(ctx: Ctx) -> CaseResult {
+    use coord_core::ConfigStore as _;
+    let a = ctx.client().await?;
+    a.put(&format!("jobs/items/{}", u64::MAX), b"last".to_vec())
+        .await?;
+    let q = a.queue("jobs", 10)?;
+    match within(QUICK, "the push", q.push(b"next".to_vec())).await? {
+        Err(e) if e.kind() == ErrorKind::InvalidArgument => Ok(()),
+        other => bail!("a push after the last sequence number: {other:?}"),
+    }
+}

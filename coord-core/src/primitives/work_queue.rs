@@ -56,7 +56,21 @@ pub const MAX_QUEUE_ITEMS: u32 = 10_000;
 /// Meant for tens to thousands of items, not as a message broker: takes run one at a
 /// time. A push, a take and `len` read the tail, the oldest item and a count — never
 /// every item's value. Keys a foreign writer puts right under an item's key
-/// (`<name>/items/<seq>/…`) count as items in `len` and the bound.
+/// (`<name>/items/<seq>/…`) count as items in `len` and the bound. The bound counts
+/// queued items, not items a take removed and has not settled (its receipt): with
+/// takes cut short, the queue can hold one more item per receipt left, until the next
+/// take puts them back.
+///
+/// # Operators
+///
+/// An item deleted by hand is gone: a take waiting for it waits on for the next. A
+/// tail deleted by hand is repaired by the next push, which goes past every item and
+/// receipt still there (reading them all, that once) — never onto an item or ahead of
+/// one. A tail set back by hand (to a smaller number) is found only when a push's
+/// sequence meets an item still queued — then repaired the same way; set back below
+/// every item queued, pushes go ahead of them, and one set onto an item a take has
+/// removed but not settled (a receipt) keeps that item from being put back. Until a
+/// push repairs it, items at or past a tail set back are not seen by takes and `len`.
 ///
 /// # Delivery
 ///
@@ -181,12 +195,22 @@ impl DistributedQueue {
             validate_value("queue item", &item)?;
             // Racing pushes back off (with jitter) before reading the tail again.
             let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+            // Set once the tail was found behind an item (set back or deleted by hand).
+            let mut behind = false;
             loop {
                 // The tail first, then the items: a push between the two moves the tail,
                 // and this one's transaction fails and reads again — so the count it
                 // checks is never below the truth.
-                let (seq, tail) = self.tail().await?;
-                let held = self.count((seq, tail)).await?;
+                let (next, tail) = self.tail().await?;
+                // With no tail (a new queue, or one whose tail was deleted by hand) or a
+                // tail behind an item, the next sequence is past every item and receipt:
+                // a push never lands before items still queued, nor on one.
+                let seq = if tail.is_none() || behind {
+                    self.past_every_item(next).await?
+                } else {
+                    next
+                };
+                let held = self.count(Some(seq)).await?;
                 if held >= self.max_items as usize {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
@@ -201,12 +225,29 @@ impl DistributedQueue {
                     None => Txn::new().check_absent(self.tail_key()),
                 };
                 let txn = txn
+                    .check_absent(self.item_key(seq))
                     .put(self.tail_key(), (seq + 1).to_string().into_bytes())
                     .put(self.item_key(seq), item.clone());
                 match self.client.commit(txn).await {
                     Ok(_) => return Ok(seq),
-                    // Another push moved the tail: read again.
-                    Err(e) if e.kind() == ErrorKind::VersionMismatch => backoff.wait().await,
+                    // Another push moved the tail — or the tail is behind an item: read
+                    // again.
+                    Err(e) if e.kind() == ErrorKind::VersionMismatch => {
+                        // Behind only if the tail is still as read (no other push moved
+                        // it) and the item key is taken.
+                        if !behind
+                            && self.tail().await?.1 == tail
+                            && self.client.get(&self.item_key(seq)).await?.is_some()
+                        {
+                            tracing::warn!(
+                                queue = %self.name, seq,
+                                "coord.queue_tail_behind: the tail is at or behind an item (set back or deleted by hand); pushing past every item"
+                            );
+                            behind = true;
+                        } else {
+                            backoff.wait().await;
+                        }
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -226,7 +267,7 @@ impl DistributedQueue {
     ///
     /// Cancel-safe (a read).
     pub async fn len(&self) -> Result<usize> {
-        async { self.count(self.tail().await?).await }
+        async { self.count(Self::bound(self.tail().await?)).await }
             .await
             .map_err(|e| e.with_operation("queue len"))
     }
@@ -374,10 +415,21 @@ impl DistributedQueue {
                 None => self.oldest_under(gate, wait).await?,
             }
         };
-        let Some(oldest) = oldest else {
+        let Some(mut oldest) = oldest else {
             return Ok(None);
         };
-        self.remove_under(gate, oldest).await
+        loop {
+            match self.remove_under(gate, oldest).await? {
+                Some(taken) => return Ok(Some(taken)),
+                // Every item it found was removed by someone else (an operator): a take
+                // waits on for the next.
+                None if wait => match self.oldest_under(gate, true).await? {
+                    Some(next) => oldest = next,
+                    None => return Ok(None),
+                },
+                None => return Ok(None),
+            }
+        }
     }
 
     /// The queue's receipts (oldest first) and its oldest item now: the receipts are
@@ -478,14 +530,52 @@ impl DistributedQueue {
         })
     }
 
+    /// The first sequence number at or past `from` that is past every item and every
+    /// receipt of the queue: where a push goes when the tail cannot be trusted (none, or
+    /// behind an item). Reads every item key — only then.
+    async fn past_every_item(&self, from: u64) -> Result<u64> {
+        // One listing of the queue's keys: its items and receipts together, so that a
+        // receipt put back meanwhile is seen as one or the other.
+        let keys = self.client.list(&self.name).await?;
+        let (item_at, receipt_at) = (
+            format!("{}/", self.items_prefix()),
+            format!("{}/", self.receipts_prefix()),
+        );
+        let mut next = from;
+        for e in &keys {
+            let seq = match (e.key.strip_prefix(&item_at), e.key.strip_prefix(&receipt_at)) {
+                (Some(k), _) if is_seq(k) => k.parse::<u64>().ok(),
+                (_, Some(r)) => parse_receipt(r).map(|(seq, _)| seq),
+                _ => None,
+            };
+            if let Some(seq) = seq {
+                next = next.max(seq.checked_add(1).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "queue {:?} holds an item at the last sequence number ({}): no push can go after it",
+                            self.name, e.key
+                        ),
+                    )
+                })?);
+            }
+        }
+        Ok(next)
+    }
+
+    /// The sequence every item is below: the tail's, when there is one.
+    fn bound(tail: (u64, Option<crate::Version>)) -> Option<u64> {
+        tail.1.map(|_| tail.0)
+    }
+
     /// The range of item keys, as `first_in` bounds: item keys are 20 digits, each below
-    /// the tail `seq` when there is one (keys of a queue whose name extends this one's,
+    /// `below` (the tail) when there is one (keys of a queue whose name extends this one's,
     /// `<name>/items/7/…`, sort outside it). With no tail (deleted by hand while items
     /// remain), every 20-digit key.
-    fn item_range(tail: (u64, Option<crate::Version>)) -> (String, String) {
-        let to = match tail {
-            (seq, Some(_)) => format!("{seq:020}"),
-            (_, None) => format!("{}\u{1}", "9".repeat(20)),
+    fn item_range(below: Option<u64>) -> (String, String) {
+        let to = match below {
+            Some(seq) => format!("{seq:020}"),
+            None => format!("{}\u{1}", "9".repeat(20)),
         };
         (format!("{:020}", 0), to)
     }
@@ -496,7 +586,7 @@ impl DistributedQueue {
     async fn oldest(&self) -> Result<Option<Entry>> {
         let tail = self.tail().await?;
         let prefix = format!("{}/", self.items_prefix());
-        let (mut from, to) = Self::item_range(tail);
+        let (mut from, to) = Self::item_range(Self::bound(tail));
         loop {
             let (page, _) = KvStore::first_in(
                 &**self.client.backend(),
@@ -522,10 +612,10 @@ impl DistributedQueue {
         }
     }
 
-    /// How many items the queue holds (keys in the item range of `tail`): a count, no
-    /// value read.
-    async fn count(&self, tail: (u64, Option<crate::Version>)) -> Result<usize> {
-        let (from, to) = Self::item_range(tail);
+    /// How many items the queue holds (keys in the item range below `below`): a count,
+    /// no value read.
+    async fn count(&self, below: Option<u64>) -> Result<usize> {
+        let (from, to) = Self::item_range(below);
         Ok(
             KvStore::first_in(&**self.client.backend(), &self.items_prefix(), &from, &to, 0)
                 .await?
@@ -535,12 +625,21 @@ impl DistributedQueue {
 
     /// The oldest item while holding the taker lock `gate`; waits for one with `wait`.
     async fn oldest_under(&self, gate: &LockGuard, wait: bool) -> Result<Option<Entry>> {
+        // Woken for an item it then does not find (deleted by hand meanwhile, or an item
+        // key at or past a tail set back by hand, not yet repaired by a push): it waits
+        // a while before watching again, instead of spinning.
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+        let mut woken = false;
         loop {
             let Some(oldest) = self.oldest().await? else {
                 if !wait {
                     return Ok(None);
                 }
+                if woken {
+                    backoff.wait().await;
+                }
                 self.until_an_item(gate).await?;
+                woken = true;
                 continue;
             };
             return Ok(Some(oldest));
