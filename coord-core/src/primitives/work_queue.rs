@@ -226,7 +226,13 @@ impl DistributedQueue {
                 };
                 let txn = txn
                     .check_absent(self.item_key(seq))
-                    .put(self.tail_key(), (seq + 1).to_string().into_bytes())
+                    .put(
+                        self.tail_key(),
+                        seq.checked_add(1)
+                            .ok_or_else(|| past_the_last(&self.name, &self.tail_key()))?
+                            .to_string()
+                            .into_bytes(),
+                    )
                     .put(self.item_key(seq), item.clone());
                 match self.client.commit(txn).await {
                     Ok(_) => return Ok(seq),
@@ -532,33 +538,37 @@ impl DistributedQueue {
 
     /// The first sequence number at or past `from` that is past every item and every
     /// receipt of the queue: where a push goes when the tail cannot be trusted (none, or
-    /// behind an item). Reads every item key — only then.
+    /// behind an item). A new queue's costs two reads (its receipts, none; a count of its
+    /// items, 0); every item's key and value are read only when there are items (a tail
+    /// deleted by hand, or set back).
     async fn past_every_item(&self, from: u64) -> Result<u64> {
-        // One listing of the queue's keys: its items and receipts together, so that a
-        // receipt put back meanwhile is seen as one or the other.
-        let keys = self.client.list(&self.name).await?;
-        let (item_at, receipt_at) = (
-            format!("{}/", self.items_prefix()),
-            format!("{}/", self.receipts_prefix()),
-        );
+        // Receipts first, then items: a receipt put back between the two reads (under
+        // the taker lock: the receipt deleted, its item made) is seen as one or the other.
+        let receipt_at = format!("{}/", self.receipts_prefix());
+        let receipts = self.client.list(&self.receipts_prefix()).await?;
+        let mut seqs: Vec<(u64, String)> = receipts
+            .into_iter()
+            .filter_map(|e| Some((parse_receipt(e.key.strip_prefix(&receipt_at)?)?.0, e.key)))
+            .collect();
+        if self.count(None).await? > 0 {
+            let item_at = format!("{}/", self.items_prefix());
+            let items = self.client.list(&self.items_prefix()).await?;
+            seqs.extend(items.into_iter().filter_map(|e| {
+                let seq = e
+                    .key
+                    .strip_prefix(&item_at)
+                    .filter(|k| is_seq(k))?
+                    .parse::<u64>()
+                    .ok()?;
+                Some((seq, e.key))
+            }));
+        }
         let mut next = from;
-        for e in &keys {
-            let seq = match (e.key.strip_prefix(&item_at), e.key.strip_prefix(&receipt_at)) {
-                (Some(k), _) if is_seq(k) => k.parse::<u64>().ok(),
-                (_, Some(r)) => parse_receipt(r).map(|(seq, _)| seq),
-                _ => None,
-            };
-            if let Some(seq) = seq {
-                next = next.max(seq.checked_add(1).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!(
-                            "queue {:?} holds an item at the last sequence number ({}): no push can go after it",
-                            self.name, e.key
-                        ),
-                    )
-                })?);
-            }
+        for (seq, key) in seqs {
+            next = next.max(
+                seq.checked_add(1)
+                    .ok_or_else(|| past_the_last(&self.name, &key))?,
+            );
         }
         Ok(next)
     }
@@ -813,6 +823,19 @@ impl DistributedQueue {
             }
         }
     }
+}
+
+/// A push with nowhere to go: `key` (an item, a receipt or the tail) stands at the last
+/// sequence number.
+fn past_the_last(queue: &str, key: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!(
+            "queue {queue:?}: {key:?} stands at the last sequence number ({}), so no push can go after it; \
+             remove it by hand",
+            u64::MAX
+        ),
+    )
 }
 
 /// Releases a taker lock, logging a refusal (its entry then goes with the session).
