@@ -70,6 +70,10 @@ pub async fn run(
         for (subject, k) in [("warm-up", 1), ("1x", 1), ("10x", 10)] {
             eprintln!("tenfold: {m} ×{k} on {} ({subject})", t.name());
             let measure = async {
+                // The server may still be busy with the last measure's end (on etcd,
+                // 100,000 instances' keys deleted with their clients' leases): until it
+                // answers a new client again, within the limit.
+                until_answering(t).await?;
                 match m {
                     "names" => names(t, s.names * k).await,
                     "instances" => instances(t, s.instances * k, s.members).await,
@@ -130,6 +134,25 @@ pub async fn run(
         rows.extend(failed);
     }
     Ok((rows, failures))
+}
+
+/// Waits until a new client of `t` connects (each try bounded by its connect timeout).
+async fn until_answering(t: &Target) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        match t.coord().await {
+            Ok(c) => {
+                let _ = c.close().await;
+                return Ok(());
+            }
+            Err(e) if tries < 12 => {
+                tries += 1;
+                eprintln!("tenfold: the server does not answer yet ({e:#}); again in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Err(e) => return Err(e.context("the server did not answer a new client for a minute")),
+        }
+    }
 }
 
 /// `names`: each of `n` names locked and released once, 64 at a time, by one client.
