@@ -74,15 +74,7 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
     };
     // Warm-up: every name locked once by coord (its lock directories made, as the raw
     // floor's are above), so the blocks time steady per-entity locking.
-    let warmed: Vec<coord::Result<()>> = futures::stream::iter(0..names)
-        .map(|i| {
-            let (client, name) = (client.clone(), format!("{base}/n{i}"));
-            async move { client.lock(&name).await?.release().await }
-        })
-        .buffer_unordered(TASKS)
-        .collect()
-        .await;
-    warmed.into_iter().collect::<coord::Result<Vec<()>>>()?;
+    lock_each_once(&client, &base, names, TASKS).await?;
     let before = client.stats();
     let mut coord_cycles = 0usize;
     let blocks = 3;
@@ -131,6 +123,20 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
     }
     let _ = client.close().await;
     Ok(rows)
+}
+
+/// Locks and releases each of the names `<base>/n0` … `<base>/n<n-1>` once through
+/// `client`, `tasks` at a time.
+pub async fn lock_each_once(client: &coord::Client, base: &str, n: usize, tasks: usize) -> coord::Result<()> {
+    let cycled: Vec<coord::Result<()>> = futures::stream::iter(0..n)
+        .map(|i| {
+            let (client, name) = (client.clone(), format!("{base}/n{i}"));
+            async move { client.lock(&name).await?.release().await }
+        })
+        .buffer_unordered(tasks)
+        .collect()
+        .await;
+    cycled.into_iter().collect()
 }
 
 /// The raw floor's one session.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use coord::{ConfigEvent, ConfigStore as _, Lock as _};
+use coord::{ConfigEvent, ConfigStore as _};
 use futures::StreamExt;
 
 use crate::measure::{Latencies, Row};
@@ -163,16 +163,9 @@ async fn names(t: &Target, n: usize) -> Result<Row> {
     let heap_before = crate::heap_bytes();
     let before = client.stats();
     let start = Instant::now();
-    let cycled: Vec<coord::Result<()>> = futures::stream::iter(0..n)
-        .map(|i| {
-            let (client, name) = (client.clone(), format!("{base}/n{i}"));
-            async move { client.lock(&name).await?.release().await }
-        })
-        .buffer_unordered(TASKS)
-        .collect()
-        .await;
+    let cycled = scale::lock_each_once(&client, &base, n, TASKS).await;
     let elapsed = start.elapsed();
-    cycled.into_iter().collect::<coord::Result<Vec<()>>>()?;
+    cycled?;
     let requests = client.stats().since(&before).data_requests();
     let kept = crate::heap_bytes().saturating_sub(heap_before);
     let _ = client.close().await;
