@@ -359,16 +359,9 @@ pub async fn fan_out(t: &Target, watchers: usize, rounds: usize) -> Result<Vec<R
             let value = value.clone();
             let one = one_lat.clone();
             async move {
-                loop {
-                    let ev = tokio::time::timeout(Duration::from_secs(30), s.next())
-                        .await
-                        .context("a watcher saw nothing for 30 s")?
-                        .context("a watch ended")??;
-                    if matches!(&ev, ConfigEvent::Put(e) if e.value == value) {
-                        one.lock().await.push(start.elapsed());
-                        return anyhow::Ok(());
-                    }
-                }
+                until_put(s, &value, Duration::from_secs(30)).await?;
+                one.lock().await.push(start.elapsed());
+                anyhow::Ok(())
             }
         });
         for r in futures::future::join_all(waits).await {
@@ -518,6 +511,23 @@ pub async fn fan_out(t: &Target, watchers: usize, rounds: usize) -> Result<Vec<R
         );
     }
     Ok(rows)
+}
+
+/// Reads the watch `s` until it delivers a put of `value`, each event within `limit`.
+pub async fn until_put(
+    s: &mut futures::stream::BoxStream<'static, coord::Result<ConfigEvent>>,
+    value: &[u8],
+    limit: Duration,
+) -> Result<()> {
+    loop {
+        let ev = tokio::time::timeout(limit, s.next())
+            .await
+            .with_context(|| format!("a watch saw nothing for {limit:?}"))?
+            .context("a watch ended")??;
+        if matches!(&ev, ConfigEvent::Put(e) if e.value == value) {
+            return Ok(());
+        }
+    }
 }
 
 /// `registry-scale`: `instances` instances registered by `members` clients (each

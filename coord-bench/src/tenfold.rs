@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use coord::{ConfigEvent, ConfigStore as _};
+use coord::ConfigStore as _;
 use futures::StreamExt;
 
 use crate::measure::{Latencies, Row};
@@ -224,17 +224,7 @@ async fn watchers(t: &Target, n: usize) -> Result<Row> {
         let value = Arc::new(value);
         let waits = streams.iter_mut().map(|s| {
             let value = value.clone();
-            async move {
-                loop {
-                    let ev = tokio::time::timeout(Duration::from_secs(60), s.next())
-                        .await
-                        .context("a watch saw nothing for 60 s")?
-                        .context("a watch ended")??;
-                    if matches!(&ev, ConfigEvent::Put(e) if e.value == *value) {
-                        return anyhow::Ok(());
-                    }
-                }
-            }
+            async move { scale::until_put(s, &value, Duration::from_secs(60)).await }
         });
         for r in futures::future::join_all(waits).await {
             r?;
