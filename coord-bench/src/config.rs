@@ -9,7 +9,7 @@ use coord::{ConfigEvent, ConfigStore as _, Stats, Version};
 use futures::StreamExt;
 use zookeeper_client as zk;
 
-use crate::measure::{Latencies, Row};
+use crate::measure::{Latencies, Row, cpu_time};
 use crate::target::{Backend, Target, unique, zk_mkdir};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -172,12 +172,14 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
     let n = subjects.len();
     let mut lat: Vec<Vec<Latencies>> = vec![vec![Latencies::default(); OPS.len()]; n];
     let mut spent = vec![vec![Duration::ZERO; OPS.len()]; n];
+    let mut cpu = vec![vec![Duration::ZERO; OPS.len()]; n];
     let mut coord_requests = [0u64; 3];
     let value = vec![b'v'; 64];
     for _ in 0..blocks {
         for (o, (op, _)) in OPS.iter().enumerate() {
             for (i, s) in subjects.iter_mut().enumerate() {
                 let before: Stats = client.stats();
+                let cpu_before = cpu_time();
                 let start = Instant::now();
                 while start.elapsed() < per_block {
                     let t0 = Instant::now();
@@ -185,6 +187,7 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
                     lat[i][o].push(t0.elapsed());
                 }
                 spent[i][o] += start.elapsed();
+                cpu[i][o] += cpu_time().saturating_sub(cpu_before);
                 if i == 0 {
                     coord_requests[o] += client.stats().since(&before).data_requests();
                 }
@@ -200,6 +203,10 @@ pub async fn run(t: &Target, seconds: f64, deliveries: usize) -> Result<Vec<Row>
                 lat[i][o].len() as f64 / spent[i][o].as_secs_f64(),
             );
             row.set(&format!("{op}_p50_ms"), lat[i][o].ms(0.5));
+            row.set(
+                &format!("{op}_cpu_us"),
+                cpu[i][o].as_secs_f64() * 1e6 / lat[i][o].len().max(1) as f64,
+            );
             if i == 0 {
                 row.set(
                     &format!("{op}_requests"),

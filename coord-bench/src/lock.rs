@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use coord::{Lock as _, LockGuard, Stats};
 use zookeeper_client as zk;
 
-use crate::measure::{Latencies, Row};
+use crate::measure::{Latencies, Row, context_switches, cpu_time};
 use crate::target::{Backend, Target, unique, zk_mkdir};
 
 /// What one contender runs: coord, the raw floor, or a client library's recipe.
@@ -475,10 +475,14 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
     let mut lat = vec![Latencies::default(); n];
     let mut acq = vec![Latencies::default(); n];
     let mut spent = vec![Duration::ZERO; n];
+    let mut cpu = vec![Duration::ZERO; n];
+    let mut switches = vec![0u64; n];
     let mut requests = vec![Stats::default(); n];
     for _ in 0..blocks {
         for (i, s) in subjects.iter_mut().enumerate() {
             let before = s.stats();
+            let cpu_before = cpu_time();
+            let switches_before = context_switches();
             let start = Instant::now();
             while start.elapsed() < per_block {
                 let t0 = Instant::now();
@@ -488,6 +492,8 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
                 lat[i].push(t0.elapsed());
             }
             spent[i] += start.elapsed();
+            cpu[i] += cpu_time().saturating_sub(cpu_before);
+            switches[i] += context_switches().saturating_sub(switches_before);
             if let (Some(b), Some(a)) = (before, s.stats()) {
                 requests[i] = sum(&[requests[i], a.since(&b)]);
             }
@@ -500,7 +506,9 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             .with("cycles_per_s", cycles / spent[i].as_secs_f64())
             .with("p50_ms", lat[i].ms(0.5))
             .with("p99_ms", lat[i].ms(0.99))
-            .with("acquire_p50_ms", acq[i].ms(0.5));
+            .with("acquire_p50_ms", acq[i].ms(0.5))
+            .with("cpu_us_per_cycle", cpu[i].as_secs_f64() * 1e6 / cycles.max(1.0))
+            .with("switches_per_cycle", switches[i] as f64 / cycles.max(1.0));
         let per_cycle = match s {
             Subject::Coord { .. } => requests[i].data_requests() as f64 / cycles,
             Subject::ZkRaw { .. } | Subject::ZkPipelined { .. } => 3.0,
@@ -543,6 +551,8 @@ struct Block {
     grants: u64,
     handoffs: Latencies,
     elapsed: Duration,
+    /// The process's CPU time over the block (the client side: servers run apart).
+    cpu: Duration,
 }
 
 /// Runs `workers` (each its own connection) on one lock for `dur`: every worker loops
@@ -552,6 +562,7 @@ struct Block {
 async fn contend(workers: Vec<Subject>, dur: Duration) -> Result<(Block, Vec<Subject>)> {
     let stop = Arc::new(AtomicBool::new(false));
     let last: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
+    let cpu_before = cpu_time();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (me, mut w) in workers.into_iter().enumerate() {
@@ -590,6 +601,7 @@ async fn contend(workers: Vec<Subject>, dur: Duration) -> Result<(Block, Vec<Sub
         back.push(w);
     }
     block.elapsed = start.elapsed();
+    block.cpu = cpu_time().saturating_sub(cpu_before);
     Ok((block, back))
 }
 
@@ -637,6 +649,7 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
             totals[i].grants += b.grants;
             totals[i].handoffs.extend(b.handoffs);
             totals[i].elapsed += b.elapsed;
+            totals[i].cpu += b.cpu;
         }
     }
     let mut rows = Vec::new();
@@ -647,7 +660,11 @@ pub async fn contended(t: &Target, clients: usize, seconds: f64, blocks: usize) 
             .with("clients", clients as f64)
             .with("grants_per_s", b.grants as f64 / b.elapsed.as_secs_f64())
             .with("handoff_p50_ms", b.handoffs.ms(0.5))
-            .with("handoff_p99_ms", b.handoffs.ms(0.99));
+            .with("handoff_p99_ms", b.handoffs.ms(0.99))
+            .with(
+                "cpu_us_per_grant",
+                b.cpu.as_secs_f64() * 1e6 / b.grants.max(1) as f64,
+            );
         if label.starts_with("coord") {
             let g = b.grants.max(1) as f64;
             row.set("requests_per_grant", stats[i].data_requests() as f64 / g);

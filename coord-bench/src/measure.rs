@@ -153,6 +153,28 @@ pub fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// CPU time this process has used so far, user and system, on every thread (the
+/// servers run in processes of their own, so this is the client side alone).
+pub fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(u) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
+    };
+    let us = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().max(0) as u64) + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    us(u.user_time()) + us(u.system_time())
+}
+
+/// Context switches this process's threads have made so far, voluntary (a thread
+/// waited: parked, blocked on a futex or a socket) and involuntary.
+pub fn context_switches() -> u64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_SELF)
+        .map(|u| (u.voluntary_context_switches() + u.involuntary_context_switches()).max(0) as u64)
+        .unwrap_or(0)
+}
+
 /// The median of `v` (NaN when empty).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| !x.is_nan());

@@ -834,6 +834,129 @@ fn targets_table(rows: &[Row]) -> String {
     out
 }
 
+/// Where a throughput ratio below its floor goes: for each pair (coord and the subject
+/// it is judged against), the wall time per operation of each, the process's CPU time
+/// per operation of each (the client side: the servers run in processes of their own),
+/// and how much of the wall-time gap the extra CPU covers. On a machine whose cores the
+/// client shares with the server, client CPU on a request's path is wall time.
+fn client_cpu_table(rows: &[Row]) -> String {
+    // (scenario, coord's subject, the other subject, rate metric, CPU metric) per backend.
+    let pairs: &[(&str, &str, &str, &str, &str, &str)] = &[
+        (
+            "zk",
+            "lock",
+            "raw-pipelined",
+            "cycles_per_s",
+            "cpu_us_per_cycle",
+            "lock cycle",
+        ),
+        (
+            "zk",
+            "lock-contended",
+            "zookeeper-client-lock",
+            "grants_per_s",
+            "cpu_us_per_grant",
+            "contended grant",
+        ),
+        (
+            "zk",
+            "config",
+            "raw-floor",
+            "get_per_s",
+            "get_cpu_us",
+            "config get",
+        ),
+        (
+            "zk",
+            "config",
+            "raw-multi",
+            "cas_per_s",
+            "cas_cpu_us",
+            "config cas",
+        ),
+        (
+            "zk",
+            "many-names",
+            "raw-floor",
+            "cycles_per_s",
+            "cpu_us_per_cycle",
+            "many-names cycle",
+        ),
+        (
+            "etcd",
+            "lock",
+            "go-mutex-shapes",
+            "cycles_per_s",
+            "cpu_us_per_cycle",
+            "lock cycle",
+        ),
+        (
+            "etcd",
+            "lock",
+            "raw-coord-requests",
+            "cycles_per_s",
+            "cpu_us_per_cycle",
+            "lock cycle",
+        ),
+        (
+            "etcd",
+            "config",
+            "raw-floor",
+            "put_per_s",
+            "put_cpu_us",
+            "config put",
+        ),
+        (
+            "etcd",
+            "config",
+            "raw-floor",
+            "get_per_s",
+            "get_cpu_us",
+            "config get",
+        ),
+        (
+            "etcd",
+            "many-names",
+            "raw-floor",
+            "cycles_per_s",
+            "cpu_us_per_cycle",
+            "many-names cycle",
+        ),
+    ];
+    let mut out = String::from(
+        "| backend | operation | against | wall µs, coord | wall µs, against | CPU µs, coord | CPU µs, against | extra CPU over extra wall |\n\
+         |---|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    let mut any = false;
+    for (b, scenario, other, rate, cpu, what) in pairs {
+        let (Some(c), Some(o)) = (find(rows, scenario, b, "coord"), find(rows, scenario, b, other)) else {
+            continue;
+        };
+        let (Some(cr), Some(or), Some(cc), Some(oc)) = (c.get(rate), o.get(rate), c.get(cpu), o.get(cpu))
+        else {
+            continue;
+        };
+        if cr <= 0.0 || or <= 0.0 {
+            continue;
+        }
+        let (cw, ow) = (1e6 / cr, 1e6 / or);
+        let share = if cw > ow {
+            fmt((cc - oc) / (cw - ow))
+        } else {
+            "(coord not slower)".to_owned()
+        };
+        out.push_str(&format!(
+            "| {b} | {what} | {other} | {} | {} | {} | {} | {share} |\n",
+            fmt(cw),
+            fmt(ow),
+            fmt(cc),
+            fmt(oc)
+        ));
+        any = true;
+    }
+    if any { out } else { String::new() }
+}
+
 fn render(
     rows: &[Row],
     rounds: usize,
@@ -890,7 +1013,7 @@ fn render(
         }
     }
     s.push_str(
-        "\n## What each scenario measures\n\n\
+        &"\n## What each scenario measures\n\n\
          - `lock`: one client, lock then release, uncontended. The real floors, the fewest round trips a queue \
            lock needs with the same client library: ZooKeeper `raw-pipelined` — create an ephemeral sequential \
            node and list the directory with both requests in flight (the server answers a session's requests in \
@@ -982,6 +1105,16 @@ fn render(
            replaced (its errors are the injected ones). Resident memory, live tokio tasks and open file \
            descriptors are sampled each second; the slopes are least squares over the second half.\n\n\
          ## What stands between some figures and their targets\n\n\
+         - Client CPU: where coord's throughput is below a floor sent with the same client library, \
+           the table below sets the wall time per operation beside the process's CPU time per operation \
+           (`cpu_us_*`: user and system time of every thread, from `getrusage`; the servers run in \
+           processes of their own, so this is the client side alone). The last column is coord's extra CPU \
+           over its extra wall time: near 1 or above, the gap is the client's own CPU on the request's path \
+           (on 2 cores shared with the server, nothing hides it); well below 1, the rest is waiting. \
+           `switches_per_cycle` (voluntary and involuntary context switches per lock cycle) shows whether \
+           coord wakes threads more often than the floor does. Most of either side's CPU is the client \
+           libraries' own (a reactor thread handing each response to the runtime's workers) and the \
+           kernel's.\n\n{CPU_TABLE}\n\
          - Uncontended lock: coord sends the floor's number of requests (ZooKeeper 3, etcd 2) and runs no task \
            per grant. On etcd the request shapes differ from the floor's, for correctness: the join `Txn` also \
            reads the queue's newest keys (the position in the same round trip, which saves every waiter a \
@@ -1028,7 +1161,8 @@ fn render(
          - Election after 150 ms idle: the raw floor itself (a delete and the watch event, same client library) \
            takes about 1 ms after 150 ms idle on this machine (`raw-floor-after-150ms`), so the target is a \
            ratio to it, not an absolute millisecond.\n\n\
-         ## Figures (medians)\n",
+         ## Figures (medians)\n"
+            .replace("{CPU_TABLE}", &client_cpu_table(rows)),
     );
     s.push_str(&measure::markdown(rows));
     s
@@ -1036,7 +1170,7 @@ fn render(
 
 #[cfg(test)]
 mod tests {
-    use super::{caught_by, count_checks};
+    use super::{caught_by, client_cpu_table, count_checks};
     use crate::measure::Row;
 
     fn ids(rows: &[Row], ran: &[&str]) -> Vec<&'static str> {
@@ -1044,6 +1178,25 @@ mod tests {
             .into_iter()
             .map(|(id, _)| id)
             .collect()
+    }
+
+    #[test]
+    fn client_cpu_is_set_against_the_wall_time_gap() {
+        let rows = vec![
+            Row::new("lock", "zk", "coord")
+                .with("cycles_per_s", 1000.0)
+                .with("cpu_us_per_cycle", 350.0),
+            Row::new("lock", "zk", "raw-pipelined")
+                .with("cycles_per_s", 1250.0)
+                .with("cpu_us_per_cycle", 250.0),
+        ];
+        // Wall 1000 µs against 800: 200 µs more, of which 100 µs is CPU.
+        let t = client_cpu_table(&rows);
+        assert!(
+            t.contains("| zk | lock cycle | raw-pipelined | 1000 | 800 | 350 | 250 | 0.500 |"),
+            "{t}"
+        );
+        assert_eq!(client_cpu_table(&rows[..1]), "");
     }
 
     #[test]

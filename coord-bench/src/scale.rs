@@ -21,7 +21,7 @@ use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
 use crate::lock::Subject;
-use crate::measure::{Latencies, Row};
+use crate::measure::{Latencies, Row, cpu_time};
 use crate::target::{Backend, Target, unique, zk_mkdir};
 use crate::waiters::clients;
 
@@ -81,17 +81,23 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
     let per_block = seconds / blocks as f64;
     let (mut coord_rate, mut raw_rate) = (Vec::new(), Vec::new());
     let (mut coord_lat, mut raw_lat) = (Latencies::default(), Latencies::default());
+    // The process's CPU time in each subject's blocks: the client side alone.
+    let (mut coord_cpu, mut raw_cpu) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..blocks {
         let subjects = (0..TASKS)
             .map(|task| Rotating::coord(client.clone(), names_of(task)))
             .collect();
+        let cpu_before = cpu_time();
         let (r, l) = cycle_rotating(subjects, per_block).await?;
+        coord_cpu += cpu_time().saturating_sub(cpu_before);
         coord_rate.push(r);
         coord_cycles += l.len();
         coord_lat.extend(l);
         if let Some(raw) = &raw {
             let subjects = (0..TASKS).map(|task| raw.rotating(task, TASKS, names)).collect();
+            let cpu_before = cpu_time();
             let (r, l) = cycle_rotating(subjects, per_block).await?;
+            raw_cpu += cpu_time().saturating_sub(cpu_before);
             raw_rate.push(r);
             raw_lat.extend(l);
         }
@@ -105,6 +111,10 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
             .with("p50_ms", coord_lat.ms(0.5))
             .with("p99_ms", coord_lat.ms(0.99))
             .with(
+                "cpu_us_per_cycle",
+                coord_cpu.as_secs_f64() * 1e6 / coord_lat.len().max(1) as f64,
+            )
+            .with(
                 "requests_per_cycle",
                 client.stats().since(&before).data_requests() as f64 / coord_cycles.max(1) as f64,
             ),
@@ -116,7 +126,11 @@ pub async fn many_names(t: &Target, names: usize, seconds: f64) -> Result<Vec<Ro
                 .with("tasks", TASKS as f64)
                 .with("cycles_per_s", mean(&raw_rate))
                 .with("p50_ms", raw_lat.ms(0.5))
-                .with("p99_ms", raw_lat.ms(0.99)),
+                .with("p99_ms", raw_lat.ms(0.99))
+                .with(
+                    "cpu_us_per_cycle",
+                    raw_cpu.as_secs_f64() * 1e6 / raw_lat.len().max(1) as f64,
+                ),
         );
         let ratio = mean(&coord_rate) / mean(&raw_rate);
         rows[0].set("x_raw-floor", ratio);
