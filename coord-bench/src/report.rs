@@ -834,6 +834,31 @@ fn targets_table(rows: &[Row]) -> String {
     out
 }
 
+/// The fan-out floor's own ratio: as many raw watches as coord's, per-watch delivery p50
+/// against one raw watch, per backend (what one process delivering that many watches on
+/// this machine costs without coord).
+fn fan_out_floor(rows: &[Row]) -> String {
+    let mut parts = Vec::new();
+    for b in ["zk", "etcd"] {
+        let p50 = |subject: &str| find(rows, "fan-out", b, subject).and_then(|r| r.get("delivery_p50_ms"));
+        if let (Some(same), Some(one)) = (p50("raw-same-watches"), p50("raw-one-watch"))
+            && one > 0.0
+        {
+            parts.push(format!(
+                "{b}: {} ms against {} ms, {}×",
+                fmt(same),
+                fmt(one),
+                fmt(same / one)
+            ));
+        }
+    }
+    if parts.is_empty() {
+        "not measured in this run".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
 /// Where a throughput ratio below its floor goes: for each pair (coord and the subject
 /// it is judged against), the wall time per operation of each, the process's CPU time
 /// per operation of each (the client side: the servers run in processes of their own),
@@ -1158,11 +1183,27 @@ fn render(
            namespace's one flat config directory (about 40 bytes per item); on mem the count walks the \
            items. So time per push and per take grows with the queue, well below linearly — the queue is for \
            tens to thousands of items (its limit, `MAX_QUEUE_ITEMS`, says why).\n\
+         - Fan-out, per-watch delivery against one raw watch: the raw client of the same library with as \
+           many watches over as many connections (`raw-same-watches`) is itself far from one raw watch — \
+           its per-watch delivery p50 against `raw-one-watch`'s, this run: {FAN_OUT}. One process on 2 \
+           cores receives and hands out 1,000 deliveries per put, one after another, so the median watch \
+           waits for about half of them, with or without coord. Against that floor (`until every watcher \
+           has it` vs as many raw watches) coord meets its bar; against one raw watch no client of 1,000 \
+           watches on this machine can.\n\
+         - SQL gates on a loopback database (`fence-sql`): the ungated `update` is three round trips \
+           (`BEGIN`, the update, `COMMIT`) and `order` five; `SqlGate::admit` adds one statement, so a \
+           fourth and a sixth, and where round trips set the cost its floor is 4/3 = 1.33× and 6/5 = 1.2× — \
+           what it measures. `SqlGate::begin` sends the gate with `BEGIN` in one round trip, as a simple \
+           query the server parses and plans each time: the same round trips as ungated, plus the server's \
+           work for the gate's statement, which on loopback is the whole transaction's scale and over a \
+           2 ms network is noise (`postgres+2ms`, within the bar). The 1.1× bar is for a network between \
+           application and database; over loopback one statement more cannot meet it.\n\
          - Election after 150 ms idle: the raw floor itself (a delete and the watch event, same client library) \
            takes about 1 ms after 150 ms idle on this machine (`raw-floor-after-150ms`), so the target is a \
            ratio to it, not an absolute millisecond.\n\n\
          ## Figures (medians)\n"
-            .replace("{CPU_TABLE}", &client_cpu_table(rows)),
+            .replace("{CPU_TABLE}", &client_cpu_table(rows))
+            .replace("{FAN_OUT}", &fan_out_floor(rows)),
     );
     s.push_str(&measure::markdown(rows));
     s
