@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use coord::{Lock as _, LockGuard, Stats};
 use zookeeper_client as zk;
 
-use crate::measure::{Latencies, Row, context_switches, cpu_time};
+use crate::measure::{Latencies, Row, cpu_time, voluntary_switches};
 use crate::target::{Backend, Target, unique, zk_mkdir};
 
 /// What one contender runs: coord, the raw floor, or a client library's recipe.
@@ -482,7 +482,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
         for (i, s) in subjects.iter_mut().enumerate() {
             let before = s.stats();
             let cpu_before = cpu_time();
-            let switches_before = context_switches();
+            let switches_before = voluntary_switches();
             let start = Instant::now();
             while start.elapsed() < per_block {
                 let t0 = Instant::now();
@@ -493,7 +493,7 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             }
             spent[i] += start.elapsed();
             cpu[i] += cpu_time().saturating_sub(cpu_before);
-            switches[i] += context_switches().saturating_sub(switches_before);
+            switches[i] += voluntary_switches().saturating_sub(switches_before);
             if let (Some(b), Some(a)) = (before, s.stats()) {
                 requests[i] = sum(&[requests[i], a.since(&b)]);
             }
@@ -508,7 +508,10 @@ pub async fn uncontended(t: &Target, seconds: f64, blocks: usize) -> Result<Vec<
             .with("p99_ms", lat[i].ms(0.99))
             .with("acquire_p50_ms", acq[i].ms(0.5))
             .with("cpu_us_per_cycle", cpu[i].as_secs_f64() * 1e6 / cycles.max(1.0))
-            .with("switches_per_cycle", switches[i] as f64 / cycles.max(1.0));
+            .with(
+                "voluntary_switches_per_cycle",
+                switches[i] as f64 / cycles.max(1.0),
+            );
         let per_cycle = match s {
             Subject::Coord { .. } => requests[i].data_requests() as f64 / cycles,
             Subject::ZkRaw { .. } | Subject::ZkPipelined { .. } => 3.0,

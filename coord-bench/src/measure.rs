@@ -166,12 +166,13 @@ pub fn cpu_time() -> Duration {
     us(u.user_time()) + us(u.system_time())
 }
 
-/// Context switches this process's threads have made so far, voluntary (a thread
-/// waited: parked, blocked on a futex or a socket) and involuntary.
-pub fn context_switches() -> u64 {
+/// Voluntary context switches this process's threads have made so far: each time a
+/// thread went to sleep waiting (parked, on a futex or a socket). Involuntary ones are
+/// left out: they count preemption by other processes (the servers), not waits.
+pub fn voluntary_switches() -> u64 {
     use nix::sys::resource::{UsageWho, getrusage};
     getrusage(UsageWho::RUSAGE_SELF)
-        .map(|u| (u.voluntary_context_switches() + u.involuntary_context_switches()).max(0) as u64)
+        .map(|u| u.voluntary_context_switches().max(0) as u64)
         .unwrap_or(0)
 }
 
